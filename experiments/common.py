@@ -1,0 +1,86 @@
+"""Shared plumbing for the thin Hydra apps: config schemas registration, typed conversion with one-line errors,
+the run directory, and the metrics writer that labels every number as measured or modelled.
+
+Conventions every app follows (SPEC §6):
+- `metrics.json` in the run directory: flat keys; `measured_keys` / `modelled_keys` list which numbers were measured on
+  this machine and which come out of a model (simulation, cost model, size estimate).
+- `config.yaml`: the resolved config of the run.
+- Bad input: one line `error: ...` on stderr naming the key, exit status 2, nothing written.
+"""
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Any, Callable, TypeVar
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import DictConfig, OmegaConf
+
+from quant.arch import ModelSpec
+from quant.atomic import atomic_write_json, atomic_write_text
+
+T = TypeVar("T")
+
+
+class ConfigError(ValueError):
+    """A config value is invalid; the message names the key."""
+
+
+def register_common() -> None:
+    """Schemas shared by several apps (idempotent)."""
+    ConfigStore.instance().store(group="model", name="model_schema", node=ModelSpec)
+
+
+def typed(node: Any, cls: type[T], key: str = "") -> T:
+    """Turn a (structured) config node into an instance of `cls`; a bad value becomes a ConfigError naming `key`."""
+    try:
+        if isinstance(node, DictConfig):
+            if OmegaConf.get_type(node) is cls:
+                return OmegaConf.to_object(node)  # type: ignore[return-value]
+            return cls(**OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
+        return cls(**node)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"{key + ': ' if key else ''}{e}") from e
+
+
+def run_dir() -> Path:
+    """The Hydra run/sweep-job output directory (Hydra ≥1.2 does not chdir)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return Path(HydraConfig.get().runtime.output_dir)
+    except Exception:  # called outside a Hydra app (tests, notebooks)
+        return Path.cwd()
+
+
+def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any],
+                      measured: list[str], modelled: list[str]) -> Path:
+    """Write `metrics.json` (+ the resolved `config.yaml`) atomically; every metric key must be labelled."""
+    labelled = set(measured) | set(modelled)
+    unlabelled = [k for k in metrics if k not in labelled and k not in ("method", "model", "framework", "device",
+                                                                       "planner", "cluster", "trace", "workload")]
+    if unlabelled and not all(isinstance(metrics[k], str) for k in unlabelled):
+        raise ValueError(f"metrics without a measured/modelled label: {unlabelled}")
+    doc = dict(metrics)
+    doc["measured_keys"] = sorted(k for k in measured if k in metrics)
+    doc["modelled_keys"] = sorted(k for k in modelled if k in metrics)
+    if cfg is not None:
+        atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    return atomic_write_json(out / "metrics.json", doc)
+
+
+def one_line_errors(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorator for Hydra task functions: bad input exits with one line naming the problem, no traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        except (ConfigError, FileNotFoundError) as e:
+            print(f"error: {e}", file=sys.stderr)
+            raise SystemExit(2) from None
+
+    return wrapper
