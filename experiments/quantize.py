@@ -1,0 +1,96 @@
+"""Quantize the real SmolLM2-135M with one method and bit budget, evaluate ppl / KL (SPEC §3.1, docs/quantization.md).
+
+    python -m experiments.quantize model=smollm2_135m method=edgeflow bits=4
+    python -m experiments.quantize -m method=edgeflow,smoothquant,shadow_outlier,cmpq bits=4,5,6,7
+
+Writes metrics.json (+ config.yaml) into the Hydra run dir; with pack=true also the packed weight file.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig
+
+from experiments.common import ConfigError, one_line_errors, register_common, run_dir, typed, write_run_outputs
+from quant.arch import ModelSpec, WeightSource
+from quant.methods import METHODS
+from quant.settings import QuantSettings
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class QuantizeConfig:
+    model: ModelSpec = MISSING
+    quant: QuantSettings = field(default_factory=QuantSettings)
+    method: str = "edgeflow"
+    bits: int = 4                      # bits, 1..8
+    budget: Optional[float] = None     # average bits; None = bits
+    pack: bool = False
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {sorted(METHODS)} (got {self.method!r})")
+        if not 1 <= self.bits <= 8:
+            raise ValueError(f"bits must be in 1..8 (got {self.bits})")
+        if self.budget is not None and not (self.quant.min_bits <= self.budget <= 8):
+            raise ValueError(f"budget must be in {self.quant.min_bits}..8 bits (got {self.budget})")
+        if self.pack:
+            from quant.pipeline import pack_available
+
+            if not pack_available():
+                raise ValueError("pack=true: the packed-format writer quant.pack.write_packed_model is not available")
+        if self.model.weights != WeightSource.real:
+            raise ValueError(f"model={self.model.name} has no weights here (model.weights=twin); "
+                             "quantize needs a real model, e.g. model=smollm2_135m")
+
+    @property
+    def effective_budget(self) -> float:
+        return float(self.bits if self.budget is None else self.budget)
+
+
+def register() -> None:
+    register_common()
+    cs = ConfigStore.instance()
+    cs.store(group="quant", name="quant_schema", node=QuantSettings)
+    cs.store(name="quantize_schema", node=QuantizeConfig)
+
+
+register()
+
+
+def main_task(cfg: DictConfig) -> dict[str, Any]:
+    qc = typed(cfg, QuantizeConfig)
+    from quant.pipeline import MEASURED_KEYS, MODELLED_KEYS, run_quantization
+
+    def progress(done: int, total: int) -> None:
+        if done == total or done % 5 == 0:
+            log.info("%s: quantized %d/%d layers", qc.method, done, total)
+
+    res = run_quantization(qc.model, qc.method, qc.bits, qc.effective_budget, qc.quant, progress)
+    out = run_dir()
+    measured, modelled = list(MEASURED_KEYS), list(MODELLED_KEYS)
+    if qc.pack:
+        from quant.pipeline import write_pack
+
+        res.metrics["packed_bytes"] = float(write_pack(res.model, qc.model, out))
+        measured.append("packed_bytes")
+    m = res.metrics
+    log.info("%s bits=%s budget=%.2f: ppl %.3f (ref %.3f), KL %.4f, avg bits %.3f, %.1f MB", qc.method, qc.bits,
+             qc.effective_budget, m["ppl"], m["ref_ppl"], m["kl_mean"], m["avg_bits"], m["model_mb"])
+    write_run_outputs(out, cfg, m, measured=measured, modelled=modelled)
+    return m
+
+
+@hydra.main(config_path="../conf", config_name="quantize", version_base="1.3")
+@one_line_errors
+def main(cfg: DictConfig) -> None:
+    main_task(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,15 @@
+"""Per-op cost models behind one interface (`CostModel`): analytic roofline and table/regression back-ends."""
+from planner.cost.analytic import AnalyticCostModel
+from planner.cost.base import CostModel
+from planner.cost.table import TableCostModel
+
+__all__ = ["CostModel", "AnalyticCostModel", "TableCostModel", "make_cost_model"]
+
+
+def make_cost_model(kind: str, device, table_path: str = "") -> CostModel:
+    """`analytic` or `table` (measured profile JSON at `table_path`, analytic fallback for unmeasured op kinds)."""
+    if kind == "analytic":
+        return AnalyticCostModel(device)
+    if kind == "table":
+        return TableCostModel.from_json_file(table_path, fallback=AnalyticCostModel(device))
+    raise ValueError(f"cost_model must be analytic or table (got {kind!r})")

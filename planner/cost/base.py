@@ -1,0 +1,23 @@
+"""The cost-model contract (vidur-style execution-time predictor): op work + unit + threads -> seconds.
+
+The planner uses it to derive schedule parameters (the stealing threshold), the simulator to advance time, the HIL
+to compare predictions with measured timelines. Back-ends: `analytic` (roofline with named efficiency factors, device
+profile parameters) and `table` (regression on measured per-op profiles, e.g. this host's from the HIL calibration).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from planner.plan import OpWork
+
+
+class CostModel(ABC):
+    name = "base"
+
+    @abstractmethod
+    def op_time(self, work: OpWork, unit: str, threads: int = 1, first_core: int = 0) -> float:
+        """Seconds to run `work` on `unit` ("cpu" or "npu"); CPU ops run on `threads` threads from `first_core`."""
+
+    @abstractmethod
+    def copy_time(self, nbytes: int) -> float:
+        """Seconds one thread needs to copy `nbytes` into NPU-shared buffers."""

@@ -1,0 +1,232 @@
+"""Weight formats on flash for the cold-start planner: per-channel bit allocations -> bytes read and unpack work.
+
+EdgeFlow §3.2 / §4.2, SPEC §3.2. Formats (bytes of one (C out, D in) tensor whose channel c has B_c bits):
+- `int8`      : C*D + 2C (FP16 per-channel scales). Loaded straight into NPU buffers, no unpack.
+- `mixed`     : INT4/INT8 mixed: channels with B <= 4 padded to 4 bits, others to 8 bits; + scales. INT4 channels are
+                expanded to INT8 by a light unpack.
+- `weightlet` : EdgeFlow's SIMD-friendly format: sum ceil(B*D/8) + scales + 3-bit width array. Unpack per stripe of
+                16 weights: 3 SIMD instructions (mask, shift, or; Fig. 8) per weightlet block + a fixed 2 (offset to
+                INT8, store). With the Fig. 4a allocation this is 0.48 instructions per weight, the paper's figure.
+- `kquant`    : compact bit-split (llama.cpp style) of the same per-channel bits + one FP16 scale per 256 weights;
+                unpack cost = device `kquant_unpack_cycles_per_weight` (scalar-heavy, fitted to Fig. 4b).
+- `ggml`      : llama.cpp's own K-quant types for a uniform budget (bits per weight from ggml's block layouts).
+When `quant.pack.packed_nbytes` exists (the packing format's owner), it provides the byte counts instead of these
+formulas.
+
+Bit allocations come from the quantizer's statistical twin (`quant.twin.twin_bits`) for models without weights here;
+until it exists a uniform allocation at the budget (floor/ceil mix with the exact mean) stands in, and the metrics
+say which one was used (`bits_source`).
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import math
+from pathlib import Path
+
+import numpy as np
+
+from quant.arch import ModelSpec
+from quant.atomic import atomic_write_bytes
+
+FORMATS = ("int8", "mixed", "weightlet", "kquant")
+SCALE_BYTES = 2            # B, FP16 per-channel scale
+KQUANT_GROUP = 256         # weights per FP16 scale in the compact K-quant-like layout
+STRIPE = 16                # weights per stripe (R/8 with R = 128-bit NEON registers)
+INSTR_PER_BLOCK_STRIPE = 3  # mask, shift, or (Fig. 8)
+INSTR_FIXED_PER_STRIPE = 2  # offset/sign-extend to INT8 + store; fitted so the Fig. 4a allocation gives 0.48 instr/w
+
+# llama.cpp block formats: bits per weight including block scales (ggml-common.h block sizes / 256 or 32 weights).
+GGML_BPW = {"Q2_K": 2.625, "Q3_K": 3.4375, "Q4_K": 4.5, "Q5_K": 5.5, "Q6_K": 6.5625, "Q8_0": 8.5}
+
+
+def ggml_type_for_budget(bits: float) -> str:
+    """llama.cpp type closest to (not below) an average bit budget: 4 -> Q4_K, 5 -> Q5_K, 6 -> Q6_K, 7-8 -> Q8_0."""
+    if bits >= 7:
+        return "Q8_0"
+    for name, nominal in (("Q2_K", 2), ("Q3_K", 3), ("Q4_K", 4), ("Q5_K", 5), ("Q6_K", 6)):
+        if bits <= nominal:
+            return name
+    return "Q8_0"
+
+
+def weightlets(bits: np.ndarray) -> np.ndarray:
+    """Number of 1/2/4-bit weightlets of a B-bit weight: popcount(B) for B < 8; 8 bits = two 4-bit weightlets."""
+    b = np.asarray(bits, dtype=np.int64)
+    pop = (b & 1) + ((b >> 1) & 1) + ((b >> 2) & 1)
+    return np.where(b >= 8, 2, pop)
+
+
+def _packed_nbytes_external():
+    try:
+        from quant.pack import packed_nbytes  # type: ignore[attr-defined]
+    except Exception:
+        return None
+    return packed_nbytes
+
+
+def tensor_nbytes(bits: np.ndarray, d_in: int, fmt: str) -> int:
+    """Bytes on flash of one tensor with per-output-channel `bits` (C,) and `d_in` weights per channel."""
+    ext = _packed_nbytes_external()
+    if ext is not None:
+        return int(ext(np.asarray(bits), d_in, fmt))
+    b = np.asarray(bits, dtype=np.int64)
+    c = b.size
+    if fmt == "int8":
+        return c * d_in + SCALE_BYTES * c
+    if fmt == "mixed":
+        return int(np.where(b <= 4, (d_in + 1) // 2, d_in).sum()) + SCALE_BYTES * c
+    if fmt == "weightlet":
+        return int(((b * d_in + 7) // 8).sum()) + SCALE_BYTES * c + (3 * c + 7) // 8
+    if fmt == "kquant":
+        return int(((b * d_in + 7) // 8).sum()) + SCALE_BYTES * c * math.ceil(d_in / KQUANT_GROUP)
+    raise ValueError(f"unknown weight format {fmt!r} (one of {FORMATS})")
+
+
+def ggml_nbytes(n_weights: int, ggml_type: str) -> int:
+    return int(math.ceil(n_weights * GGML_BPW[ggml_type] / 8))
+
+
+def unpack_work(bits: np.ndarray, d_in: int, fmt: str) -> tuple[float, int]:
+    """(SIMD instructions, INT8 bytes written) to unpack one tensor on the CPU; K-quant cost is in cycles (device)."""
+    b = np.asarray(bits, dtype=np.int64)
+    stripes = d_in / STRIPE
+    if fmt == "weightlet":
+        instr = float(((INSTR_PER_BLOCK_STRIPE * weightlets(b) + INSTR_FIXED_PER_STRIPE) * stripes).sum())
+        return instr, b.size * d_in
+    if fmt == "mixed":
+        n4 = int((b <= 4).sum())
+        return float(n4 * stripes * (INSTR_PER_BLOCK_STRIPE + INSTR_FIXED_PER_STRIPE)), n4 * d_in
+    if fmt == "kquant":
+        return 0.0, b.size * d_in
+    if fmt == "int8":
+        return 0.0, 0
+    raise ValueError(f"unknown weight format {fmt!r} (one of {FORMATS})")
+
+
+# ---- bit allocations ------------------------------------------------------------------------------------------------
+def uniform_bits(spec: ModelSpec, budget: float) -> dict[str, np.ndarray]:
+    """Every tensor: floor/ceil(budget) mix with mean exactly `budget` (deterministic; stand-in without the twin)."""
+    out = {}
+    lo = int(math.floor(budget))
+    frac = budget - lo
+    for kind, (c, _d) in spec.linear_shapes().items():
+        n_hi = int(round(frac * c))
+        row = np.full(c, lo, dtype=np.int8)
+        row[:n_hi] = min(lo + 1, 8)
+        out[kind] = np.tile(row, (spec.n_layers, 1))               # (L, C)
+    return out
+
+
+CACHE_DIR = Path(__file__).resolve().parents[1] / "outputs" / "cache" / "bits"
+
+
+def model_bits(spec: ModelSpec, budget: float, seed: int = 0, source: str = "auto"
+               ) -> tuple[dict[str, np.ndarray], str]:
+    """Per tensor kind: (n_layers, C) bits of every output channel of every layer, and where they came from.
+
+    source: auto (a model with real weights here: `real`; else the twin if `quant.twin` is available, else uniform)
+    | real | twin | uniform. Twin allocations of a whole
+    model take seconds, so they are cached on disk (`outputs/cache/bits/`), keyed by model shapes, budget, seed and a
+    hash of the twin's statistics file.
+    """
+    if not 1 <= budget <= 8:
+        raise ValueError(f"bits must be in 1..8 (got {budget})")
+    if source == "real" or (source == "auto" and spec.weights.value == "real"):
+        cached = _cache_get(spec, budget, 0, "real")
+        if cached is None:
+            cached = real_bits(spec, budget)
+            _cache_put(spec, budget, 0, cached, "real")
+        return cached, "real"
+    if source in ("auto", "twin"):
+        cached = _cache_get(spec, budget, seed)
+        if cached is not None:
+            return cached, "twin"
+        try:
+            from quant.twin import twin_bits  # type: ignore[attr-defined]
+        except Exception as e:
+            if source == "twin":
+                raise ValueError(f"bits_source=twin but quant.twin is not available ({e})") from None
+        else:
+            raw = twin_bits(spec, budget, seed)
+            shapes = spec.linear_shapes()
+            out = {}
+            for kind, (c, _d) in shapes.items():
+                if kind not in raw:
+                    raise ValueError(f"quant.twin.twin_bits returned no bits for tensor kind {kind!r}")
+                out[kind] = np.asarray(raw[kind]).reshape(spec.n_layers, c).astype(np.int8)
+            _cache_put(spec, budget, seed, out)
+            return out, "twin"
+    if source not in ("auto", "uniform"):
+        raise ValueError(f"bits_source must be auto, real, twin or uniform (got {source!r})")
+    return uniform_bits(spec, budget), "uniform"
+
+
+def real_bits(spec: ModelSpec, budget: float) -> dict[str, np.ndarray]:
+    """The quantizer's allocation (`quant.allocate.allocate`, one global budget, channel cost = its D weights) on the
+    real model's per-channel statistics (max |w|, mean w^2 of the dequantized GGUF weights; no smoothing)."""
+    from quant.allocate import allocate
+    from quant.gguf_model import load_weights
+
+    w = load_weights(spec)
+    shapes = spec.linear_shapes()
+    m, s, cost, spans = [], [], [], []
+    for kind, (c, d) in shapes.items():
+        rows = np.stack([np.asarray(w[f"blk.{i}.{kind}.weight"], dtype=np.float64) for i in range(spec.n_layers)])
+        rows = rows.reshape(spec.n_layers * c, d)                            # (L*C, D), layer-major
+        m.append(np.abs(rows).max(axis=1))
+        s.append((rows * rows).mean(axis=1))
+        cost.append(np.full(rows.shape[0], float(d)))
+        spans.append((kind, c))
+    bits = allocate(np.concatenate(m), np.concatenate(s), budget, cost=np.concatenate(cost))
+    out, at = {}, 0
+    for kind, c in spans:
+        out[kind] = bits[at:at + spec.n_layers * c].reshape(spec.n_layers, c).astype(np.int8)
+        at += spec.n_layers * c
+    return out
+
+
+def _cache_key(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> Path | None:
+    try:
+        if tag == "real":
+            from quant.gguf_model import gguf_path
+
+            st = Path(gguf_path(spec)).stat()
+            h = hashlib.sha1(f"{gguf_path(spec)}|{st.st_size}|{st.st_mtime_ns}".encode())
+        else:
+            from quant.twin import twin_path  # type: ignore[attr-defined]
+
+            h = hashlib.sha1(Path(twin_path()).read_bytes())
+    except Exception:
+        return None
+    h.update(repr(sorted(spec.linear_shapes().items())).encode())
+    h.update(f"{spec.n_layers}|{budget:.6f}|{seed}".encode())
+    return CACHE_DIR / f"{tag}_{spec.name}_{budget:g}_{seed}_{h.hexdigest()[:16]}.npz"
+
+
+def _cache_get(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> dict[str, np.ndarray] | None:
+    path = _cache_key(spec, budget, seed, tag)
+    if path is None or not path.is_file():
+        return None
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except Exception:       # a damaged cache entry is recomputed
+        return None
+
+
+def _cache_put(spec: ModelSpec, budget: float, seed: int, bits: dict[str, np.ndarray], tag: str = "twin") -> None:
+    path = _cache_key(spec, budget, seed, tag)
+    if path is None:
+        return
+    buf = io.BytesIO()
+    np.savez(buf, **bits)
+    atomic_write_bytes(path, buf.getvalue())
+
+
+def bits_histogram(bits: dict[str, np.ndarray], spec: ModelSpec) -> dict[int, float]:
+    """Fraction of weights at each width 1..8 (weighted by channel length, as Fig. 4a counts weights)."""
+    counts = np.zeros(9)
+    for kind, (_c, d) in spec.linear_shapes().items():
+        counts += np.bincount(bits[kind].ravel().astype(np.int64), minlength=9)[:9] * d
+    return {b: float(counts[b] / counts.sum()) for b in range(1, 9)}

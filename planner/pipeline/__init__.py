@@ -1,0 +1,1 @@
+"""Cold-start pipeline planning: operator DAG, prefill expansion, the EdgeFlow granular scheduler, llm.npu baselines."""

@@ -1,0 +1,61 @@
+"""Per-layer weight streams of a cold start: bytes on flash, INT8 bytes in NPU memory and unpack work per layer.
+
+Inputs are the per-channel bit allocation (`planner.formats.model_bits`) and a format; the LM head is stored INT8 for
+NPU frameworks (it runs on the NPU as an INT8 matmul) and counted as layer `n_layers`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.device import SocProfile
+from planner.formats import ggml_nbytes, tensor_nbytes, unpack_work
+from planner.plan import OpWork
+from quant.arch import ModelSpec
+
+
+@dataclass
+class LayerWeights:
+    flash_bytes: int        # B read from flash
+    int8_bytes: int         # B of INT8 weights after unpacking (NPU-native)
+    direct_bytes: int       # B that land straight in NPU buffers (copied by the loader)
+    unpack: OpWork | None   # unpack work on one CPU thread (None: nothing to unpack)
+
+
+def layer_weights(spec: ModelSpec, dev: SocProfile, bits: dict[str, np.ndarray] | None, fmt: str
+                  ) -> list[LayerWeights]:
+    """n_layers + 1 entries (last = LM head, INT8). `bits` (L, C) per tensor kind; ignored for fmt int8."""
+    shapes = spec.linear_shapes()
+    out = []
+    for layer in range(spec.n_layers):
+        fb = i8 = direct = 0
+        instr = 0.0
+        unpack_bytes = 0
+        for kind, (c, d) in shapes.items():
+            b = np.full(c, 8, dtype=np.int8) if fmt == "int8" or bits is None else bits[kind][layer]
+            fb += tensor_nbytes(b, d, fmt)
+            i8 += c * d
+            ins, wr = unpack_work(b, d, fmt)
+            instr += ins
+            unpack_bytes += wr
+        weights = spec.layer_params() - 2 * spec.d_model
+        if fmt in ("int8", "mixed"):
+            direct = fb
+        if fmt == "int8":
+            work = None
+        elif fmt == "kquant":
+            work = OpWork("unpack", weights=weights, nbytes=unpack_bytes,
+                          cycles=dev.kquant_unpack_cycles_per_weight * weights)
+        else:
+            work = OpWork("unpack", weights=weights, nbytes=unpack_bytes, simd_instr=instr)
+        out.append(LayerWeights(fb, i8, direct, work))
+    head = spec.vocab * spec.d_model
+    out.append(LayerWeights(head + 2 * spec.vocab, head, head + 2 * spec.vocab, None))
+    return out
+
+
+def ggml_layer_bytes(spec: ModelSpec, ggml_type: str) -> list[int]:
+    """llama.cpp GGUF bytes per layer (+ output head) for one K-quant/Q8_0 type."""
+    per_layer = ggml_nbytes(spec.layer_params() - 2 * spec.d_model, ggml_type) + 4 * 2 * spec.d_model
+    return [per_layer] * spec.n_layers + [ggml_nbytes(spec.vocab * spec.d_model, ggml_type)]

@@ -1,0 +1,141 @@
+"""Cold-start plan objects: the typed, JSON-serialisable contract between the planner, the simulator and the HIL runner.
+
+A `Plan` is a DAG of `Task`s, each bound to a resource (flash loader threads, unpack threads, the CPU compute pool,
+the NPU, the graph-control thread) plus the dynamic dispatch rules of EdgeFlow §4.3 (`SchedulePolicy`: position-guided
+priority and CPU task stealing with a threshold). Tasks carry *work* (FLOPs, bytes, SIMD instructions), not durations:
+the executor (simulator or HIL) turns work into time with its cost model and resources. Only pure device constants
+(QNN set-up, graph optimisation) travel as a fixed `duration_s` that the planner computed from the device profile.
+
+Resources (`Task.resource`):
+- `load`   : loader threads; `read_bytes` from flash in `request_bytes` requests, then `copy_bytes` into NPU buffers,
+             then `duration_s` more (e.g. deserialising a materialized graph).
+- `unpack` : CPU unpack threads; `works` of kind `unpack`.
+- `cpu`    : the CPU compute pool (one op at a time on `Plan.cpu_threads` threads, ops parallelised inside).
+- `npu`    : the NPU queue (one op at a time).
+- `graph`  : the thread that sets up / composes / optimises / prepares NPU graphs (fixed durations).
+- `join`   : a zero-time barrier (e.g. "layer ready" = weights unpacked and graph restored); uses no resource.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RESOURCES = ("load", "unpack", "cpu", "npu", "graph", "join")
+
+
+@dataclass
+class OpWork:
+    """What an op computes. Matmul: (m tokens) x (k in) -> (n out). Sizes in elements, bytes in B."""
+    kind: str                  # matmul | attention | elementwise | unpack | lm_head
+    m: int = 0                 # tokens (rows of the activation)
+    k: int = 0                 # input features
+    n: int = 0                 # output features
+    ctx: int = 0               # attention: mean keys per query (causal)
+    heads: int = 0             # attention: query heads
+    head_dim: int = 0          # attention: head dimension
+    nbytes: int = 0            # elementwise: bytes read + written; unpack: bytes written (INT8 out)
+    weights: int = 0           # unpack: weights produced
+    simd_instr: float = 0.0    # unpack: SIMD instructions (weightlet/mixed formats)
+    cycles: float = 0.0        # unpack: scalar-heavy cycles (K-quant)
+    wfmt: str = "int8"         # matmul weight format on the CPU: int8 | kquant
+
+    @property
+    def flops(self) -> float:
+        if self.kind in ("matmul", "lm_head"):
+            return 2.0 * self.m * self.k * self.n
+        if self.kind == "attention":
+            return 4.0 * self.m * self.ctx * self.heads * self.head_dim
+        return 0.0
+
+
+@dataclass
+class Task:
+    id: int
+    name: str                              # e.g. "L3.c1.q_proj"
+    resource: str                          # one of RESOURCES
+    layer: int = -1                        # transformer layer (-1: none; n_layers: lm_head)
+    chunk: int = -1                        # prompt chunk (position-guided priority key)
+    topo: int = 0                          # index in the layer's topological order
+    order: int = 0                         # position in its unit's static backbone queue (cpu / npu tasks)
+    deps: list[int] = field(default_factory=list)
+    works: list[OpWork] = field(default_factory=list)  # cpu / npu / unpack: ops run back to back (a subgraph)
+    duration_s: float = 0.0                # graph tasks (and extra time of load tasks): fixed, from the device profile
+    read_bytes: int = 0                    # load: bytes from flash
+    request_bytes: int = 0                 # load: request size (bulk read or mmap readahead)
+    copy_bytes: int = 0                    # load: bytes copied into NPU-shared buffers after reading
+    stealable: bool = False                # npu task the CPU may steal (INT8 matmul)
+    mem_alloc: int = 0                     # B allocated when the task starts
+    mem_free: int = 0                      # B freed when the task ends
+    phase: str = ""                        # setup | load | unpack | graph | prefill (for the breakdown)
+
+    def __post_init__(self) -> None:
+        if self.resource not in RESOURCES:
+            raise ValueError(f"task {self.name}: unknown resource {self.resource!r} (one of {RESOURCES})")
+        self.works = [w if isinstance(w, OpWork) else OpWork(**w) for w in self.works]
+
+
+@dataclass
+class SchedulePolicy:
+    priority: str = "static"      # static: each unit runs its ops strictly in backbone order (Task.order), waiting
+    #                               for the next one to become ready | position: any ready op, earlier chunk first
+    steal_threshold: int = 0      # 0: no stealing; else CPU steals the NPU queue head when len(queue) > threshold
+
+    def __post_init__(self) -> None:
+        if self.priority not in ("static", "position"):
+            raise ValueError(f"schedule.priority must be static or position (got {self.priority!r})")
+        if self.steal_threshold < 0:
+            raise ValueError(f"schedule.steal_threshold must be >= 0 (got {self.steal_threshold})")
+
+
+@dataclass
+class Plan:
+    framework: str
+    model: str
+    device: str
+    prompt_tokens: int
+    chunk_tokens: int
+    tasks: list[Task]
+    loader_threads: int = 1
+    unpack_threads: int = 1
+    graph_threads: int = 1             # threads restoring/preparing NPU graphs
+    cpu_threads: int = 1               # threads of the CPU compute pool
+    cpu_first_core: int = 0            # compute pool starts at this core (loaders/unpackers use the first ones)
+    schedule: SchedulePolicy = field(default_factory=SchedulePolicy)
+    info: dict[str, Any] = field(default_factory=dict)   # planner facts (bytes per format, bits histogram, ...)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.schedule, dict):
+            self.schedule = SchedulePolicy(**self.schedule)
+        self.tasks = [t if isinstance(t, Task) else Task(**t) for t in self.tasks]
+        ids = [t.id for t in self.tasks]
+        if ids != list(range(len(ids))):
+            raise ValueError("plan task ids must be 0..n-1 in order")
+        for t in self.tasks:
+            for d in t.deps:
+                if not 0 <= d < t.id:
+                    raise ValueError(f"task {t.name}: dependency {d} must precede it (topological ids)")
+
+    def workers(self, resource: str) -> int:
+        return {"load": self.loader_threads, "unpack": self.unpack_threads,
+                "graph": self.graph_threads}.get(resource, 1)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> "Plan":
+        return cls(**json.loads(text))
+
+
+class PlanBuilder:
+    """Appends tasks with consecutive ids (so dependencies always point backwards: a topological order)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+
+    def add(self, name: str, resource: str, deps: list[int] | tuple[int, ...] = (), **kw: Any) -> int:
+        tid = len(self.tasks)
+        self.tasks.append(Task(id=tid, name=name, resource=resource, deps=sorted(set(d for d in deps if d >= 0)),
+                               **kw))
+        return tid

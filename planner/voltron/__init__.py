@@ -1,0 +1,16 @@
+"""Voltron: elastic multi-device LLM inference planning (SPEC §4; Voltron paper §3–4).
+
+One policy per file:
+- `devices.py`     device / cluster profiles (typed schemas of conf/device, conf/cluster) and the roofline device model
+- `rssi.py`        RSSI → goodput / latency table (IEEE 802.11ac minimum receiver sensitivity)
+- `comm.py`        communication model (bytes / goodput(RSSI) + latency) over a Wi-Fi Direct star
+- `layers.py`      per-sublayer (ATTN / FFN) workload table of a ModelSpec (layer variants: MHA/GQA/SWA, dense/MoE)
+- `latency.py`     latency regression fitted on simulated profiles (accuracy reported on held-out points)
+- `importance.py`  per-layer importance (measured on SmolLM2, depth proxy for large models)
+- `accuracy.py`    accuracy proxy of a plan (base benchmark score × importance-weighted losses)
+- `plan.py`        the plan objects (typed, JSON-serialisable)
+- `hybrid.py`      layer-wise hybrid MP/TP planner (§4.2.1)
+- `precision.py`   importance-aware mixed precision by binary search, with shard pruning (§4.2.2, §4.3.1)
+- `controller.py`  elastic controller evaluated token by token (§4.3, §4.4)
+- `baselines.py`   single device, heterogeneity-aware MP and TP (and their equal-split variants) (§5.1.3)
+"""

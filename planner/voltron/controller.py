@@ -1,0 +1,168 @@
+"""Voltron's elastic controller (paper §4.2–4.3), evaluated turn by turn and token by token.
+
+- Turn start: importance-aware mixed precision by binary search (`precision.py`) over the prefill *and* decode plans
+  together (both QoS targets, every device's memory), each step re-running the hybrid MP/TP planner (`hybrid.py`).
+- Every decode token: the controller observes the KV length, the links (RSSI → goodput/latency) and which devices are
+  reachable. Plans are valid for a KV bucket and a link state, so it re-plans only when one of them changes (a cache
+  hit otherwise); a re-plan is the same search on the decode phase, which yields, in the paper's order:
+    * computation scaling (§4.3.1): memory short (KV growth, a device left) → lower precision of the least important
+      layers first; if all-INT4 still does not fit → prune the same fraction of shards from every layer;
+    * restoration: the search always starts from FP16, so precision and shards come back as soon as memory or links
+      allow it (KV flush, device back);
+    * the parallel strategy follows the links: with weak RSSI the planner's communication term moves FFN layers from
+      TP to MP (paper Fig. 8b).
+- Communication scaling (§4.3.2), applied after the search when the estimated TPOT still breaks QoS because of
+  communication: quantize the transferred activations of the least important layers first (FP16 → INT8 → INT4, again
+  by binary search, re-planning each step); if not enough, prune the remote shards (and their activations) of TP layers,
+  least important first, until the estimate meets QoS.
+- Reloads: a new plan returns the bytes each device must load from flash; with `overlap_reload` the simulator hides
+  them behind compute (§4.3 "Overhead Mitigation").
+
+Footnote 5 of the paper runs communication scaling before computation scaling; here the hybrid planner already prices
+communication into every strategy choice, so communication scaling only handles what re-planning cannot, and the
+computation-scaling search never undoes it (it is re-applied on the searched plan).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from planner.voltron.comm import LinkState
+from planner.voltron.hybrid import PhaseEnv
+from planner.voltron.plan import TP, PhasePlan
+from planner.voltron.policy import Decision, Policy, PolicyContext, timed
+from planner.voltron.precision import PrecisionSearch
+
+
+class VoltronPolicy(Policy):
+    name = "voltron"
+
+    def __init__(self, ctx: PolicyContext):
+        super().__init__(ctx)
+        self.overlap_reload = ctx.cfg.overlap_reload
+        self.order = ctx.importance.order()
+        self.search = PrecisionSearch(self.hp, ctx.importance.per_sublayer, prune_steps=ctx.cfg.prune_steps)
+        self._cache: dict = {}
+        self._last_m: int | None = None          # previous search result: warm start of the next search
+
+    # ---- communication scaling ---------------------------------------------------------------------------------------
+    def act_at(self, k: int) -> np.ndarray:
+        N = self.ctx.table.n
+        act = np.zeros(N, dtype=np.int64)
+        act[self.order[:min(k, N)]] = 1
+        if k > N:
+            act[self.order[:k - N]] = 2
+        return act
+
+    def comm_scale(self, env: PhaseEnv, plan: PhasePlan, prune: float) -> PhasePlan:
+        qos = self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin)
+        if not self.ctx.cfg.comm_scaling or not plan.fits or plan.est_time_s <= qos or plan.est_comm_s <= 0:
+            return plan
+        if plan.est_time_s - plan.est_comm_s > qos and plan.n_tp == 0:
+            return plan                       # computation, not communication, breaks QoS: nothing to gain here
+        hp, N = self.hp, self.ctx.table.n
+        opt = hp.options(env, prune)
+        prec = plan.precision
+        ok_max = hp.quick(opt, env, prec, self.act_at(2 * N))
+        if ok_max[0] and ok_max[1] <= qos:
+            lo, hi = 1, 2 * N
+            while lo < hi:
+                mid = (lo + hi) // 2
+                f, est = hp.quick(opt, env, prec, self.act_at(mid))
+                if f and est <= qos:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            return hp.assign(opt, env, prec, self.act_at(lo))
+        plan = hp.assign(opt, env, prec, self.act_at(2 * N))
+        if not plan.fits:
+            return plan
+        # activation + shard pruning of TP layers (remote shards), least important first
+        tp_layers = np.flatnonzero((plan.strategy == TP) & (plan.shards[:, 1:].sum(axis=1) > 0))
+        if tp_layers.size == 0:
+            return plan
+        rank = np.argsort(self.ctx.importance.per_sublayer[tp_layers], kind="stable")
+        cand = tp_layers[rank]
+        tpos = hp.tpos[self.ctx.table.type_of[cand]]
+        k0 = plan.shards[cand, 0]
+        main_part = np.where(k0 > 0, opt.b[0, prec[cand]] + k0 * opt.u[0, prec[cand], tpos], 0.0)
+        saving = plan.layer_comp_s[cand] + plan.layer_comm_s[cand] - main_part
+        need = plan.est_time_s - qos
+        n = min(int(np.searchsorted(np.cumsum(saving), need)) + 1, cand.size)
+        sel = cand[:n]
+        shards = plan.shards.copy()
+        pruned = plan.pruned.copy()
+        pruned[sel] += shards[sel, 1:].sum(axis=1)
+        shards[sel, 1:] = 0
+        act_pruned = plan.act_pruned.copy()
+        act_pruned[sel] = True
+        return hp.fixed(opt, env, prec, plan.act_precision, shards, pruned, act_pruned)
+
+    # ---- the contract ---------------------------------------------------------------------------------------------
+    def _plan_turn(self, links, budgets, n_in, kv_len):
+        cfg = self.ctx.cfg
+        pre = self.env(0, n_in, kv_len, links, budgets)
+        dec = self.env(1, 1, kv_len + n_in, links, budgets)
+        keep = 1 - cfg.qos_margin
+        res = self.search.search([(pre, cfg.qos_ttft_s * keep), (dec, cfg.qos_tpot_s * keep)], hint=self._last_m)
+        self._last_m = res.m
+        decode = self.comm_scale(dec, res.plans[1], res.prune_frac)
+        return res, res.plans[0], decode
+
+    def start_turn(self, links: LinkState, budgets: np.ndarray, n_in: int, kv_len: int) -> Decision:
+        (res, prefill, decode), ms = timed(self._plan_turn, links, budgets, n_in, kv_len)
+        if not res.fits:
+            return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True)
+        changed = self.changed(self.current, prefill)
+        reload = self.adopt(prefill)
+        self._key = None
+        self._first_decode = (decode, kv_len + n_in)
+        return Decision(plan=prefill, next_plan=decode, reload_bytes=reload, replanned=changed, plan_ms=ms)
+
+    def replan_decode(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> tuple[PhasePlan, bool]:
+        """Decode-phase re-plan (precision search + comm scaling) for the current observation; (plan, fits)."""
+        dec = self.env(1, 1, kv_len, links, budgets)
+        key = (dec.kv_plan, links.mcs_key, tuple(dec.budgets.tolist()))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        res = self.search.search([(dec, self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin))], hint=self._last_m)
+        self._last_m = res.m
+        plan = self.comm_scale(dec, res.plans[0], res.prune_frac)
+        out = (plan, res.fits)
+        if len(self._cache) > 2048:
+            self._cache.clear()
+        self._cache[key] = out
+        return out
+
+    def step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
+        b = self.ctx.cfg.kv_bucket
+        key = (int(np.ceil((kv_len + 2) / b)), links.mcs_key, tuple(np.where(links.connected, budgets, 0).tolist()))
+        first = self.__dict__.pop("_first_decode", None)
+        if first is not None and first[1] == kv_len:
+            # first token of a turn: the decode plan searched with the prefill (same precisions); its shards were
+            # loading in the background during the prefill
+            self._key = key
+            reload = self.adopt(first[0])
+            return Decision(plan=first[0], reload_bytes=reload, replanned=True, urgent=False)
+        if key == self._key and self.current is not None:
+            return Decision(plan=self.current)
+        self._key = key
+        (plan, fits), ms = timed(self.replan_decode, links, budgets, kv_len)
+        if not fits:
+            return Decision(plan=plan, plan_ms=ms, oom=True)
+        if not self.changed(self.current, plan):
+            return Decision(plan=self.current, plan_ms=ms)
+        # hysteresis: keep the current plan (no reload) while it still fits, meets QoS and the new plan is not
+        # clearly more accurate; otherwise switch (restoration switches are not urgent: reload in the background)
+        cur, urgent = self.current, True
+        if cur is not None and cur.phase == "decode":
+            dec = self.env(1, 1, kv_len, links, budgets)
+            again = self.hp.fixed(self.hp.options(dec, 0.0), dec, cur.precision, cur.act_precision, cur.shards,
+                                  cur.pruned, cur.act_pruned)
+            qos = self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin)
+            urgent = not again.fits
+            meets = again.fits and (again.est_time_s <= qos or again.est_time_s <= plan.est_time_s)
+            if meets and self.accuracy(plan) < self.accuracy(cur) + self.ctx.cfg.restore_gain:
+                return Decision(plan=cur, plan_ms=ms)
+        reload = self.adopt(plan)
+        return Decision(plan=plan, reload_bytes=reload, replanned=True, plan_ms=ms, urgent=urgent)

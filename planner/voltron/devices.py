@@ -1,0 +1,162 @@
+"""Edge device and cluster profiles for Voltron (SPEC §4, paper Table 1/2) and the roofline device model.
+
+Owns:
+- `EdgeDevice`: the typed schema of `conf/device/<name>.yaml` (registered as `edge_device_schema` in group `device`):
+  memory budget, per-precision compute throughput, memory / storage bandwidth, per-sublayer overhead, DVFS levels.
+  Every field is a public SoC figure (cores, clocks, SIMD width, LPDDR generation) times a named efficiency factor;
+  the derivation is written next to each value in the YAML file.
+- `ClusterSpec`: `conf/cluster/<name>.yaml` — device names in cluster order (index 0 = the main device, the Wi-Fi Direct
+  group owner held by the user) plus the link names that connect device k (k ≥ 1) to the main device.
+- `device_time`: the "ground-truth" roofline time of one piece of work on one device (compute-bound vs memory-bound,
+  with a small-batch utilisation curve). The simulator uses it as the device; the planner never calls it directly —
+  it predicts with the latency regression fitted on profiles generated from it (`latency.py`).
+
+Design: no phones here, so the profiles are derived from public specs; decode is memory-bandwidth-bound and prefill
+compute-bound, which is what the roofline captures. DVFS scales compute throughput and per-op overhead by the frequency
+fraction f (memory bandwidth is set by the DRAM controller and kept fixed); power follows P = P_idle + P_dyn·f³.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+PRECISIONS = ("fp16", "int8", "int4")            # weight precisions, index = precision id (0 = highest)
+# Bytes per weight by precision id: FP16 = 2; INT8 = llama.cpp Q8_0 (8.5 bits/weight: 32 int8 + 1 fp16 scale);
+# INT4 = llama.cpp Q4_K (4.5 bits/weight: 256-weight super-blocks with 6-bit sub-block scales). Source: ggml k-quants.
+BYTES_PER_WEIGHT = np.array([2.0, 8.5 / 8, 4.5 / 8])   # (P,) bytes / weight
+ACT_BYTES = np.array([2.0, 1.0 + 2 / 32, 0.5 + 2 / 32])  # (P,) bytes / activation element on the wire (FP16 / Q8 / Q4 + scales)
+
+
+@dataclass
+class EdgeDevice:
+    """One device profile (conf/device/<name>.yaml). Throughputs are *effective* (peak × efficiency)."""
+    name: str = "???"
+    soc: str = ""                                     # SoC marketing name (paper Table 1)
+    perf_level: str = "high"                          # high | mid | low (paper Table 1)
+    dram_gb: float = 0.0                              # GB installed DRAM (Table 1)
+    mem_budget_gb: float = 0.0                        # GB available to the LLM (Table 1 "available")
+    peak_gflops_fp16: float = 0.0                     # GFLOP/s NEON peak of the big cores used (fp16 FMA, or fp32 if no fp16 arithmetic)
+    peak_gops_int8: float = 0.0                       # GOP/s NEON int8 peak (sdot if ARMv8.2-DotProd, else widening MLA)
+    int4_vs_int8: float = 0.8                         # × int8 rate for Q4_K (nibble unpack before the int8 dot); assumption
+    compute_eff: float = 0.45                         # fraction of peak reached by llama.cpp GEMM (assumption, see docs)
+    sustained_clock: float = 1.0                      # fraction of the peak clock sustained under load (thermal throttling)
+    mem_bw_peak_gbps: float = 0.0                     # GB/s LPDDR peak (data rate × bus width)
+    mem_eff: float = 0.6                              # fraction of peak DRAM bandwidth a CPU stream reaches (assumption)
+    storage_gbps: float = 1.0                         # GB/s sequential flash read (UFS/eMMC generation), for shard reloads
+    overhead_ms: float = 0.1                          # ms fixed cost per sublayer (graph dispatch + thread barriers)
+    n_half: float = 1.0                               # tokens at which the GEMM reaches half its peak utilisation (GEMV = 1 token: 50 %)
+    dvfs_levels: list[float] = field(default_factory=lambda: [1.0, 0.85, 0.7, 0.55, 0.4])  # CPU frequency fractions
+    p_idle_w: float = 0.5                             # W device idle power with the radio on (assumption)
+    p_dyn_w: float = 5.0                              # W CPU dynamic power at f = 1 with the big cores busy
+
+    def __post_init__(self) -> None:
+        for key in ("dram_gb", "mem_budget_gb", "peak_gflops_fp16", "peak_gops_int8", "mem_bw_peak_gbps",
+                    "storage_gbps"):
+            if getattr(self, key) <= 0:
+                raise ValueError(f"device.{key} must be > 0 (got {getattr(self, key)})")
+        if self.mem_budget_gb > self.dram_gb:
+            raise ValueError(f"device.mem_budget_gb ({self.mem_budget_gb}) exceeds device.dram_gb ({self.dram_gb})")
+        for key in ("int4_vs_int8", "compute_eff", "sustained_clock", "mem_eff"):
+            if not 0 < getattr(self, key) <= 1:
+                raise ValueError(f"device.{key} must be in (0, 1] (got {getattr(self, key)})")
+        if self.perf_level not in ("high", "mid", "low"):
+            raise ValueError(f"device.perf_level must be high|mid|low (got {self.perf_level!r})")
+        if not self.dvfs_levels or any(not 0 < f <= 1 for f in self.dvfs_levels) or max(self.dvfs_levels) != 1.0:
+            raise ValueError("device.dvfs_levels must be frequency fractions in (0, 1] including 1.0")
+        if self.overhead_ms < 0 or self.n_half < 0:
+            raise ValueError("device.overhead_ms and device.n_half must be >= 0")
+
+    # ---- effective rates ----------------------------------------------------------------------------------------
+    @property
+    def mem_budget_bytes(self) -> float:
+        return self.mem_budget_gb * 1e9
+
+    def ops_per_s(self) -> np.ndarray:
+        """(P,) effective ops/s at f = 1 for fp16 / int8 / int4 weights."""
+        base = self.compute_eff * self.sustained_clock * 1e9
+        return np.array([self.peak_gflops_fp16, self.peak_gops_int8, self.peak_gops_int8 * self.int4_vs_int8]) * base
+
+    @property
+    def mem_bytes_per_s(self) -> float:
+        return self.mem_bw_peak_gbps * self.mem_eff * 1e9
+
+    def power_w(self, f: float | np.ndarray) -> float | np.ndarray:
+        return self.p_idle_w + self.p_dyn_w * np.asarray(f) ** 3
+
+
+def device_time(dev: EdgeDevice, prec: np.ndarray, n_tokens: np.ndarray, flops: np.ndarray, bytes_read: np.ndarray,
+                freq: float = 1.0) -> np.ndarray:
+    """Roofline time (s) of work items on `dev` (all arrays broadcast together).
+
+    prec: precision id; n_tokens: tokens processed together (batching → GEMM utilisation n/(n + n_half));
+    flops: arithmetic ops; bytes_read: DRAM bytes (weights + KV cache).
+    """
+    util = n_tokens / (n_tokens + dev.n_half) if dev.n_half > 0 else 1.0
+    ops = dev.ops_per_s()[prec] * freq * np.maximum(util, 1e-3)
+    t_compute = flops / ops
+    t_memory = bytes_read / dev.mem_bytes_per_s
+    return np.maximum(t_compute, t_memory) + dev.overhead_ms * 1e-3 / freq
+
+
+@dataclass
+class ClusterSpec:
+    """conf/cluster/<name>.yaml: devices in order (index 0 = main device) and their links to the main device."""
+    name: str = "???"
+    devices: list[str] = field(default_factory=list)   # conf/device names; devices[0] is the main device
+    links: list[str] = field(default_factory=list)     # trace link name of device k+1 ↔ main (len = len(devices) - 1)
+    description: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.devices) < 1:
+            raise ValueError("cluster.devices must list at least one device")
+        if len(set(self.devices)) != len(self.devices):
+            raise ValueError(f"cluster.devices has duplicates: {self.devices}")
+        if len(self.links) != len(self.devices) - 1:
+            raise ValueError(f"cluster.links must name one link per non-main device "
+                             f"({len(self.devices) - 1}), got {len(self.links)}")
+
+
+@dataclass
+class Cluster:
+    """Resolved cluster: the spec plus the device profiles (what planners take)."""
+    spec: ClusterSpec
+    devices: list[EdgeDevice]
+
+    @property
+    def n(self) -> int:
+        return len(self.devices)
+
+    def budgets(self) -> np.ndarray:
+        return np.array([d.mem_budget_bytes for d in self.devices])          # (D,) bytes
+
+
+def load_device(name: str, conf_dir=None) -> EdgeDevice:
+    """Read conf/device/<name>.yaml outside Hydra (tests, reports); unknown keys fail."""
+    import yaml
+    from pathlib import Path
+
+    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[2] / "conf"
+    path = conf_dir / "device" / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"device profile conf/device/{name}.yaml not found")
+    doc = yaml.safe_load(path.read_text())
+    doc.pop("defaults", None)
+    try:
+        return EdgeDevice(**doc)
+    except TypeError as e:
+        raise ValueError(f"device {name}: {e}") from e
+
+
+def load_cluster(name: str, conf_dir=None) -> Cluster:
+    import yaml
+    from pathlib import Path
+
+    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[2] / "conf"
+    path = conf_dir / "cluster" / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"cluster conf/cluster/{name}.yaml not found")
+    doc = yaml.safe_load(path.read_text())
+    doc.pop("defaults", None)
+    spec = ClusterSpec(**doc)
+    return Cluster(spec, [load_device(d, conf_dir) for d in spec.devices])

@@ -1,0 +1,339 @@
+"""Layer-wise hybrid parallelism (Voltron paper §4.2.1): per sublayer and per phase, MP or TP, whichever the latency
+model + communication model says is faster, under every device's memory budget (weights + KV cache + activations).
+
+- MP option on device d: the whole (unpruned) sublayer on d; estimated time = regression time on d + one activation
+  transfer to d (paper: "compute on one device + one activation transfer"). Sequential assignment: the fastest device
+  that still fits, else the next (paper: "MP: fastest device that fits, else the next").
+- TP option over a device set S: shards assigned greedily one at a time to the device that would finish them first
+  (balances time by device speed, paper: "TP: shards balanced by device speed"); estimated time = slowest device +
+  broadcast/aggregate (`comm.LinkState.tp_comm`). Every subset of ≥ 2 connected devices is an option, so a device behind
+  a weak link can be left out of TP.
+- Layers are visited in order; each takes its fastest option that fits the remaining memory (paper: "sequentially assigns
+  a parallelism strategy to each layer, while considering the memory budget").
+
+Design for speed (re-planning runs token by token, target ≤ 1 ms for a 96-sublayer model): all sublayers of one
+(type, weight precision, activation precision) class are identical, so option costs are computed once per class with
+NumPy (`OptionTable`, the greedy shard assignment of all classes and subsets is one sort: the greedy picks the S
+smallest of the per-device finishing times b_d + k·u_d, k = 1..S). The sequential memory-aware pass is then done in runs:
+with every class at its current preferred option, a cumulative sum over the remaining layers finds the first layer that
+overflows some device; the prefix is committed and only that class moves to its next option. The loop runs at most
+(#classes × #options) times, not once per layer. `tests/voltron/test_hybrid.py` checks it against a plain per-layer loop.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.voltron.comm import LinkState
+from planner.voltron.devices import ACT_BYTES, BYTES_PER_WEIGHT, PRECISIONS, Cluster
+from planner.voltron.latency import LatencyModel
+from planner.voltron.layers import ACT_WORK_BYTES, HEAD, LayerTable
+from planner.voltron.plan import TP, PhasePlan
+
+P = len(PRECISIONS)
+
+
+@dataclass
+class PhaseEnv:
+    """What one planning call sees: the phase workload, links, live devices and memory budgets."""
+    phase: int                   # 0 prefill, 1 decode
+    n_tokens: int                # new tokens per step
+    kv_len: int                  # tokens already cached (time estimate)
+    kv_plan: int                 # cached tokens to reserve memory for
+    links: LinkState
+    budgets: np.ndarray          # (D,) bytes available to the LLM per device (0 for devices that left)
+
+    @property
+    def alive(self) -> np.ndarray:
+        return self.links.connected & (self.budgets > 0)
+
+
+@dataclass
+class OptionTable:
+    """Per class c = (type, weight precision, act precision) and option o (MP on d for o < D, else TP over a subset)."""
+    comp: np.ndarray             # (C, O) s compute time (slowest device for TP)
+    comm: np.ndarray             # (C, O) s communication time used for the choice (MP: one transfer; TP: bcast+agg)
+    mem: np.ndarray              # (C, O, D) bytes per device
+    shards: np.ndarray           # (C, O, D) shards per device
+    order: np.ndarray            # (C, O) options sorted by comp + comm (invalid last)
+    n_valid: np.ndarray          # (C,) number of valid options
+    pruned: np.ndarray           # (T,) pruned shards per type
+    reserve: np.ndarray          # (D,) bytes reserved before layers (workspace, LM head)
+    head_time: float             # s LM head on the main device
+    act_bytes: np.ndarray        # (A,) bytes per activation transfer at each activation precision
+    hop: np.ndarray              # (A, D) one-hop time per activation precision
+    n_dev: int
+    b: np.ndarray                # (D, P) s regression intercept per device and precision
+    u: np.ndarray                # (D, P, T) s per shard of each present type
+    unit: np.ndarray             # (T, P) resident bytes per shard (weights + KV at kv_plan)
+    w_unit: np.ndarray           # (T, P) weight bytes per shard
+    sorted_mem: np.ndarray       # (C, O, D) memory of each class's options in preference order
+    valid: np.ndarray            # (C, O) option rank < n_valid
+
+
+def _subsets(D: int) -> np.ndarray:
+    """(Sub, D) bool masks of all device subsets with ≥ 2 members."""
+    out = [np.isin(np.arange(D), c) for k in range(2, D + 1) for c in itertools.combinations(range(D), k)]
+    return np.array(out, dtype=bool).reshape(-1, D)
+
+
+class HybridPlanner:
+    """Plans one phase at a time for a fixed model and cluster with a fitted latency model."""
+
+    def __init__(self, table: LayerTable, cluster: Cluster, latency: LatencyModel, head_precision: int = 1):
+        self.table = table
+        self.cluster = cluster
+        self.latency = latency
+        self.head_precision = head_precision
+        self.D = cluster.n
+        self.subsets = _subsets(self.D)                                     # (Sub, D)
+        self.types = np.array(sorted(set(table.type_of.tolist())))          # present sublayer types
+        self.T = len(self.types)
+        self.tpos = np.full(6, -1)
+        self.tpos[self.types] = np.arange(self.T)
+        self._cache: dict = {}
+        self._zeros = np.zeros(table.n, dtype=np.int64)
+        self._cls_base = self.tpos[table.type_of] * P * len(ACT_BYTES)       # (N,) class index at fp16 / fp16 acts
+        self._ranks = np.arange(self.D + len(self.subsets))[None, :].repeat(self.T * P * len(ACT_BYTES), 0)
+
+    # ---- option tables --------------------------------------------------------------------------------------------
+    def options(self, env: PhaseEnv, prune_frac: float = 0.0) -> OptionTable:
+        key = (env.phase, env.n_tokens, env.kv_len, env.kv_plan, env.links.mcs_key,
+               tuple(env.budgets.tolist()), round(prune_frac, 6))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        opt = self._build(env, prune_frac)
+        self._cache[key] = opt
+        return opt
+
+    def _build(self, env: PhaseEnv, prune_frac: float) -> OptionTable:
+        tb, D, T = self.table, self.D, self.T
+        alive = env.alive
+        feats, _ = tb.features(env.n_tokens, env.kv_len)                    # (6, 3)
+        _, kv_res = tb.features(0, env.kv_plan)                             # resident KV per type at kv_plan
+        icpt, slope = self.latency.type_costs(env.phase, feats)             # (D, P), (D, P, 6)
+        ty = self.types
+        S = tb.shards[ty].astype(float)                                     # (T,)
+        pruned = np.minimum(np.rint(prune_frac * tb.shards), tb.shards - 1).astype(np.int64)   # (6,)
+        Sk = (tb.shards[ty] - pruned[ty])                                   # (T,) kept shards
+        unit = (tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] + kv_res[ty][:, None]) / S[:, None]  # (T, P) bytes
+        u = slope[:, :, ty] / S[None, None, :]                              # (D, P, T) s per shard
+        b = icpt                                                            # (D, P)
+        act_bytes = env.n_tokens * tb.act_width * ACT_BYTES                 # (A,)
+        hop = env.links.hop(act_bytes)                                      # (A, D)
+        A = len(ACT_BYTES)
+        Sub = len(self.subsets)
+        O = D + Sub
+        comp = np.full((T, P, O), np.inf)
+        comm = np.zeros((T, P, A, O))
+        mem = np.zeros((T, P, O, D))
+        shards = np.zeros((T, P, O, D), dtype=np.int64)
+        # MP on each live device
+        mp_time = b.T[None, :, :] + (Sk / S)[:, None, None] * np.transpose(u, (2, 1, 0)) * S[:, None, None]  # (T,P,D)
+        for d in range(D):
+            if not alive[d]:
+                continue
+            comp[:, :, d] = mp_time[:, :, d]
+            mem[:, :, d, d] = Sk[:, None] * unit
+            shards[:, :, d, d] = Sk[:, None]
+            comm[:, :, :, d] = hop[None, None, :, d]
+        # TP over each subset of live devices: greedy = the Sk smallest finishing times b_d + k·u_d
+        K = int(Sk.max())
+        k = np.arange(1, K + 1)
+        fin = b.T[None, :, :, None] + np.transpose(u, (2, 1, 0))[..., None] * k           # (T, P, D, K)
+        fin = fin + np.arange(D)[None, None, :, None] * 1e-12                               # deterministic ties
+        fin = np.where(k[None, None, None, :] <= Sk[:, None, None, None], fin, np.inf)
+        for s, members in enumerate(self.subsets):
+            if not alive[members].all():
+                continue
+            f = np.where(members[None, None, :, None], fin, np.inf).reshape(T, P, D * K)
+            srt = np.sort(f, axis=-1)
+            thr = np.take_along_axis(srt, (Sk - 1)[:, None, None].repeat(P, 1), axis=-1)   # (T, P, 1)
+            cnt = (fin <= thr[..., None]) & members[None, None, :, None]
+            kd = cnt.sum(axis=-1)                                                           # (T, P, D)
+            used = kd > 0
+            t_dev = np.where(used, b.T[None] + kd * np.transpose(u, (2, 1, 0)), 0.0)
+            o = D + s
+            comp[:, :, o] = t_dev.max(axis=-1)
+            mem[:, :, o, :] = kd * unit[:, :, None]
+            shards[:, :, o, :] = kd
+            comm[:, :, :, o] = env.links.tp_comm(act_bytes[None, None, :], used[:, :, None, :])
+        # classes c = (t, p, a)
+        comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
+        comm_c = comm.reshape(-1, O)
+        mem_c = np.broadcast_to(mem[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        shards_c = np.broadcast_to(shards[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        total = comp_c + comm_c
+        total = np.where(np.isfinite(total), total, np.inf)
+        order = np.argsort(total, axis=1, kind="stable")
+        n_valid = np.isfinite(total).sum(axis=1)
+        # reservations: activation workspace on every live device, LM head on the main device
+        reserve = np.where(alive, env.n_tokens * (tb.act_width + tb.ffn_width) * ACT_WORK_BYTES * 2, 0.0)
+        reserve[0] += tb.params[HEAD] * BYTES_PER_WEIGHT[self.head_precision]
+        head_time = float(icpt[0, self.head_precision] + slope[0, self.head_precision, HEAD])
+        return OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
+                           pruned=pruned, reserve=reserve, head_time=head_time, act_bytes=act_bytes, hop=hop, n_dev=D,
+                           b=b, u=u, unit=unit,
+                           w_unit=tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None],
+                           sorted_mem=np.take_along_axis(mem_c, order[:, :, None], axis=1),
+                           valid=np.arange(O)[None, :] < n_valid[:, None])
+
+    def class_of(self, precision: np.ndarray, act_precision: np.ndarray) -> np.ndarray:
+        """(N,) class index per sublayer."""
+        return self._cls_base + precision * len(ACT_BYTES) + act_precision
+
+    # ---- sequential memory-aware assignment -------------------------------------------------------------------------
+    def _run(self, opt: OptionTable, env: PhaseEnv, cls: np.ndarray) -> tuple[np.ndarray, bool]:
+        """Sequential memory-aware pass in runs (see module docstring). Returns (chosen option per sublayer, fits)."""
+        N = len(cls)
+        rem = env.budgets - opt.reserve
+        chosen = np.full(N, -1, dtype=np.int64)
+        if (rem < 0).any():
+            return chosen, False
+        ranks = self._ranks if self._ranks.shape == opt.valid.shape else np.arange(opt.valid.shape[1])[None, :]
+        ptr = np.zeros(opt.valid.shape[0], dtype=np.int64)
+        pos = 0
+        while True:
+            # every class moves to its first option (from its current one on) that still fits the remaining memory;
+            # memory only shrinks, so an option that does not fit now never will again
+            fit = opt.valid & (opt.sorted_mem <= rem * (1 + 1e-12)).all(axis=2) & (ranks >= ptr[:, None])
+            has = fit.any(axis=1)
+            c_rest = cls[pos:]
+            if not has[c_rest].all():
+                return chosen, False
+            ptr = np.where(has, fit.argmax(axis=1), fit.shape[1])
+            cur = opt.order[c_rest, ptr[c_rest]]                             # (n_rem,)
+            cum = np.cumsum(opt.mem[c_rest, cur], axis=0)                    # (n_rem, D)
+            over = (cum > rem * (1 + 1e-12)).any(axis=1)
+            i = int(over.argmax())
+            if not over[i]:
+                chosen[pos:] = cur
+                return self._repair(opt, cls, chosen, rem - cum[-1]), True
+            chosen[pos:pos + i] = cur[:i]
+            if i:
+                rem = rem - cum[i - 1]
+            pos += i
+            # layer `pos` overflows with its class's current option: that option is out for this class from now on
+            ptr[cls[pos]] += 1
+
+    def _repair(self, opt: OptionTable, cls: np.ndarray, chosen: np.ndarray, rem: np.ndarray) -> np.ndarray:
+        """Boundary-aware repair of MP placements. The per-layer MP estimate charges one transfer per layer, so when
+        ATTN and FFN prefer different remote devices the pass alternates between them and pays two hops per
+        sublayer. Here an MP sublayer that starts a new device run is moved onto its predecessor's device when that
+        fits the remaining memory and lowers compute + exact boundary cost. Skipped when there are ≤ 2 boundaries
+        (the common case), so it costs nothing then."""
+        D = self.D
+        home = np.where(chosen < D, chosen, 0)
+        if np.count_nonzero(np.diff(np.concatenate([[0], home, [0]]))) <= 2:
+            return chosen
+        hop = opt.hop[0]                                                      # (D,) FP16 activations
+        comp, mem = opt.comp, opt.mem
+        rem = rem.copy()
+        N = len(cls)
+        starts = np.flatnonzero((home != np.concatenate([[0], home[:-1]])) & (chosen < D))
+        for i in starts.tolist():
+            h = home[i]
+            prev = home[i - 1] if i else 0
+            if h == prev or not np.isfinite(comp[cls[i], prev]):
+                continue
+            nxt = home[i + 1] if i + 1 < N else 0
+            c = cls[i]
+            dmem = mem[c, prev] - mem[c, chosen[i]]
+            if (dmem > rem).any():
+                continue
+            old = comp[c, chosen[i]] + hop[prev] + hop[h] + (hop[h] + hop[nxt] if h != nxt else 0.0)
+            new = comp[c, prev] + (hop[prev] + hop[nxt] if prev != nxt else 0.0)
+            if new < old:
+                chosen[i] = prev
+                home[i] = prev
+                rem -= dmem
+        return chosen
+
+    def _estimate(self, opt: OptionTable, cls: np.ndarray, chosen: np.ndarray, act: np.ndarray) -> tuple[float, float]:
+        """(estimated step time, of which communication) for a complete assignment."""
+        comp = opt.comp[cls, chosen]
+        strategy = np.where(chosen < self.D, chosen, TP)
+        tp_comm = opt.comm[cls, chosen][strategy == TP].sum()
+        comm = float(tp_comm) + self.boundary_comm(strategy, act, opt.hop)
+        return float(comp.sum()) + comm + opt.head_time, comm
+
+    def quick(self, opt: OptionTable, env: PhaseEnv, precision: np.ndarray,
+              act_precision: np.ndarray | None = None) -> tuple[bool, float]:
+        """(fits, estimated step time) without building a plan object (used inside the precision search)."""
+        act = self._zeros if act_precision is None else act_precision
+        cls = self.class_of(precision, act)
+        chosen, fits = self._run(opt, env, cls)
+        if not fits:
+            return False, float("inf")
+        return True, self._estimate(opt, cls, chosen, act)[0]
+
+    def assign(self, opt: OptionTable, env: PhaseEnv, precision: np.ndarray,
+               act_precision: np.ndarray | None = None) -> PhasePlan:
+        act = self._zeros if act_precision is None else act_precision
+        cls = self.class_of(precision, act)
+        chosen, fits = self._run(opt, env, cls)
+        return self._plan(opt, env, precision, act, chosen, fits)
+
+    def _plan(self, opt: OptionTable, env: PhaseEnv, precision, act, chosen, fits) -> PhasePlan:
+        cls = self.class_of(precision, act)
+        ok = chosen >= 0
+        ch = np.where(ok, chosen, 0)
+        shards = np.where(ok[:, None], opt.shards[cls, ch], 0)
+        plan = self.fixed(opt, env, precision, act, shards, opt.pruned[self.table.type_of])
+        plan.fits = plan.fits and fits
+        if not plan.fits:
+            plan.est_time_s = float("inf")
+        return plan
+
+    def fixed(self, opt: OptionTable, env: PhaseEnv, precision: np.ndarray, act: np.ndarray, shards: np.ndarray,
+              pruned: np.ndarray, act_pruned: np.ndarray | None = None) -> PhasePlan:
+        """Plan object (memory, fit, estimated time) for a given shard placement (N, D): a sublayer whose shards sit
+        on one device is MP on it, otherwise TP over the devices holding shards. Baselines and the controller's
+        activation pruning build plans through here; the hybrid planner does too, so all are costed alike."""
+        N, D = self.table.n, self.D
+        tpos = self.tpos[self.table.type_of]                                # (N,)
+        used = shards > 0                                                    # (N, D)
+        n_used = used.sum(axis=1)
+        strategy = np.where(n_used > 1, TP, np.where(n_used == 1, used.argmax(axis=1), 0))
+        unit = opt.unit[tpos, precision]                                     # (N,)
+        mem = (shards * unit[:, None]).sum(axis=0) + opt.reserve             # (D,)
+        bt = opt.b[:, precision].T                                           # (N, D)
+        ut = opt.u[:, precision, tpos].T                                     # (N, D)
+        t_dev = np.where(used, bt + shards * ut, 0.0)
+        layer_comp = t_dev.max(axis=1)                                       # (N,)
+        tp_mask = n_used > 1
+        layer_comm = np.zeros(N)
+        if tp_mask.any():
+            layer_comm[tp_mask] = env.links.tp_comm(opt.act_bytes[act[tp_mask]], used[tp_mask])
+        comm = float(layer_comm.sum()) + self.boundary_comm(strategy, act, opt.hop)
+        fits = bool((mem <= env.budgets * (1 + 1e-12)).all()) and not bool((used & ~env.alive).any())
+        est = float(layer_comp.sum()) + comm + opt.head_time
+        return PhasePlan(model=self.table.spec.name, phase=("prefill", "decode")[env.phase],
+                         devices=[d.name for d in self.cluster.devices], n_tokens=env.n_tokens, kv_len=env.kv_len,
+                         kv_plan=env.kv_plan, precision=precision.copy(), act_precision=act.copy(),
+                         strategy=strategy, shards=shards, pruned=pruned.copy(),
+                         act_pruned=np.zeros(N, dtype=bool) if act_pruned is None else act_pruned.copy(),
+                         fits=fits, est_time_s=est if fits else float("inf"), est_comm_s=comm, mem_bytes=mem,
+                         budget_bytes=env.budgets.astype(float), layer_comp_s=layer_comp, layer_comm_s=layer_comm)
+
+    @staticmethod
+    def boundary_comm(strategy: np.ndarray, act: np.ndarray, hop: np.ndarray) -> float:
+        """Exact MP boundary transfers: activations move when consecutive sublayers live on different devices
+        (TP layers live on the main device, where they aggregate); the embedding and the LM head are on the main."""
+        home = np.where(strategy == TP, 0, strategy)
+        prev = np.concatenate([[0], home])
+        nxt = np.concatenate([home, [0]])
+        a = np.concatenate([act, act[-1:]])
+        moved = prev != nxt
+        if not moved.any():
+            return 0.0
+        return float((hop[a[moved], prev[moved]] + hop[a[moved], nxt[moved]]).sum())
+
+    def plan(self, env: PhaseEnv, precision: np.ndarray, prune_frac: float = 0.0,
+             act_precision: np.ndarray | None = None) -> PhasePlan:
+        return self.assign(self.options(env, prune_frac), env, precision, act_precision)

@@ -1,0 +1,152 @@
+"""Base class of the multi-device execution policies (Voltron and the baselines) — the contract the simulator drives.
+
+A policy is built once per run (`PolicyContext`: model sublayer table, cluster, fitted latency model, importance,
+config). The simulator calls `start_turn` at the beginning of every conversation turn (prefill + decode plans) and
+`step` before every decode token; both see only what a device could observe (link goodput/latency from RSSI, which
+devices are reachable, the KV length). Policies return plans plus the weight bytes each device must (re)load from
+its flash for the new plan, which the simulator turns into stalls (overlapped with compute or not, per policy).
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from planner.voltron.accuracy import AccuracyConfig, accuracy_proxy
+from planner.voltron.comm import LinkState
+from planner.voltron.devices import Cluster
+from planner.voltron.hybrid import HybridPlanner, PhaseEnv
+from planner.voltron.importance import Importance
+from planner.voltron.latency import LatencyModel
+from planner.voltron.layers import LayerTable
+from planner.voltron.plan import PhasePlan
+
+POLICY_NAMES = ("voltron", "single", "mp", "tp")
+
+
+@dataclass
+class PlannerConfig:
+    """conf/planner/<name>.yaml (schema `planner_schema`)."""
+    name: str = "voltron"              # voltron | single | mp | tp
+    balance: str = "hetero"            # mp/tp baselines: hetero (by device speed) | equal (paper Fig. 4 naive split)
+    qos_ttft_s: float = 10.0           # s, paper §5.1.3 (TTFT QoS)
+    qos_tpot_s: float = 0.4            # s, paper §5.1.3 (TPOT QoS)
+    qos_margin: float = 0.05           # voltron plans to (1 - margin) × QoS: headroom for the latency model's error
+    kv_bucket: int = 64                # tokens: KV memory is reserved (and plans cached) in buckets of this size
+    restore_gain: float = 0.05         # voltron: adopt a non-required new plan only if accuracy_proxy rises by this
+    prune_steps: int = 16              # pruning granularity: fractions k/prune_steps of each layer's shards
+    ffn_shards: int = 32               # TP shard count of a dense FFN (channel groups)
+    head_precision: int = 1            # LM head precision id (1 = INT8 / Q8_0, llama.cpp's usual output.weight type)
+    comm_scaling: bool = True          # voltron: activation quantization / pruning when comm breaks QoS (§4.3.2)
+    overlap_reload: bool = True        # voltron: shard reloads overlap with compute (§4.3 "Overhead Mitigation")
+    profile_points: int = 160          # simulated profile runs per (device, precision, phase) for the regression
+    profile_noise: float = 0.05        # σ of the log-normal noise of simulated profiles
+    accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
+
+    def __post_init__(self) -> None:
+        if self.name not in POLICY_NAMES:
+            raise ValueError(f"planner.name must be one of {'|'.join(POLICY_NAMES)} (got {self.name!r})")
+        if self.balance not in ("hetero", "equal"):
+            raise ValueError(f"planner.balance must be hetero|equal (got {self.balance!r})")
+        if self.qos_ttft_s <= 0 or self.qos_tpot_s <= 0:
+            raise ValueError("planner.qos_ttft_s and planner.qos_tpot_s must be > 0")
+        if not 0 <= self.qos_margin < 1:
+            raise ValueError(f"planner.qos_margin must be in [0, 1) (got {self.qos_margin})")
+        if self.kv_bucket < 1 or self.prune_steps < 2 or self.ffn_shards < 1:
+            raise ValueError("planner.kv_bucket >= 1, planner.prune_steps >= 2, planner.ffn_shards >= 1 required")
+        if self.head_precision not in (0, 1, 2):
+            raise ValueError(f"planner.head_precision must be 0, 1 or 2 (got {self.head_precision})")
+        if self.profile_points < 8 or self.profile_noise < 0:
+            raise ValueError("planner.profile_points >= 8 and planner.profile_noise >= 0 required")
+        if isinstance(self.accuracy, dict):
+            self.accuracy = AccuracyConfig(**self.accuracy)
+
+
+@dataclass
+class PolicyContext:
+    table: LayerTable
+    cluster: Cluster
+    latency: LatencyModel
+    importance: Importance
+    cfg: PlannerConfig
+
+
+@dataclass
+class Decision:
+    """What a policy answers for a turn start or a token."""
+    plan: PhasePlan                         # plan to run now (prefill at turn start, else decode)
+    next_plan: PhasePlan | None = None      # turn start: the decode plan that follows the prefill
+    reload_bytes: np.ndarray | None = None  # (D,) weight bytes to load from flash before/while running `plan`
+    replanned: bool = False                 # the plan changed
+    plan_ms: float = 0.0                    # wall-clock time spent planning (measured)
+    oom: bool = False                       # no plan fits the memory budgets
+    urgent: bool = True                     # the previous plan cannot keep running (memory / device lost): the
+                                            # switch cannot wait for the reload to finish in the background
+
+
+class Policy:
+    name = "base"
+    overlap_reload = False
+
+    def __init__(self, ctx: PolicyContext):
+        self.ctx = ctx
+        self.hp = HybridPlanner(ctx.table, ctx.cluster, ctx.latency, ctx.cfg.head_precision)
+        self.resident: np.ndarray | None = None           # (N, D) weight bytes resident per sublayer and device
+        self.current: PhasePlan | None = None
+        self._key = None
+
+    # ---- helpers shared by all policies ---------------------------------------------------------------------------
+    def env(self, phase: int, n_tokens: int, kv_len: int, links: LinkState, budgets: np.ndarray) -> PhaseEnv:
+        """Phase environment with KV time/memory rounded up to the next bucket (plans stay valid for a bucket)."""
+        b = self.ctx.cfg.kv_bucket
+        kv_plan = int(np.ceil((kv_len + n_tokens + 1) / b) * b)
+        kv_est = kv_len if phase == 0 else kv_plan
+        return PhaseEnv(phase, n_tokens, kv_est, kv_plan, links, np.where(links.connected, budgets, 0.0))
+
+    def weight_bytes(self, plan: PhasePlan) -> np.ndarray:
+        """(N, D) weight bytes a plan keeps resident."""
+        tb = self.ctx.table
+        from planner.voltron.devices import BYTES_PER_WEIGHT
+
+        unit = tb.params[tb.type_of] * BYTES_PER_WEIGHT[plan.precision] / tb.shards[tb.type_of]
+        return plan.shards * unit[:, None]
+
+    def adopt(self, plan: PhasePlan) -> np.ndarray:
+        """Make `plan` current; return (D,) bytes to load (new or re-quantized shards)."""
+        new = self.weight_bytes(plan)
+        if self.resident is None:
+            self.resident = new
+            self.current = plan
+            return np.zeros(new.shape[1])
+        same_prec = (self.current.precision == plan.precision)[:, None]
+        need = np.where(same_prec, np.maximum(new - self.resident, 0.0), new)
+        self.resident = new
+        self.current = plan
+        return need.sum(axis=0)
+
+    def accuracy(self, plan: PhasePlan) -> float:
+        tb = self.ctx.table
+        frac = plan.pruned / tb.shards[tb.type_of]
+        return accuracy_proxy(tb.spec.name, self.ctx.importance, self.ctx.cfg.accuracy, plan.precision,
+                              plan.act_precision, frac)
+
+    @staticmethod
+    def changed(a: PhasePlan | None, b: PhasePlan) -> bool:
+        if a is None:
+            return True
+        return not (np.array_equal(a.shards, b.shards) and np.array_equal(a.precision, b.precision)
+                    and np.array_equal(a.act_precision, b.act_precision) and np.array_equal(a.pruned, b.pruned))
+
+    # ---- the contract ---------------------------------------------------------------------------------------------
+    def start_turn(self, links: LinkState, budgets: np.ndarray, n_in: int, kv_len: int) -> Decision:
+        raise NotImplementedError
+
+    def step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
+        raise NotImplementedError
+
+
+def timed(fn, *args, **kwargs):
+    t0 = time.perf_counter()
+    out = fn(*args, **kwargs)
+    return out, (time.perf_counter() - t0) * 1e3

@@ -1,0 +1,137 @@
+"""Importance-aware mixed precision by binary search (Voltron §4.2.2) and shard pruning (§4.3.1 "Pruning").
+
+Demotion index m ∈ [0, 2N] over the N sublayers sorted by ascending importance: the first min(m, N) go FP16 → INT8, and
+then the first max(0, m − N) go on INT8 → INT4 (so m = 0 is all-FP16 and m = 2N all-INT4). Memory and latency fall
+monotonically with m (paper §3.2.2), so the smallest m whose plan fits every device and meets the QoS targets is
+found by binary search in ⌈log2(2N + 1)⌉ steps; every step re-runs the hybrid MP/TP planner on the candidate precisions
+("re-search the parallel plan after precision changes"). A phase whose QoS target is missed even at m = 2N is left to best
+effort (its target is dropped from the predicate, so accuracy is not sacrificed for a target that cannot be met). If m = 2N does not fit, the same fraction of shards is pruned from every layer (least important shards
+first; paper: "prunes the same number of shards from all layers"), again by binary search over k/`prune_steps`, and m
+is searched once more under that pruning.
+
+Each predicate evaluation reuses the cached per-class option tables of `HybridPlanner`, so a step costs one vectorised
+sequential pass (~tens of µs).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.voltron.hybrid import HybridPlanner, PhaseEnv
+from planner.voltron.plan import PhasePlan
+
+
+@dataclass
+class SearchResult:
+    m: int                          # demotion index
+    prune_frac: float               # fraction of shards pruned per layer
+    precision: np.ndarray           # (N,) weight precision per sublayer
+    plans: list[PhasePlan]          # one per phase env given (same order)
+    fits: bool
+    qos_ok: bool
+    steps: int                      # predicate evaluations
+
+
+class PrecisionSearch:
+    def __init__(self, hp: HybridPlanner, importance: np.ndarray, prune_steps: int = 16, max_precision: int = 2):
+        self.hp = hp
+        self.N = hp.table.n
+        self.order = np.argsort(importance, kind="stable")                 # ascending importance
+        self.prune_steps = prune_steps
+        self.max_precision = max_precision                                  # 2 = INT4 allowed
+        self.m_max = self.N * max_precision
+
+    def precision_at(self, m: int) -> np.ndarray:
+        prec = np.zeros(self.N, dtype=np.int64)
+        prec[self.order[:min(m, self.N)]] = 1
+        if self.max_precision >= 2 and m > self.N:
+            prec[self.order[:m - self.N]] = 2
+        return prec
+
+    def _eval(self, envs: list[tuple[PhaseEnv, float]], m: int, prune: float, act) -> tuple[bool, bool]:
+        prec = self.precision_at(m)
+        fits_all, qos_all = True, True
+        opts = self._opts.get(prune)
+        if opts is None:
+            opts = self._opts[prune] = [self.hp.options(env, prune) for env, _ in envs]
+        for (env, qos), opt in zip(envs, opts):
+            fits, est = self.hp.quick(opt, env, prec, act)
+            fits_all &= fits
+            qos_all &= fits and (est <= qos or qos == np.inf)
+            if not fits_all:
+                break
+        return fits_all, qos_all
+
+    def _smallest(self, pred, lo: int, hi: int) -> int:
+        """Smallest x in [lo, hi] with pred(x) true, assuming pred(hi) is true and pred is monotone."""
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if pred(mid):
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def search(self, envs: list[tuple[PhaseEnv, float]], act: np.ndarray | None = None,
+               hint: int | None = None) -> SearchResult:
+        """envs: (phase env, QoS time budget in s) pairs that must hold together (e.g. prefill + decode).
+
+        `hint`: the previous solution; the search then gallops outward from it (1, 2, 4 … away) before bisecting,
+        so a small change of conditions costs O(log |Δm|) plan evaluations instead of O(log N)."""
+        steps = 0
+        self._opts: dict = {}
+
+        def ev(m, prune):
+            nonlocal steps
+            steps += 1
+            return self._eval(envs, m, prune, act)
+
+        prune = 0.0
+        fits_max, qos_max = ev(self.m_max, 0.0)
+        if not fits_max:
+            # pruning: smallest k/prune_steps that fits at all-lowest precision
+            top = self.prune_steps - 1
+            if not ev(self.m_max, top / self.prune_steps)[0]:
+                prec = self.precision_at(self.m_max)
+                plans = [self.hp.plan(e, prec, top / self.prune_steps, act) for e, _ in envs]
+                return SearchResult(self.m_max, top / self.prune_steps, prec, plans, False, False, steps)
+            k = self._smallest(lambda k: ev(self.m_max, k / self.prune_steps)[0], 1, top)
+            prune = k / self.prune_steps
+            fits_max, qos_max = ev(self.m_max, prune)
+        if not qos_max:
+            # a QoS target unreachable even at the lowest precision is dropped (best effort for that phase; its
+            # accuracy is not sacrificed for a target it cannot meet); the reachable ones still constrain m
+            prec_max = self.precision_at(self.m_max)
+            reach = [(e, q if self.hp.quick(self.hp.options(e, prune), e, prec_max, act)[1] <= q else np.inf)
+                     for e, q in envs]
+            steps += 1
+            envs_q = reach
+        else:
+            envs_q = envs
+
+        def ok(m):
+            nonlocal steps
+            steps += 1
+            f, q = self._eval(envs_q, m, prune, act)
+            return f and q
+
+        lo, hi = 0, self.m_max
+        if hint is not None and 0 <= hint <= self.m_max:
+            if ok(hint):
+                hi, step = hint, 1
+                while hi - step >= 0 and ok(hi - step):
+                    hi -= step
+                    step *= 2
+                lo = max(hi - step + 1, 0)
+            else:
+                lo, step = hint + 1, 1
+                while lo + step - 1 < self.m_max and not ok(lo + step - 1):
+                    lo += step
+                    step *= 2
+                hi = min(lo + step - 1, self.m_max)
+        m = self._smallest(ok, lo, hi)
+        prec = self.precision_at(m)
+        plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
+        qos_ok = all(p.fits and p.est_time_s <= q for p, (_, q) in zip(plans, envs))
+        return SearchResult(m, prune, prec, plans, True, qos_ok, steps)

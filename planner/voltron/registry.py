@@ -1,0 +1,31 @@
+"""Policy registry and run context construction: planner name → policy class; model + cluster → fitted context.
+
+The policy is selected by the Hydra `planner` group (`conf/planner/<name>.yaml`, field `name`); this table is the
+only place names map to classes.
+"""
+from __future__ import annotations
+
+from planner.voltron.controller import VoltronPolicy
+from planner.voltron.devices import Cluster
+from planner.voltron.importance import importance_for
+from planner.voltron.latency import fit_for
+from planner.voltron.layers import layer_table
+from planner.voltron.mp import MPPolicy
+from planner.voltron.policy import Policy, PolicyContext, PlannerConfig
+from planner.voltron.single import SinglePolicy
+from planner.voltron.tp import TPPolicy
+from quant.arch import ModelSpec
+
+POLICIES: dict[str, type[Policy]] = {"voltron": VoltronPolicy, "single": SinglePolicy, "mp": MPPolicy,
+                                     "tp": TPPolicy}
+
+
+def build_context(spec: ModelSpec, cluster: Cluster, cfg: PlannerConfig, seed: int = 0) -> tuple[PolicyContext, dict]:
+    """Sublayer table, latency regression fitted on simulated profiles (+ its held-out accuracy), importance."""
+    table = layer_table(spec, cfg.ffn_shards)
+    latency, acc = fit_for(cluster.devices, table, points=cfg.profile_points, noise=cfg.profile_noise, seed=seed)
+    return PolicyContext(table=table, cluster=cluster, latency=latency, importance=importance_for(spec), cfg=cfg), acc
+
+
+def make_policy(ctx: PolicyContext) -> Policy:
+    return POLICIES[ctx.cfg.name](ctx)

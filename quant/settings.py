@@ -1,0 +1,69 @@
+"""Typed knobs of the quantizers: the schema of the Hydra `quant` config group (conf/quant/*.yaml), SPEC §3.1.
+
+Every value is validated in `__post_init__`, so a bad value fails before any work with a message naming the key.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class BudgetScope(str, Enum):
+    tensor = "tensor"    # `budget` = average bits per channel within every weight tensor (paper's Algorithm 1 form)
+    glob = "global"      # one `budget` in bits per weight across all linear layers (cost of a channel = its D weights)
+
+
+class ReMetric(str, Enum):
+    closed_form = "closed_form"   # paper §4.1 closed form from max|W_i| and E[W_i²]
+    exact = "exact"               # exact cosine distance (validation; 8 quantizations per tensor)
+
+
+@dataclass
+class QuantSettings:
+    scope: str = "tensor"             # BudgetScope value: "tensor" | "global"
+    metric: str = "closed_form"       # ReMetric value: "closed_form" | "exact"
+    min_bits: int = 1                 # bits; allocator lower bound (paper: 1)
+    max_bits: int = 8                 # bits; allocator upper bound (paper: 8, INT8 NPU-native)
+    smoothing: bool = True            # EdgeFlow NPU-aware smoothing on/off
+    alpha_steps: int = 11             # α grid = linspace(0, 1, alpha_steps) (paper: grid search in [0, 1])
+    beta: float = 1.0                 # output-side smoothing exponent (paper: β = 1)
+    search_tokens: int = 128          # calibration tokens used for the α search error (subset of calib_tokens)
+    smoothquant_alpha: float = 0.5    # SmoothQuant's default migration strength (Xiao et al. 2023)
+    shadow_quantile: float = 0.99     # llm.npu shadow outliers: input channels with calibrated max above this
+                                      # quantile of per-channel maxima run on the CPU in FP16 (the rest clip at it)
+    cmpq_high_frac: float = 0.25      # CMPQ adapted: share of output channels at B+1 (highest RE at B)
+    cmpq_low_frac: float = 0.25       # CMPQ adapted: share at B-1 (lowest RE at B); equal shares keep the average B
+    calib_tokens: int = 256           # tokens of the calibration slice (activation scales, S_I, S_O)
+    calib_offset: int = 100_000       # token offset of the calibration slice (disjoint from the evaluation slice)
+    eval_tokens: int = 512            # tokens of the evaluation slice (NOTES check figure: 512 -> ppl 17.83)
+    eval_offset: int = 0              # token offset of the evaluation slice
+
+    def __post_init__(self) -> None:
+        for key, enum in (("scope", BudgetScope), ("metric", ReMetric)):
+            allowed = [e.value for e in enum]
+            if getattr(self, key) not in allowed:
+                raise ValueError(f"quant.{key} must be one of {allowed} (got {getattr(self, key)!r})")
+        if not (1 <= self.min_bits <= self.max_bits <= 8):
+            raise ValueError(f"quant.min_bits/max_bits must satisfy 1 <= min <= max <= 8 "
+                             f"(got {self.min_bits}, {self.max_bits})")
+        if self.alpha_steps < 1:
+            raise ValueError(f"quant.alpha_steps must be >= 1 (got {self.alpha_steps})")
+        if self.beta < 0:
+            raise ValueError(f"quant.beta must be >= 0 (got {self.beta})")
+        if not 0 <= self.smoothquant_alpha <= 1:
+            raise ValueError(f"quant.smoothquant_alpha must be in [0, 1] (got {self.smoothquant_alpha})")
+        if not 0 < self.shadow_quantile <= 1:
+            raise ValueError(f"quant.shadow_quantile must be in (0, 1] (got {self.shadow_quantile})")
+        for key in ("cmpq_high_frac", "cmpq_low_frac"):
+            if not 0 <= getattr(self, key) <= 0.5:
+                raise ValueError(f"quant.{key} must be in [0, 0.5] (got {getattr(self, key)})")
+        for key in ("calib_tokens", "eval_tokens", "search_tokens"):
+            if getattr(self, key) < 2:
+                raise ValueError(f"quant.{key} must be >= 2 (got {getattr(self, key)})")
+        for key in ("calib_offset", "eval_offset"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"quant.{key} must be >= 0 (got {getattr(self, key)})")
+        a0, a1 = self.eval_offset, self.eval_offset + self.eval_tokens
+        c0, c1 = self.calib_offset, self.calib_offset + self.calib_tokens
+        if a0 < c1 and c0 < a1:
+            raise ValueError("quant.calib_offset: the calibration slice overlaps the evaluation slice")

@@ -1,0 +1,74 @@
+"""One cold-start study run from typed inputs: plan -> simulate -> metrics (+ Chrome trace). Used by the Hydra app
+`experiments.coldstart`, the sweep table and the benchmarks; never sees a DictConfig."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from planner.cost import make_cost_model
+from planner.device import SocProfile
+from planner.framework import FrameworkSpec
+from planner.workload import WorkloadSpec
+from quant.arch import ModelSpec
+from sim.coldstart import ColdStartInputs, run_coldstart
+from sim.trace import timeline_trace
+
+MODELLED = ("ttft_s", "setup_s", "load_s", "unpack_s", "graph_s", "prefill_s", "cpu_busy_s", "npu_busy_s",
+            "cpu_bubble_rate", "npu_bubble_rate", "stolen_ops", "peak_mem_gb", "mem_headroom_gb", "energy_j", "bytes_read", "n_tasks",
+            "flash_bytes", "steal_threshold", "prompt_tokens", "bits")
+
+
+@dataclass
+class ColdStartSettings:
+    bits: float = 5.0              # average bit budget per weight (EdgeFlow allocation; llama.cpp's nearest type)
+    prompt_tokens: int = 0         # > 0 overrides the workload's prompt length
+    seed: int = 0                  # twin sampling seed
+    cost_model: str = "analytic"   # analytic | table
+    cost_table: str = ""           # measured profile JSON for cost_model=table
+    bits_source: str = "auto"      # auto | real | twin | uniform
+    preloaded_gb: float = 0.0      # GB of weights already in memory (prefetched, EdgeFlow Fig. 2)
+    write_trace: bool = True       # write trace.json
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.bits <= 8:
+            raise ValueError(f"bits must be in 1..8 (got {self.bits})")
+        if self.preloaded_gb < 0:
+            raise ValueError(f"preloaded_gb must be >= 0 (got {self.preloaded_gb})")
+        if self.prompt_tokens < 0:
+            raise ValueError(f"prompt_tokens must be >= 0 (got {self.prompt_tokens})")
+        if self.cost_model not in ("analytic", "table"):
+            raise ValueError(f"cost_model must be analytic or table (got {self.cost_model!r})")
+        if self.bits_source not in ("auto", "real", "twin", "uniform"):
+            raise ValueError(f"bits_source must be auto, real, twin or uniform (got {self.bits_source!r})")
+
+
+def run_one(model: ModelSpec, device: SocProfile, framework: FrameworkSpec, workload: WorkloadSpec | None,
+            s: ColdStartSettings) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Returns (flat metrics, Chrome trace document or None)."""
+    tokens = s.prompt_tokens or (workload.prompt_tokens if workload else 0)
+    if tokens <= 0:
+        raise ValueError("prompt_tokens: give a workload or prompt_tokens > 0")
+    cost = make_cost_model(s.cost_model, device, s.cost_table)
+    x = ColdStartInputs(model, device, framework, cost, tokens, s.bits, s.seed, s.bits_source,
+                        int(s.preloaded_gb * 1e9))
+    plan, tl, m = run_coldstart(x)
+    out: dict[str, Any] = {
+        "framework": framework.name, "model": model.name, "device": device.name,
+        "workload": f"prompt_tokens={tokens}" if s.prompt_tokens or workload is None else workload.name,
+        "prompt_tokens": tokens, "bits": s.bits,
+    }
+    out.update(m)
+    info = plan.info
+    out["flash_bytes"] = int(info.get("flash_bytes", m["bytes_read"]))
+    out["steal_threshold"] = int(info.get("steal_threshold", plan.schedule.steal_threshold))
+    if "bits_source" in info:
+        out["bits_source"] = info["bits_source"]
+        for k, v in info["bits_hist"].items():
+            out[f"bits_frac_{k}"] = v
+    if "ggml_type" in info:
+        out["ggml_type"] = info["ggml_type"]
+    return out, (timeline_trace(tl) if s.write_trace else None)
+
+
+def modelled_keys(metrics: dict[str, Any]) -> list[str]:
+    return [k for k in metrics if k in MODELLED or k.startswith("bits_frac_")]

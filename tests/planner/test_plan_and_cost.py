@@ -1,0 +1,168 @@
+"""Plan objects (JSON round trip, validation), cost-model back-ends, weight formats, operator DAG, prefill expansion
+and the stealing-threshold derivation."""
+import json
+from dataclasses import replace
+
+import networkx as nx
+import numpy as np
+import pytest
+
+from planner.cost import AnalyticCostModel, TableCostModel, make_cost_model
+from planner.formats import (GGML_BPW, bits_histogram, ggml_type_for_budget, tensor_nbytes, uniform_bits,
+                             unpack_work, weightlets)
+from planner.framework import FrameworkSpec
+from planner.pipeline.builder import add_prefill, chunks
+from planner.pipeline.dag import MATMULS, layer_dag, place_coarse, place_fine
+from planner.pipeline.granular import matmul_time_ratio, steal_threshold
+from planner.plan import OpWork, Plan, PlanBuilder, SchedulePolicy, Task
+from planner.workload import WorkloadSpec
+from tests.sim.helpers import llama, xiaomi
+
+
+def test_plan_json_round_trip():
+    from sim.coldstart import POLICIES, ColdStartInputs
+
+    dev = xiaomi()
+    fw = FrameworkSpec(name="edgeflow", policy="edgeflow")
+    plan = POLICIES["edgeflow"]().build(ColdStartInputs(llama(), dev, fw, AnalyticCostModel(dev), 200, 5.0,
+                                                        bits_source="uniform"))
+    text = plan.to_json()
+    back = Plan.from_json(text)
+    assert back == plan and json.loads(text)["schedule"]["steal_threshold"] == 5
+
+
+def test_plan_validation():
+    with pytest.raises(ValueError, match="unknown resource"):
+        Task(id=0, name="x", resource="gpu")
+    with pytest.raises(ValueError, match="must precede"):
+        Plan("f", "m", "d", 1, 1, [Task(id=0, name="a", resource="cpu", deps=[1]),
+                                    Task(id=1, name="b", resource="cpu")])
+    with pytest.raises(ValueError, match="schedule.priority"):
+        SchedulePolicy(priority="lifo")
+    with pytest.raises(ValueError, match="workload.length"):
+        WorkloadSpec(name="w", min_tokens=1, max_tokens=2, length="avg")
+    with pytest.raises(ValueError, match="device.flash_reader_gbps"):
+        replace(xiaomi(), flash_reader_gbps=99.0)
+
+
+def test_workload_lengths():
+    w = WorkloadSpec(name="hellaswag", min_tokens=883, max_tokens=1086)
+    assert w.prompt_tokens == 985 and replace(w, length="max").prompt_tokens == 1086
+
+
+# ---- cost models -------------------------------------------------------------------------------------------------
+def test_analytic_npu_roofline_and_inefficient_ops():
+    dev = xiaomi()
+    c = AnalyticCostModel(dev)
+    big = OpWork("matmul", m=512, k=4096, n=14336)
+    assert c.op_time(big, "npu") == pytest.approx(big.flops / (dev.npu_int8_tops * 1e12) + dev.npu_dispatch_s)
+    head = OpWork("lm_head", m=1, k=4096, n=128256)     # one token: weight streaming bound
+    assert c.op_time(head, "npu") == pytest.approx(4096 * 128256 / (dev.npu_weight_gbps * 1e9) + dev.npu_dispatch_s)
+    norm = OpWork("elementwise", m=128, nbytes=4 * 128 * 4096)
+    assert c.op_time(norm, "npu") == pytest.approx(c.op_time(norm, "cpu") * 2.1 + dev.npu_dispatch_s)
+
+
+def test_analytic_cpu_threads_and_formats():
+    c = AnalyticCostModel(xiaomi())
+    mm = OpWork("matmul", m=128, k=4096, n=4096)
+    assert c.op_time(mm, "cpu", 4) < c.op_time(mm, "cpu", 1) / 3
+    kq = OpWork(**{**vars(mm), "wfmt": "kquant"})
+    assert c.op_time(kq, "cpu", 4) > c.op_time(mm, "cpu", 4)
+    with pytest.raises(ValueError, match="exceed"):
+        c.op_time(mm, "cpu", 9)
+
+
+def test_table_regression_recovers_linear_profile_and_falls_back(tmp_path):
+    pts = [{"unit": "cpu", "kind": "matmul", "work": f, "seconds": 1e-4 + f / 5e10} for f in (1e8, 1e9, 4e9)]
+    pts.append({"unit": "cpu", "kind": "copy", "work": 1e9, "seconds": 0.2})
+    p = tmp_path / "prof.json"
+    p.write_text(json.dumps({"points": pts}))
+    dev = xiaomi()
+    t = make_cost_model("table", dev, str(p))
+    mm = OpWork("matmul", m=100, k=1000, n=1000)
+    assert t.op_time(mm, "cpu") == pytest.approx(1e-4 + mm.flops / 5e10)
+    assert t.fitted_kinds() == [("cpu", "copy"), ("cpu", "matmul")]
+    assert t.copy_time(2e9) == pytest.approx(0.4)
+    att = OpWork("attention", m=10, ctx=10, heads=2, head_dim=8)
+    assert t.op_time(att, "cpu", 2) == AnalyticCostModel(dev).op_time(att, "cpu", 2)
+    with pytest.raises(KeyError, match="no measured profile"):
+        TableCostModel(pts).op_time(att, "cpu")
+    with pytest.raises(ValueError, match="point 0"):
+        TableCostModel([{"unit": "cpu"}])
+    with pytest.raises(FileNotFoundError):
+        make_cost_model("table", dev, str(tmp_path / "missing.json"))
+
+
+# ---- formats -------------------------------------------------------------------------------------------------
+FIG4A = {4: 0.1154, 5: 0.7767, 6: 0.0991, 7: 0.0079, 8: 0.0004}
+
+
+def test_weightlet_unpack_cost_matches_paper_figure():
+    """0.48 SIMD instructions per weight for the Fig. 4a allocation (EdgeFlow §4.2)."""
+    n = 100_000
+    bits = np.concatenate([np.full(int(round(f * n)), b) for b, f in FIG4A.items()])
+    instr, nbytes = unpack_work(bits, 4096, "weightlet")
+    assert instr / (bits.size * 4096) == pytest.approx(0.48, abs=0.01)
+    assert nbytes == bits.size * 4096
+    assert list(weightlets(np.arange(1, 9))) == [1, 1, 2, 1, 2, 2, 3, 2]
+
+
+def test_format_sizes_order():
+    b = np.array([4] * 10 + [5] * 80 + [6] * 10)
+    sizes = {f: tensor_nbytes(b, 4096, f) for f in ("int8", "mixed", "weightlet", "kquant")}
+    assert sizes["weightlet"] < sizes["mixed"] < sizes["int8"]
+    assert sizes["kquant"] == pytest.approx(sizes["weightlet"], rel=0.05)
+    assert sizes["weightlet"] == pytest.approx(b.mean() / 8 * 100 * 4096, rel=0.02)
+
+
+def test_ggml_types():
+    assert [ggml_type_for_budget(b) for b in (4, 5, 6, 8)] == ["Q4_K", "Q5_K", "Q6_K", "Q8_0"]
+    assert GGML_BPW["Q4_K"] == 4.5
+
+
+def test_uniform_bits_mean_is_the_budget():
+    spec = llama()
+    bits = uniform_bits(spec, 4.25)
+    hist = bits_histogram(bits, spec)
+    assert sum(b * f for b, f in hist.items()) == pytest.approx(4.25, abs=1e-3)
+
+
+# ---- DAG, prefill, threshold -------------------------------------------------------------------------------------
+def test_layer_dag_shape_and_placement():
+    spec = llama()
+    g = layer_dag(spec, 128, 0)
+    assert nx.is_directed_acyclic_graph(g) and g.number_of_nodes() == 27
+    mm_flops = sum(g.nodes[n]["work"].flops for n in MATMULS)
+    assert mm_flops == 2 * 128 * (spec.layer_params() - 2 * spec.d_model)
+    assert [n for n in g if place_fine(n) == "npu"] == list(MATMULS)
+    assert {n for n in g if place_coarse(n) == "cpu"} == {"rope", "kv_append", "attention"}
+
+
+def test_chunks():
+    assert chunks(300, 128) == [128, 128, 44] and chunks(100, 128) == [100] and chunks(50, 0) == [50]
+    with pytest.raises(ValueError):
+        chunks(0, 128)
+
+
+def test_prefill_expansion_static_order_is_topological():
+    spec = llama()
+    b = PlanBuilder()
+    add_prefill(b, spec, 300, 128, place_fine, [-1] * (spec.n_layers + 1))
+    tasks = b.tasks
+    assert len(tasks) == 3 * spec.n_layers * 27 + 2
+    for unit in ("cpu", "npu"):
+        seq = sorted((t for t in tasks if t.resource == unit), key=lambda t: t.order)
+        assert [t.order for t in seq] == list(range(len(seq)))
+        pos = {t.id: i for i, t in enumerate(seq)}
+        for t in seq:                      # same-unit dependencies come earlier in the unit's backbone order
+            assert all(pos[d] < pos[t.id] for d in t.deps if d in pos)
+    att = [t for t in tasks if t.name.endswith("attention") and t.layer == 0]
+    assert [t.works[0].ctx for t in att] == [64, 128 + 64, 256 + 22]
+
+
+def test_steal_threshold_derivation():
+    spec, dev = llama(), xiaomi()
+    c = AnalyticCostModel(dev)
+    assert steal_threshold(c, spec, 128, 4, 2) == round(matmul_time_ratio(c, spec, 128, 4, 2)) == 5
+    fast_cpu = AnalyticCostModel(replace(dev, cpu_int8_gemm_gops_per_ghz=dev.cpu_int8_gemm_gops_per_ghz * 2.5))
+    assert steal_threshold(fast_cpu, spec, 128, 4, 2) == 2

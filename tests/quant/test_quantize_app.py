@@ -1,0 +1,41 @@
+"""The quantize Hydra app: config validation (one line naming the key, before any work) and a toy-size run."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.common import ConfigError, typed
+from experiments.quantize import QuantizeConfig, main_task  # registers the schemas
+from tests.quant.conftest import needs_model
+
+
+@pytest.mark.parametrize("override,key", [("bits=0", "bits"), ("bits=9", "bits"), ("method=awq", "method"),
+                                          ("budget=-2", "budget"), ("budget=0.5", "budget"),
+                                          ("quant.scope=layer", "quant.scope"), ("quant.eval_offset=100000",
+                                                                                   "quant.calib_offset"),
+                                          ("model=llama3_8b", "model")])
+def test_invalid_values_fail_naming_the_key(compose, override, key):
+    cfg = compose("quantize", [override])
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
+        typed(cfg, QuantizeConfig)
+
+
+def test_default_config_is_valid(compose):
+    qc = typed(compose("quantize"), QuantizeConfig)
+    assert qc.method == "edgeflow" and qc.effective_budget == 4.0 and qc.model.name == "smollm2_135m"
+
+
+@needs_model
+def test_app_writes_metrics(compose, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    cfg = compose("quantize", ["quant=fast", "method=cmpq", "bits=5", "quant.eval_tokens=32", "quant.calib_tokens=32",
+                                  "model.n_layers=3"])
+    main_task(cfg)
+    m = json.loads((tmp_path / "metrics.json").read_text())
+    for k in ("ppl", "ref_ppl", "kl_mean", "avg_bits", "bits_histogram", "model_bytes", "method"):
+        assert k in m
+    assert m["method"] == "cmpq" and m["avg_bits"] == pytest.approx(5.0, abs=1e-3)
+    assert set(m["bits_histogram"]) == {str(b) for b in range(1, 9)}
+    assert m["ppl"] > 0 and m["kl_mean"] > 0 and "ppl" in m["measured_keys"] and "model_bytes" in m["modelled_keys"]
+    assert (tmp_path / "config.yaml").is_file()

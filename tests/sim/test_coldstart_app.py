@@ -1,0 +1,85 @@
+"""The cold-start Hydra app: composes every framework/workload config, writes metrics.json + trace.json, rejects bad
+input with one line; and TTFTs come out of the components (they move with the device parameters)."""
+import json
+from dataclasses import replace
+
+import pytest
+
+from experiments.coldstart import register_coldstart, run
+from planner.framework import POLICIES
+from sim.coldstart.sweep import ALL_FRAMEWORKS, WORKLOADS
+
+KEYS = ("ttft_s", "setup_s", "load_s", "unpack_s", "prefill_s", "cpu_bubble_rate", "npu_bubble_rate", "peak_mem_gb",
+        "energy_j", "bytes_read")
+
+
+@pytest.fixture
+def cs(compose):
+    register_coldstart()
+    return lambda *ov: compose("coldstart", ["bits_source=uniform", *ov])
+
+
+def test_every_policy_has_a_config():
+    assert sorted(ALL_FRAMEWORKS) == sorted(POLICIES)
+
+
+@pytest.mark.parametrize("fw", ["llamacpp", "mnn", "llmnpu", "llmnpu_plus", "edgeflow"])
+def test_app_writes_metrics_and_trace(cs, fw, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    m = run(cs(f"framework={fw}", "workload=winogrande", "model=qwen1_5_1_8b"))
+    doc = json.loads((tmp_path / "metrics.json").read_text())
+    for k in KEYS:
+        assert k in doc and k in doc["modelled_keys"] + (["npu_bubble_rate"] if doc[k] is None else [])
+    assert doc["framework"] == fw and doc["prompt_tokens"] == 138 and doc["measured_keys"] == []
+    assert m["ttft_s"] >= m["prefill_s"] > 0 and m["bytes_read"] > 0
+    trace = json.loads((tmp_path / "trace.json").read_text())
+    tracks = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
+    assert "cpu" in tracks and "flash GB/s" in tracks
+    if fw not in ("llamacpp", "mnn"):
+        assert "npu" in tracks and any(t.startswith("graph") for t in tracks)
+
+
+@pytest.mark.parametrize("wl", WORKLOADS)
+def test_workloads_compose(cs, wl):
+    cfg = cs(f"workload={wl}")
+    assert cfg.workload.min_tokens <= cfg.workload.max_tokens
+
+
+@pytest.mark.parametrize("override,needle", [
+    ("bits=9", "bits must be in 1..8"), ("bits=0.5", "bits must be in 1..8"),
+    ("framework.policy=tvm", "framework.policy"), ("device.cpu_big_ghz=0", "device.cpu_big_ghz"),
+    ("prompt_tokens=-3", "prompt_tokens"), ("cost_model=table", "cost table"),
+    ("workload.min_tokens=0", "workload.min_tokens"), ("framework.compute_threads=0", "framework.compute_threads"),
+    ("preloaded_gb=-1", "preloaded_gb"), ("bits_source=magic", "bits_source"),
+])
+def test_bad_input_is_one_line(cs, override, needle, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(SystemExit) as e:
+        run(cs(override))
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error:") and needle in err and "\n" not in err
+    assert not (tmp_path / "metrics.json").exists()
+
+
+def test_ttft_emerges_from_components():
+    """Nothing end-to-end is a constant: EdgeFlow's and llama.cpp's TTFTs follow the flash, CPU and NPU parameters."""
+    from sim.coldstart.run import ColdStartSettings, run_one
+    from sim.coldstart.sweep import load_conf
+    from planner.framework import FrameworkSpec
+    from tests.sim.helpers import llama, xiaomi
+
+    dev, s = xiaomi(), ColdStartSettings(bits=5, prompt_tokens=600, bits_source="uniform", write_trace=False)
+
+    def ttft(fw, d, tokens=600):
+        st = replace(s, prompt_tokens=tokens)
+        return run_one(llama(), d, load_conf("framework", fw, FrameworkSpec), None, st)[0]["ttft_s"]
+
+    base = {fw: ttft(fw, dev) for fw in ("edgeflow", "llamacpp", "mnn")}
+    slow_flash = replace(dev, flash_peak_gbps=dev.flash_peak_gbps / 3, flash_reader_gbps=dev.flash_reader_gbps / 3)
+    slow_cpu = replace(dev, cpu_int8_gemm_gops_per_ghz=dev.cpu_int8_gemm_gops_per_ghz / 2)
+    slow_npu = replace(dev, npu_int8_tops=dev.npu_int8_tops / 2)
+    assert ttft("edgeflow", slow_flash, 128) > ttft("edgeflow", dev, 128) * 1.5   # short prompt: load-bound
+    assert ttft("edgeflow", slow_npu) > base["edgeflow"] * 1.2
+    assert ttft("mnn", slow_cpu) > base["mnn"] * 1.2
+    assert ttft("llamacpp", slow_cpu) > base["llamacpp"] * 1.2
