@@ -1,9 +1,11 @@
 """Python binding of the native C kernels (SPEC §3.2 unpack; the C sources are in native/src/, built by setup.py).
 
 Owns: loading `native/_efkernels*.so` with ctypes, zero-copy calls on NumPy arrays (dtype and contiguity checked,
-the array memory is passed by pointer; ctypes releases the GIL during each call, so unpack threads run in parallel),
-and instruction-set selection: `available_isas()` lists what this CPU runs, `set_isa(name)` / `with force_isa(name):`
-pin one ISA for tests and benchmarks, every unpack call also takes `isa=`. The default is the best available ISA.
+the array memory is passed by pointer; ctypes releases the GIL during each call, so `threads=` splits a tensor's
+channel range over threads that really run in parallel), and instruction-set selection: `available_isas()` lists
+what this CPU runs, `set_isa(name)` / `with force_isa(name):` pin one ISA for tests and benchmarks, every unpack
+call also takes `isa=`. The default is the best available ISA. The C container validator is exposed as
+`check_container` (whole file in memory) and `check_container_file` (the streaming path a C runner uses).
 
 Kernel names follow `<op>_<dtype>_<backend>` (`unpack_b5_ref`, `unpack_b5_avx2`, `unpack_b5_neon`); the NumPy
 reference unpackers that these must match bit-exactly are in `quant/pack/`.
@@ -170,38 +172,59 @@ def _range(C: int, c0: int, c1: int | None) -> tuple[int, int]:
     return c0, c1
 
 
+def _run(call, c0: int, c1: int, threads: int, what: str) -> None:
+    """call(a, b) -> rc unpacks channels [a, b); with threads > 1 the range is split into contiguous slices that run
+    in parallel (ctypes releases the GIL during each call)."""
+    if threads < 1:
+        raise ValueError(f"threads must be >= 1 (got {threads})")
+    n = c1 - c0
+    if threads == 1 or n < 2:
+        _check(call(c0, c1), what)
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    cuts = [c0 + n * k // threads for k in range(threads + 1)]
+    with ThreadPoolExecutor(threads) as ex:
+        rcs = list(ex.map(lambda k: call(cuts[k], cuts[k + 1]), range(threads)))
+    for rc in rcs:
+        _check(rc, what)
+
+
 def unpack_weightlet(payload, bits3, C: int, D: int, R: int = 128, isa: str | None = None, out=None,
-                     c0: int = 0, c1: int | None = None) -> np.ndarray:
+                     c0: int = 0, c1: int | None = None, threads: int = 1) -> np.ndarray:
     """Weightlet tensor: payload + packed 3-bit widths -> (C, D) int8 (rows c0..c1-1 written when out is given)."""
     payload, bits3 = _in(payload, "payload"), _in(bits3, "bits3")
     _need_bits3(bits3, C)
     out = _out(out, (int(C), int(D)))
     c0, c1 = _range(C, c0, c1)
-    _check(_load().ef_unpack_weightlet(_isa_index(isa), _ptr(bits3), int(C), int(D), int(R), _ptr(payload),
-                                       payload.nbytes, _ptr(out), c0, c1), "unpack_weightlet")
+    i, lib = _isa_index(isa), _load()
+    _run(lambda a, b: lib.ef_unpack_weightlet(i, _ptr(bits3), int(C), int(D), int(R), _ptr(payload), payload.nbytes,
+                                              _ptr(out), a, b), c0, c1, threads, "unpack_weightlet")
     return out
 
 
 def unpack_mixed(payload, bits3, C: int, D: int, isa: str | None = None, out=None, c0: int = 0,
-                 c1: int | None = None) -> np.ndarray:
+                 c1: int | None = None, threads: int = 1) -> np.ndarray:
     payload, bits3 = _in(payload, "payload"), _in(bits3, "bits3")
     _need_bits3(bits3, C)
     out = _out(out, (int(C), int(D)))
     c0, c1 = _range(C, c0, c1)
-    _check(_load().ef_unpack_mixed(_isa_index(isa), _ptr(bits3), int(C), int(D), _ptr(payload), payload.nbytes,
-                                   _ptr(out), c0, c1), "unpack_mixed")
+    i, lib = _isa_index(isa), _load()
+    _run(lambda a, b: lib.ef_unpack_mixed(i, _ptr(bits3), int(C), int(D), _ptr(payload), payload.nbytes, _ptr(out),
+                                          a, b), c0, c1, threads, "unpack_mixed")
     return out
 
 
 def unpack_kquant(payload, bits3, C: int, D: int, isa: str | None = None, out=None, c0: int = 0,
-                  c1: int | None = None) -> np.ndarray:
+                  c1: int | None = None, threads: int = 1) -> np.ndarray:
     """K-quant-like baseline; scalar in every ISA by design (the isa argument only checks availability)."""
     payload, bits3 = _in(payload, "payload"), _in(bits3, "bits3")
     _need_bits3(bits3, C)
     out = _out(out, (int(C), int(D)))
     c0, c1 = _range(C, c0, c1)
-    _check(_load().ef_unpack_kquant(_isa_index(isa), _ptr(bits3), int(C), int(D), _ptr(payload), payload.nbytes,
-                                    _ptr(out), c0, c1), "unpack_kquant")
+    i, lib = _isa_index(isa), _load()
+    _run(lambda a, b: lib.ef_unpack_kquant(i, _ptr(bits3), int(C), int(D), _ptr(payload), payload.nbytes, _ptr(out),
+                                           a, b), c0, c1, threads, "unpack_kquant")
     return out
 
 

@@ -97,15 +97,18 @@ def allocate_heap(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: 
     heap = [(-key[i, 0], i, 0) for i in range(C)]
     heapq.heapify(heap)
     keyl, gl, cwl = key.tolist(), g.tolist(), cw.tolist()
+    added = [0] * C
     while heap:
-        negk, i, b = heapq.heappop(heap)
+        negk, i, b = heap[0]                                                          # the max-gain step
         if gl[i][b] <= 0.0 or cwl[i] > remain:
             break
         remain -= cwl[i]
-        bits[i] += 1
+        added[i] += 1
         if b + 1 < steps:
-            heapq.heappush(heap, (-keyl[i][b + 1], i, b + 1))
-    return bits
+            heapq.heapreplace(heap, (-keyl[i][b + 1], i, b + 1))                      # pop + push in one sift
+        else:
+            heapq.heappop(heap)
+    return bits + np.asarray(added, dtype=np.int8)
 
 
 def allocate_vectorized(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *,

@@ -45,6 +45,7 @@ class Timeline:
     bytes_read: int
     peak_mem_bytes: int
     flash_samples: list[tuple[float, float]] = field(default_factory=list)
+    mem_samples: list[tuple[float, int]] = field(default_factory=list)   # (time s, allocated B) at every change
 
 
 class PlanExecutor:
@@ -67,6 +68,7 @@ class PlanExecutor:
         self.spans: list[Span] = []
         self.mem = 0
         self.peak_mem = 0
+        self.mem_samples: list[tuple[float, int]] = [(0.0, 0)]
         self.position = plan.schedule.priority == "position"
         self.thr = plan.schedule.steal_threshold
 
@@ -115,9 +117,15 @@ class PlanExecutor:
                 return self._take("npu"), True
         return None
 
+    def _mem(self, delta: int) -> None:
+        if delta:
+            self.mem += delta
+            self.peak_mem = max(self.peak_mem, self.mem)
+            self.mem_samples.append((self.env.now, self.mem))
+
     def _finish(self, tid: int) -> None:
         t = self.plan.tasks[tid]
-        self.mem -= t.mem_free
+        self._mem(-t.mem_free)
         self.done += 1
         for c in self.children[tid]:
             self.left[c] -= 1
@@ -139,8 +147,7 @@ class PlanExecutor:
             tid, stolen = got
             t = plan.tasks[tid]
             start = env.now
-            self.mem += t.mem_alloc
-            self.peak_mem = max(self.peak_mem, self.mem)
+            self._mem(t.mem_alloc)
             cpu_s = 0.0
             if resource == "load":
                 hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
@@ -182,7 +189,8 @@ class PlanExecutor:
                 pass
         if self.done != len(self.plan.tasks):
             raise RuntimeError(f"plan deadlocked: {self.done}/{len(self.plan.tasks)} tasks ran")
-        return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples)
+        return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples,
+                        self.mem_samples)
 
 
 def simulate(plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0) -> Timeline:

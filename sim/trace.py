@@ -1,9 +1,9 @@
 """Chrome / Perfetto trace export (`chrome://tracing`, ui.perfetto.dev): one track per resource worker.
 
-Tracks (thread ids): flash bandwidth (a counter, GB/s), load-<i>, unpack-<i>, graph(-<i>), cpu, npu; a resource
-with one worker has one track named after it. Each span becomes an
-"X" (complete) event in microseconds with the task's name, layer, chunk and whether it was stolen. Reusable by any
-simulator that produces (track, name, start s, end s, args) tuples: see `chrome_trace`.
+Tracks (thread ids): flash bandwidth and allocated memory (counters, GB/s and GB), load-<i>, unpack-<i>, graph(-<i>),
+cpu, npu; a resource with one worker has one track named after it. Each span becomes an "X" (complete) event in
+microseconds with the task's name, layer, chunk and whether it was stolen. Reusable by any simulator that produces
+(track, name, start s, end s, args) tuples: see `chrome_trace`.
 """
 from __future__ import annotations
 
@@ -47,4 +47,6 @@ def timeline_trace(tl) -> dict[str, Any]:
     events = [(track(s), tasks[s.task].name, s.start, s.end,
                {"layer": tasks[s.task].layer, "chunk": tasks[s.task].chunk, "stolen": s.stolen}) for s in spans]
     flash = [(t, r / 1e9) for t, r in tl.flash_samples]
-    return chrome_trace(events, {"flash GB/s": flash}, process=f"{tl.plan.framework} {tl.plan.model}")
+    mem = [(t, b / 1e9) for t, b in tl.mem_samples]
+    return chrome_trace(events, {"flash GB/s": flash, "memory GB": mem},
+                        process=f"{tl.plan.framework} {tl.plan.model}")

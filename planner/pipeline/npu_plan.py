@@ -117,7 +117,9 @@ def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, 
         raise ValueError(f"unsupported recipe {recipe}")
 
     place = PLACEMENTS[recipe.placement]
-    cpu_first = fw.unpack_threads if recipe.streaming == "granular" else 0
+    # the compute pool runs on the cores after the unpack threads' (unpack thread i is pinned to core i)
+    has_unpack = any(t.resource == "unpack" for t in b.tasks)
+    cpu_first = fw.unpack_threads if has_unpack else 0
     add_prefill(b, spec, tokens, fw.chunk_tokens, place, ready, start=first,
                 group=recipe.placement == "coarse")
     thr = 0

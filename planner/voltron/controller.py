@@ -57,7 +57,7 @@ class VoltronPolicy(Policy):
         qos = self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin)
         if not self.ctx.cfg.comm_scaling or not plan.fits or plan.est_time_s <= qos or plan.est_comm_s <= 0:
             return plan
-        if plan.est_time_s - plan.est_comm_s > qos and plan.n_tp == 0:
+        if plan.est_time_s - plan.est_comm_s > qos:
             return plan                       # computation, not communication, breaks QoS: nothing to gain here
         hp, N = self.hp, self.ctx.table.n
         opt = hp.options(env, prune)
@@ -97,6 +97,27 @@ class VoltronPolicy(Policy):
         act_pruned[sel] = True
         return hp.fixed(opt, env, prec, plan.act_precision, shards, pruned, act_pruned)
 
+    # ---- energy mode (§4.4) -------------------------------------------------------------------------------------------
+    def dvfs(self, plan: PhasePlan) -> PhasePlan:
+        """Lowest DVFS level per device whose (conservatively scaled) TPOT estimate keeps the energy margin: the
+        planner assumes all of a device's time scales with 1/f (its regression does not split compute from memory
+        time); memory-bound decode actually slows less, which the simulator's roofline shows."""
+        cfg = self.ctx.cfg
+        if not cfg.energy_mode or not plan.fits:
+            return plan
+        budget = cfg.qos_tpot_s * (1 - cfg.energy_margin) - plan.est_comm_s
+        comp = plan.est_time_s - plan.est_comm_s
+        f_min = comp / budget if budget > 0 else 1.0
+        freq = np.ones(self.hp.D)
+        for d, dev in enumerate(self.ctx.cluster.devices):
+            ok = [f for f in dev.dvfs_levels if f >= f_min]
+            freq[d] = min(ok) if ok else 1.0
+        if (freq == 1.0).all():
+            return plan
+        import dataclasses
+
+        return dataclasses.replace(plan, freq=freq, est_time_s=comp / freq.min() + plan.est_comm_s)
+
     # ---- the contract ---------------------------------------------------------------------------------------------
     def _plan_turn(self, links, budgets, n_in, kv_len):
         cfg = self.ctx.cfg
@@ -105,7 +126,7 @@ class VoltronPolicy(Policy):
         keep = 1 - cfg.qos_margin
         res = self.search.search([(pre, cfg.qos_ttft_s * keep), (dec, cfg.qos_tpot_s * keep)], hint=self._last_m)
         self._last_m = res.m
-        decode = self.comm_scale(dec, res.plans[1], res.prune_frac)
+        decode = self.dvfs(self.comm_scale(dec, res.plans[1], res.prune_frac))
         return res, res.plans[0], decode
 
     def start_turn(self, links: LinkState, budgets: np.ndarray, n_in: int, kv_len: int) -> Decision:
@@ -127,7 +148,7 @@ class VoltronPolicy(Policy):
             return hit
         res = self.search.search([(dec, self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin))], hint=self._last_m)
         self._last_m = res.m
-        plan = self.comm_scale(dec, res.plans[0], res.prune_frac)
+        plan = self.dvfs(self.comm_scale(dec, res.plans[0], res.prune_frac))
         out = (plan, res.fits)
         if len(self._cache) > 2048:
             self._cache.clear()

@@ -96,7 +96,7 @@ class HybridPlanner:
         self._cache: dict = {}
         self._zeros = np.zeros(table.n, dtype=np.int64)
         self._cls_base = self.tpos[table.type_of] * P * len(ACT_BYTES)       # (N,) class index at fp16 / fp16 acts
-        self._ranks = np.arange(self.D + len(self.subsets))[None, :].repeat(self.T * P * len(ACT_BYTES), 0)
+        self._ranks = np.arange(self.D + len(self.subsets) + 1)[None, :].repeat(self.T * P * len(ACT_BYTES), 0)
 
     # ---- option tables --------------------------------------------------------------------------------------------
     def options(self, env: PhaseEnv, prune_frac: float = 0.0) -> OptionTable:
@@ -128,7 +128,7 @@ class HybridPlanner:
         hop = env.links.hop(act_bytes)                                      # (A, D)
         A = len(ACT_BYTES)
         Sub = len(self.subsets)
-        O = D + Sub
+        O = D + Sub + 1                      # + TP over all live devices with shards ∝ free memory (fallback)
         comp = np.full((T, P, O), np.inf)
         comm = np.zeros((T, P, A, O))
         mem = np.zeros((T, P, O, D))
@@ -163,6 +163,22 @@ class HybridPlanner:
             mem[:, :, o, :] = kd * unit[:, :, None]
             shards[:, :, o, :] = kd
             comm[:, :, :, o] = env.links.tp_comm(act_bytes[None, None, :], used[:, :, None, :])
+        # memory-proportional TP over all live devices: fills every device at the same rate, so memory left over by
+        # the speed-balanced options is not stranded in fragments no whole layer fits into (fallback option)
+        free = np.where(alive, np.maximum(env.budgets - self._reserve(env, alive), 0.0), 0.0)
+        if alive.sum() >= 2 and free.sum() > 0:
+            o = D + Sub
+            for ti in range(T):
+                share = Sk[ti] * free / free.sum()
+                kd = np.floor(share).astype(np.int64)
+                for j in np.argsort(-(share - kd), kind="stable")[:int(Sk[ti] - kd.sum())]:
+                    kd[j] += 1
+                used = kd > 0
+                t_dev = np.where(used[None, :], b.T + kd[None, :] * u[:, :, ti].T, 0.0)    # (P, D)
+                comp[ti, :, o] = t_dev.max(axis=1)
+                mem[ti, :, o, :] = kd[None, :] * unit[ti][:, None]
+                shards[ti, :, o, :] = kd[None, :]
+                comm[ti, :, :, o] = env.links.tp_comm(act_bytes, np.broadcast_to(used, (len(act_bytes), D)))[None, :]
         # classes c = (t, p, a)
         comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
         comm_c = comm.reshape(-1, O)
@@ -172,9 +188,7 @@ class HybridPlanner:
         total = np.where(np.isfinite(total), total, np.inf)
         order = np.argsort(total, axis=1, kind="stable")
         n_valid = np.isfinite(total).sum(axis=1)
-        # reservations: activation workspace on every live device, LM head on the main device
-        reserve = np.where(alive, env.n_tokens * (tb.act_width + tb.ffn_width) * ACT_WORK_BYTES * 2, 0.0)
-        reserve[0] += tb.params[HEAD] * BYTES_PER_WEIGHT[self.head_precision]
+        reserve = self._reserve(env, alive)
         head_time = float(icpt[0, self.head_precision] + slope[0, self.head_precision, HEAD])
         return OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
                            pruned=pruned, reserve=reserve, head_time=head_time, act_bytes=act_bytes, hop=hop, n_dev=D,
@@ -182,6 +196,13 @@ class HybridPlanner:
                            w_unit=tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None],
                            sorted_mem=np.take_along_axis(mem_c, order[:, :, None], axis=1),
                            valid=np.arange(O)[None, :] < n_valid[:, None])
+
+    def _reserve(self, env: PhaseEnv, alive: np.ndarray) -> np.ndarray:
+        """(D,) bytes reserved before layers: activation workspace on every live device, LM head on the main one."""
+        tb = self.table
+        reserve = np.where(alive, env.n_tokens * (tb.act_width + tb.ffn_width) * ACT_WORK_BYTES * 2, 0.0)
+        reserve[0] += tb.params[HEAD] * BYTES_PER_WEIGHT[self.head_precision]
+        return reserve
 
     def class_of(self, precision: np.ndarray, act_precision: np.ndarray) -> np.ndarray:
         """(N,) class index per sublayer."""
@@ -233,13 +254,22 @@ class HybridPlanner:
             return chosen
         hop = opt.hop[0]                                                      # (D,) FP16 activations
         comp, mem = opt.comp, opt.mem
-        rem = rem.copy()
         N = len(cls)
-        starts = np.flatnonzero((home != np.concatenate([[0], home[:-1]])) & (chosen < D))
-        for i in starts.tolist():
+        prev_home = np.concatenate([[0], home[:-1]])
+        next_home = np.concatenate([home[1:], [0]])
+        starts = np.flatnonzero((home != prev_home) & (chosen < D))
+        if starts.size == 0:
+            return chosen
+        # vectorised screen: candidates whose move onto the predecessor's device would pay off in isolation
+        c, h, pv, nx = cls[starts], home[starts], prev_home[starts], next_home[starts]
+        old = comp[c, chosen[starts]] + hop[pv] + hop[h] + np.where(h != nx, hop[h] + hop[nx], 0.0)
+        new = comp[c, pv] + np.where(pv != nx, hop[pv] + hop[nx], 0.0)
+        cand = starts[np.isfinite(new) & (new < old)]
+        rem = rem.copy()
+        for i in cand.tolist():                                               # few: apply in order, re-checking
             h = home[i]
             prev = home[i - 1] if i else 0
-            if h == prev or not np.isfinite(comp[cls[i], prev]):
+            if h == prev:
                 continue
             nxt = home[i + 1] if i + 1 < N else 0
             c = cls[i]

@@ -38,6 +38,7 @@ class PhasePlan:
     budget_bytes: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (D,) budgets used
     layer_comp_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (N,) estimated compute per sublayer
     layer_comm_s: np.ndarray = field(default_factory=lambda: np.zeros(0))  # (N,) estimated TP comm per sublayer
+    freq: np.ndarray = field(default_factory=lambda: np.ones(0))          # (D,) DVFS frequency fraction (empty = 1)
 
     @property
     def n_tp(self) -> int:
@@ -69,6 +70,6 @@ class PhasePlan:
             d[k] = np.asarray(d[k], dtype=np.int64)
         d["act_pruned"] = np.asarray(d["act_pruned"], dtype=bool)
         d["mem_bytes"] = np.asarray(d["mem_bytes"], dtype=float)
-        for k in ("budget_bytes", "layer_comp_s", "layer_comm_s"):
+        for k in ("budget_bytes", "layer_comp_s", "layer_comm_s", "freq"):
             d[k] = np.asarray(d[k], dtype=float)
         return cls(**d)

@@ -40,6 +40,8 @@ class PlannerConfig:
     head_precision: int = 1            # LM head precision id (1 = INT8 / Q8_0, llama.cpp's usual output.weight type)
     comm_scaling: bool = True          # voltron: activation quantization / pruning when comm breaks QoS (§4.3.2)
     overlap_reload: bool = True        # voltron: shard reloads overlap with compute (§4.3 "Overhead Mitigation")
+    energy_mode: bool = False          # voltron: spend the TPOT QoS slack on lower DVFS levels (§4.4)
+    energy_margin: float = 0.1         # energy mode keeps this fraction of the TPOT QoS as headroom
     profile_points: int = 160          # simulated profile runs per (device, precision, phase) for the regression
     profile_noise: float = 0.05        # σ of the log-normal noise of simulated profiles
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
@@ -53,6 +55,8 @@ class PlannerConfig:
             raise ValueError("planner.qos_ttft_s and planner.qos_tpot_s must be > 0")
         if not 0 <= self.qos_margin < 1:
             raise ValueError(f"planner.qos_margin must be in [0, 1) (got {self.qos_margin})")
+        if not 0 <= self.energy_margin < 1:
+            raise ValueError(f"planner.energy_margin must be in [0, 1) (got {self.energy_margin})")
         if self.kv_bucket < 1 or self.prune_steps < 2 or self.ffn_shards < 1:
             raise ValueError("planner.kv_bucket >= 1, planner.prune_steps >= 2, planner.ffn_shards >= 1 required")
         if self.head_precision not in (0, 1, 2):

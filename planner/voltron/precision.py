@@ -5,7 +5,8 @@ then the first max(0, m − N) go on INT8 → INT4 (so m = 0 is all-FP16 and m =
 monotonically with m (paper §3.2.2), so the smallest m whose plan fits every device and meets the QoS targets is
 found by binary search in ⌈log2(2N + 1)⌉ steps; every step re-runs the hybrid MP/TP planner on the candidate precisions
 ("re-search the parallel plan after precision changes"). A phase whose QoS target is missed even at m = 2N is left to best
-effort (its target is dropped from the predicate, so accuracy is not sacrificed for a target that cannot be met). If m = 2N does not fit, the same fraction of shards is pruned from every layer (least important shards
+effort: an unreachable TPOT target → the fastest configuration (m = 2N); an unreachable TTFT target is dropped from
+the predicate (accuracy is not sacrificed for a one-off target that cannot be met). If m = 2N does not fit, the same fraction of shards is pruned from every layer (least important shards
 first; paper: "prunes the same number of shards from all layers"), again by binary search over k/`prune_steps`, and m
 is searched once more under that pruning.
 
@@ -100,13 +101,17 @@ class PrecisionSearch:
             prune = k / self.prune_steps
             fits_max, qos_max = ev(self.m_max, prune)
         if not qos_max:
-            # a QoS target unreachable even at the lowest precision is dropped (best effort for that phase; its
-            # accuracy is not sacrificed for a target it cannot meet); the reachable ones still constrain m
+            # a QoS target unreachable even at the lowest precision: a decode (TPOT) target is then served best
+            # effort by the fastest configuration (m = 2N); an unreachable prefill (TTFT) target is dropped so that
+            # the per-token accuracy is not sacrificed for a one-off target it cannot meet
             prec_max = self.precision_at(self.m_max)
-            reach = [(e, q if self.hp.quick(self.hp.options(e, prune), e, prec_max, act)[1] <= q else np.inf)
-                     for e, q in envs]
+            reach = [self.hp.quick(self.hp.options(e, prune), e, prec_max, act)[1] <= q for e, q in envs]
             steps += 1
-            envs_q = reach
+            if any(e.phase == 1 and not r for (e, _), r in zip(envs, reach)):
+                prec = prec_max
+                plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
+                return SearchResult(self.m_max, prune, prec, plans, True, False, steps)
+            envs_q = [(e, q if r else np.inf) for (e, q), r in zip(envs, reach)]
         else:
             envs_q = envs
 

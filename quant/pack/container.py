@@ -328,8 +328,10 @@ class PackedFile:
             self._tfail(e, f"payload is {e.payload_size} bytes, shape and bit widths need {want}")
         return bits3, bits, scales, payload
 
-    def read_tensor(self, name: str, backend: str = "native", isa: str | None = None, out: np.ndarray | None = None):
-        """-> (q int8 (C, D), bits int8 (C,), scales float32 (C,)) or the float32 array of a raw tensor."""
+    def read_tensor(self, name: str, backend: str = "native", isa: str | None = None, out: np.ndarray | None = None,
+                    threads: int = 1):
+        """-> (q int8 (C, D), bits int8 (C,), scales float32 (C,)) or the float32 array of a raw tensor.
+        threads > 1 splits the native unpack over channel ranges."""
         e = self.entry(name)
         blob = self.read_blob(name)
         bits3, bits, scales, payload = self.split_blob(name, blob)
@@ -338,7 +340,7 @@ class PackedFile:
             return a.reshape(e.C) if e.group == 1 else a.reshape(e.C, e.D)
         f = BY_CODE[e.fmt]
         if backend == "native":
-            q = f.unpack_native(payload, bits3, e.C, e.D, e.group, isa=isa, out=out)
+            q = f.unpack_native(payload, bits3, e.C, e.D, e.group, isa=isa, out=out, threads=threads)
         elif backend == "numpy":
             q = f.unpack_ref(payload, bits, e.D, e.group)
         else:
@@ -351,7 +353,7 @@ class PackedFile:
             self.split_blob(n, self.read_blob(n))
 
 
-def read_packed_model(path, backend: str = "native", isa: str | None = None) -> dict:
+def read_packed_model(path, backend: str = "native", isa: str | None = None, threads: int = 1) -> dict:
     """Whole file -> {name: (q, bits, scales) or float32 array}; every tensor CRC-checked."""
     with PackedFile(path) as f:
-        return {n: f.read_tensor(n, backend=backend, isa=isa) for n in f.names()}
+        return {n: f.read_tensor(n, backend=backend, isa=isa, threads=threads) for n in f.names()}

@@ -31,7 +31,8 @@ class Format:
     def unpack_ref(self, payload: np.ndarray, bits, D: int, group: int) -> np.ndarray:
         raise NotImplementedError
 
-    def unpack_native(self, payload, bits3, C: int, D: int, group: int, isa=None, out=None, c0=0, c1=None):
+    def unpack_native(self, payload, bits3, C: int, D: int, group: int, isa=None, out=None, c0=0, c1=None,
+                      threads: int = 1):
         raise NotImplementedError
 
     def payload_nbytes(self, bits, D: int, group: int) -> int:
@@ -53,8 +54,8 @@ class Weightlet(Format):
     def unpack_ref(self, payload, bits, D, group):
         return weightlet.unpack_ref(payload, bits, D, group)
 
-    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None):
-        return native.unpack_weightlet(payload, bits3, C, D, group, isa=isa, out=out, c0=c0, c1=c1)
+    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None, threads=1):
+        return native.unpack_weightlet(payload, bits3, C, D, group, isa=isa, out=out, c0=c0, c1=c1, threads=threads)
 
 
 class Int8(Format):
@@ -69,7 +70,7 @@ class Int8(Format):
     def unpack_ref(self, payload, bits, D, group):
         return baselines.int8_unpack_ref(payload, bits, D)
 
-    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None):
+    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None, threads=1):
         return native.unpack_int8(payload, C, D, out=out, c0=c0, c1=c1)
 
 
@@ -85,8 +86,8 @@ class Mixed(Format):
     def unpack_ref(self, payload, bits, D, group):
         return baselines.mixed_unpack_ref(payload, bits, D)
 
-    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None):
-        return native.unpack_mixed(payload, bits3, C, D, isa=isa, out=out, c0=c0, c1=c1)
+    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None, threads=1):
+        return native.unpack_mixed(payload, bits3, C, D, isa=isa, out=out, c0=c0, c1=c1, threads=threads)
 
 
 class KQuant(Format):
@@ -104,8 +105,8 @@ class KQuant(Format):
     def unpack_ref(self, payload, bits, D, group):
         return baselines.kquant_unpack_ref(payload, bits, D)
 
-    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None):
-        return native.unpack_kquant(payload, bits3, C, D, isa=isa, out=out, c0=c0, c1=c1)
+    def unpack_native(self, payload, bits3, C, D, group, isa=None, out=None, c0=0, c1=None, threads=1):
+        return native.unpack_kquant(payload, bits3, C, D, isa=isa, out=out, c0=c0, c1=c1, threads=threads)
 
 
 FORMATS: dict[str, Format] = {f.name: f for f in (Weightlet(), Int8(), Mixed(), KQuant())}
@@ -143,5 +144,5 @@ def packed_nbytes(bits, D: int, fmt: str = "weightlet", group: int = weightlet.D
     """
     f = get_format(fmt)
     b = np.asarray(bits, dtype=np.int64).ravel()
-    sc, pl, size = blob_layout(f, b, b.size, int(D), f.group(group) if f.code == 0 else group)
+    sc, pl, size = blob_layout(f, b, b.size, int(D), f.group(group))
     return pl + size if with_metadata else size

@@ -72,12 +72,11 @@ def fig4b(spec: ModelSpec, dev: SocProfile, bits, fmt: str) -> dict[str, float]:
 
 def llmnpu_run(spec: ModelSpec, dev: SocProfile, policy: str, preloaded_bytes: int = 0) -> dict:
     from sim.coldstart import POLICIES
-    from sim.executor import simulate as _sim
 
     fw = replace(LLMNPU_FW, name=policy, policy=policy)
     x = ColdStartInputs(spec, dev, fw, AnalyticCostModel(dev), LLMNPU_TOKENS, 8.0)
     plan = POLICIES[policy]().build(x)
-    return coldstart_metrics(_sim(plan, dev, x.cost, preloaded_bytes), dev)
+    return coldstart_metrics(simulate(plan, dev, x.cost, preloaded_bytes), dev)
 
 
 def steal_ratio(spec: ModelSpec, dev: SocProfile) -> float:
@@ -132,14 +131,10 @@ def fit_profile(spec: ModelSpec, dev: SocProfile, seed: int = 0, rounds: int = 4
 
 
 if __name__ == "__main__":   # print the fitted values and the check table
-    import yaml
+    from sim.coldstart.sweep import load_conf
 
-    from experiments.common import typed
-
-    root = __import__("pathlib").Path(__file__).resolve().parents[2] / "conf"
-    load = lambda p: {k: v for k, v in yaml.safe_load(p.read_text()).items() if k != "defaults"}  # noqa: E731
-    spec = typed(load(root / "model" / "llama3_8b.yaml"), ModelSpec)
-    dev0 = typed(load(root / "device" / "xiaomi15pro.yaml"), SocProfile)
+    spec = load_conf("model", "llama3_8b", ModelSpec)
+    dev0 = load_conf("device", "xiaomi15pro", SocProfile)
     fitted = fit_profile(spec, dev0)
     for k in ("flash_peak_gbps", "flash_reader_gbps", "cpu_copy_gbps", "kquant_unpack_cycles_per_weight",
               "npu_ctx_deserialize_gbps", "npu_int8_tops", "cpu_int8_gemm_gops_per_ghz", "npu_compose_s_per_gb",
@@ -147,4 +142,5 @@ if __name__ == "__main__":   # print the fitted values and the check table
         print(f"{k}: {getattr(fitted, k):.4g}   (profile: {getattr(dev0, k):.4g})")
     rep = calibration_report(spec, dev0)
     for k, t in TARGETS.items():
-        print(f"{k:28s} target {t:7.2f}  simulated {rep[k]:7.2f}  ({100 * (rep[k] / t - 1):+.1f} %)")
+        tag = "check" if k in NOT_FITTED else "fit"
+        print(f"{k:34s} {tag:5s} target {t:7.2f}  simulated {rep[k]:7.2f}  ({100 * (rep[k] / t - 1):+.1f} %)")

@@ -14,8 +14,8 @@ from sim.coldstart import ColdStartInputs, run_coldstart
 from sim.trace import timeline_trace
 
 MODELLED = ("ttft_s", "setup_s", "load_s", "unpack_s", "graph_s", "prefill_s", "cpu_busy_s", "npu_busy_s",
-            "cpu_bubble_rate", "npu_bubble_rate", "stolen_ops", "peak_mem_gb", "mem_headroom_gb", "energy_j", "bytes_read", "n_tasks",
-            "flash_bytes", "steal_threshold", "prompt_tokens", "bits")
+            "cpu_bubble_rate", "npu_bubble_rate", "stolen_ops", "peak_mem_gb", "mem_headroom_gb", "energy_j",
+            "bytes_read", "n_tasks", "flash_bytes", "steal_threshold", "prompt_tokens", "bits")
 
 
 @dataclass
@@ -66,7 +66,11 @@ def run_one(model: ModelSpec, device: SocProfile, framework: FrameworkSpec, work
         for k, v in info["bits_hist"].items():
             out[f"bits_frac_{k}"] = v
     if "ggml_type" in info:
-        out["ggml_type"] = info["ggml_type"]
+        out["weight_format"] = info["ggml_type"]
+    elif "recipe" in info:
+        out["weight_format"] = info["recipe"]["fmt"]
+    else:
+        out["weight_format"] = "int8"
     return out, (timeline_trace(tl) if s.write_trace else None)
 
 

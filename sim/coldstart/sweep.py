@@ -3,16 +3,16 @@
 The Hydra app with `-m` runs the same grid as separate jobs (joblib launcher); this module is the fast path for the
 benchmark and for regenerating `docs/coldstart.md`'s table:
 
-    python -m sim.coldstart.sweep            # prints the Llama3-8B / xiaomi15pro TTFT table (bits = 5)
+    python -m sim.coldstart.sweep                 # prints the Llama3-8B / xiaomi15pro tables (bits = 5) and plots TTFT
+    python -m sim.coldstart.sweep collect <dir>   # TTFT tables of a Hydra `-m` sweep's metrics.json files
 """
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any, Iterable
 
-import yaml
+from omegaconf import OmegaConf
 
-from experiments.common import typed
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
 from planner.workload import WorkloadSpec
@@ -31,8 +31,8 @@ def load_conf(group: str, name: str, cls: type):
     path = CONF / group / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"no config {group}/{name}.yaml")
-    doc = {k: v for k, v in yaml.safe_load(path.read_text()).items() if k != "defaults"}
-    return typed(doc, cls, group)
+    doc = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(path)).items() if k != "defaults"}
+    return cls(**doc)
 
 
 def sweep(model: str = "llama3_8b", device: str = "xiaomi15pro", frameworks: Iterable[str] = MAIN_FRAMEWORKS,
@@ -50,12 +50,23 @@ def sweep(model: str = "llama3_8b", device: str = "xiaomi15pro", frameworks: Ite
     return rows
 
 
+def collect(root: Path) -> list[dict]:
+    """metrics.json of every job under a Hydra multirun directory (`-m` sweep of experiments.coldstart)."""
+    import json
+
+    files = sorted(Path(root).rglob("metrics.json"))
+    if not files:
+        raise FileNotFoundError(f"no metrics.json under {root}")
+    return [json.loads(f.read_text()) for f in files]
+
+
 def markdown_table(rows: list[dict], value: str = "ttft_s", fmt: str = "{:.2f}") -> str:
     """frameworks (rows) x workloads (columns) of `value`."""
-    wls = list(dict.fromkeys(r["workload"] for r in rows))
-    fws = list(dict.fromkeys(r["framework"] for r in rows))
-    cell = {(r["framework"], r["workload"]): r[value] for r in rows}
     toks = {r["workload"]: r["prompt_tokens"] for r in rows}
+    wls = sorted(dict.fromkeys(r["workload"] for r in rows), key=lambda w: toks[w])
+    known = {f: i for i, f in enumerate(ALL_FRAMEWORKS)}
+    fws = sorted(dict.fromkeys(r["framework"] for r in rows), key=lambda f: known.get(f, len(known)))
+    cell = {(r["framework"], r["workload"]): r[value] for r in rows}
     head = "| framework | " + " | ".join(f"{w} ({toks[w]} tok)" for w in wls) + " |"
     lines = [head, "|---" * (len(wls) + 1) + "|"]
     for f in fws:
@@ -97,6 +108,13 @@ def plot_ttft(rows: list[dict], path: Path, title: str = "") -> Path:
 
 
 if __name__ == "__main__":
+    import sys
+
+    if len(sys.argv) == 3 and sys.argv[1] == "collect":      # python -m sim.coldstart.sweep collect multirun/<dir>
+        rows = collect(Path(sys.argv[2]))
+        for b in sorted({r["bits"] for r in rows}):
+            print(f"\nttft_s, bits = {b:g}\n" + markdown_table([r for r in rows if r["bits"] == b]))
+        raise SystemExit(0)
     rows = sweep(frameworks=ALL_FRAMEWORKS)
     for key in ("ttft_s", "load_s", "prefill_s", "cpu_bubble_rate", "npu_bubble_rate", "energy_j", "peak_mem_gb"):
         print(f"\n{key}\n" + markdown_table(rows, key))

@@ -20,8 +20,11 @@ from planner.voltron.plan import TP, PhasePlan
 
 
 def step_time(plan: PhasePlan, table: LayerTable, cluster: Cluster, n_tokens: int, kv_len: int, links: LinkState,
-              rng: np.random.Generator, jitter: float = 0.03, head_precision: int = 1) -> tuple[float, float]:
-    """(seconds for one step, of which communication) of `plan` processing `n_tokens` with `kv_len` cached."""
+              rng: np.random.Generator, jitter: float = 0.03, head_precision: int = 1) -> tuple[float, float, float]:
+    """(seconds for one step, of which communication, joules) of `plan` processing `n_tokens` with `kv_len` cached.
+
+    Energy: every device draws P(f) = P_idle + P_dyn·f³ while it computes and P_idle otherwise during the step
+    (radio power is folded into P_idle; devices holding no shards are not counted)."""
     feats, _ = table.features(n_tokens, kv_len)                           # (6, 3)
     ty = table.type_of
     S = table.shards[ty].astype(float)                                    # (N,)
@@ -29,6 +32,7 @@ def step_time(plan: PhasePlan, table: LayerTable, cluster: Cluster, n_tokens: in
     j = np.exp(rng.normal(0.0, jitter, D + 1)) if jitter > 0 else np.ones(D + 1)
     t_dev = np.zeros((table.n, D))
     n_arr = np.full(table.n, float(n_tokens))
+    freq = plan.freq if plan.freq.size == D else np.ones(D)
     for d, dev in enumerate(cluster.devices):
         k = plan.shards[:, d]
         if not k.any():
@@ -36,7 +40,7 @@ def step_time(plan: PhasePlan, table: LayerTable, cluster: Cluster, n_tokens: in
         f = k / S
         ops = f * feats[ty, 0]
         byts = f * (feats[ty, 1] * BYTES_PER_WEIGHT[plan.precision] + feats[ty, 2])
-        t = device_time(dev, plan.precision, n_arr, ops, byts) * j[d]
+        t = device_time(dev, plan.precision, n_arr, ops, byts, float(freq[d])) * j[d]
         t_dev[:, d] = np.where(k > 0, t, 0.0)
     comp = float(t_dev.max(axis=1).sum())
     used = plan.shards > 0
@@ -49,5 +53,12 @@ def step_time(plan: PhasePlan, table: LayerTable, cluster: Cluster, n_tokens: in
     comm += HybridPlanner.boundary_comm(strategy, plan.act_precision, links.hop(act_bytes))
     comm *= j[D]
     head = float(device_time(cluster.devices[0], np.array(head_precision), np.array(1.0), feats[HEAD, 0],
-                             feats[HEAD, 1] * BYTES_PER_WEIGHT[head_precision])) * j[0]
-    return comp + comm + head, comm
+                             feats[HEAD, 1] * BYTES_PER_WEIGHT[head_precision], float(freq[0]))) * j[0]
+    total = comp + comm + head
+    busy = t_dev.sum(axis=0)
+    busy[0] += head
+    energy = 0.0
+    for d, dev in enumerate(cluster.devices):
+        if d == 0 or plan.shards[:, d].any():
+            energy += float(dev.power_w(freq[d])) * min(busy[d], total) + dev.p_idle_w * max(total - busy[d], 0.0)
+    return total, comm, energy

@@ -46,7 +46,8 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
     rows: list[dict] = []
     ttfts: list[float] = []
     plan_ms: list[float] = []
-    st = {"oom": False, "plan_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True}
+    st = {"oom": False, "plan_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True, "energy": 0.0,
+          "energy_decode": 0.0, "turns_done": 0}
 
     def account(d: Decision) -> None:
         if d.plan_ms > 0:
@@ -64,7 +65,8 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
              "stall_s": stall, "est_s": est, "plan_id": st["plan_id"], "replanned": bool(d.replanned),
              "n_fp16": int(prec[0]), "n_int8": int(prec[1]), "n_int4": int(prec[2]), "n_tp": p.n_tp,
              "pruned_shards": int(p.pruned.sum()), "act_quantized": int((p.act_precision > 0).sum()),
-             "act_pruned": int(p.act_pruned.sum()), "kv_len": kv, "accuracy": policy.accuracy(p)}
+             "act_pruned": int(p.act_pruned.sum()), "kv_len": kv, "accuracy": policy.accuracy(p),
+             "freq_min": float(p.freq.min()) if p.freq.size else 1.0}
         for name, v in zip(link_names, links.rssi_dbm[1:]):
             r[f"rssi_{name}"] = float(v)
         r["connected"] = int(links.connected.sum())
@@ -79,7 +81,8 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
             if d.oom:
                 st["oom"] = True
                 return
-            dt, comm = step_time(d.plan, table, cluster, n_in, kv, links, rng, jitter, cfg.head_precision)
+            dt, comm, ej = step_time(d.plan, table, cluster, n_in, kv, links, rng, jitter, cfg.head_precision)
+            st["energy"] += ej
             reload = _reload_s(ctx, d)
             stall = max(0.0, reload - dt) if policy.overlap_reload else reload
             ttfts.append(dt + stall)
@@ -106,7 +109,9 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
                     # background reload: the previous plan keeps running until the new shards are in memory
                     pending, pending_left = d.plan, reload
                     reload = 0.0
-                dt, comm = step_time(running, table, cluster, 1, kv, links, rng, jitter, cfg.head_precision)
+                dt, comm, ej = step_time(running, table, cluster, 1, kv, links, rng, jitter, cfg.head_precision)
+                st["energy"] += ej
+                st["energy_decode"] += ej
                 if reload:
                     stall = max(0.0, reload - dt) if policy.overlap_reload else reload
                 shown = Decision(plan=running, replanned=d.replanned)
@@ -118,6 +123,7 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
                     if pending_left <= 0:
                         running, pending = pending, None
                 kv += 1
+            st["turns_done"] += 1
             yield env.timeout(wl.think_s)
 
     env.process(user())
@@ -149,7 +155,9 @@ def _metrics(rows, ttfts, plan_ms, st, cfg, turns) -> dict:
         "tokens_generated": int(st["tokens"]),
         "tokens_requested": int(requested),
         "stall_s_total": f(sum(r["stall_s"] for r in rows)),
-        "turns_completed": int(len(ttfts)) - (1 if st["oom"] and ttfts and len(dec) < requested else 0),
+        "energy_j": f(st["energy"]),
+        "energy_mj_per_token": f(1e3 * st["energy_decode"] / st["tokens"]) if st["tokens"] else None,
+        "turns_completed": int(st["turns_done"]),
     }
 
 
@@ -179,5 +187,6 @@ def simulate(spec, cluster_spec, pcfg, tcfg, wl: WorkloadConfig, rssi: RssiTable
 MEASURED_KEYS = ["plan_ms_p50", "plan_ms_max"]
 MODELLED_KEYS = ["ttft_s", "ttft_s_max", "qos_ttft_ok", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate",
                  "accuracy_proxy", "replans", "oom", "tokens_generated", "tokens_requested", "stall_s_total",
+                 "energy_j", "energy_mj_per_token",
                  "turns_completed", "latency_model_accuracy", "latency_model_mape", "latency_model_r2",
                  "importance_source"]

@@ -46,6 +46,22 @@ def test_mixed_widths_zero_channels_and_channel_ranges(isa, R):
     assert np.array_equal(out[7:23], q[7:23]) and (out[:7] == 99).all() and (out[23:] == 99).all()
 
 
+def test_threads_split_channels_exactly():
+    rng = np.random.default_rng(5)
+    bits = rng.integers(1, 9, 37)
+    q = random_codes(rng, bits, 257)
+    b3 = pack_bits3(bits)
+    pw, pm, pk = weightlet.pack(q, bits), baselines.mixed_pack(q, bits), baselines.kquant_pack(q, bits)
+    for threads in (2, 3, 8, 64):
+        assert np.array_equal(native.unpack_weightlet(pw, b3, 37, 257, threads=threads), q)
+        assert np.array_equal(native.unpack_mixed(pm, b3, 37, 257, threads=threads), q)
+        assert np.array_equal(native.unpack_kquant(pk, b3, 37, 257, threads=threads), q)
+    with pytest.raises(native.NativeError, match="truncated"):
+        native.unpack_weightlet(pw[:-1], b3, 37, 257, threads=4)
+    with pytest.raises(ValueError, match="threads"):
+        native.unpack_weightlet(pw, b3, 37, 257, threads=0)
+
+
 @pytest.mark.parametrize("fmt", ["mixed", "kquant", "int8"])
 def test_baselines_round_trip(isa, fmt):
     rng = np.random.default_rng(7)

@@ -60,6 +60,7 @@ def test_native_isa_choice_does_not_change_weights(tmp_path):
     p = write_packed_model(tmp_path / "m", t)
     for isa in native.available_isas():
         assert_same(read_packed_model(p, isa=isa), t)
+    assert_same(read_packed_model(p, threads=3), t)
 
 
 def test_packed_nbytes_orders_formats():
@@ -141,6 +142,17 @@ def PackedFile_from(tmp_path, buf):
 def test_fuzz_random_corruptions(tmp_path, good_file, data):
     """Any flipped bytes / truncation: both readers reject it, or (flip inside unchecked alignment padding) both
     accept it and the weights are exactly the original ones. Never a crash, never silently different weights."""
+    fuzz_once(tmp_path, good_file, data)
+
+
+@pytest.mark.slow
+@settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=st.data())
+def test_fuzz_random_corruptions_long(tmp_path, good_file, data):
+    fuzz_once(tmp_path, good_file, data)
+
+
+def fuzz_once(tmp_path, good_file: bytes, data) -> None:
     buf = bytearray(good_file)
     kind = data.draw(st.sampled_from(["flip", "trunc", "header", "index"]))
     if kind == "trunc":

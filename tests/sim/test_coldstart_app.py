@@ -23,7 +23,7 @@ def test_every_policy_has_a_config():
     assert sorted(ALL_FRAMEWORKS) == sorted(POLICIES)
 
 
-@pytest.mark.parametrize("fw", ["llamacpp", "mnn", "llmnpu", "llmnpu_plus", "edgeflow"])
+@pytest.mark.parametrize("fw", ALL_FRAMEWORKS)
 def test_app_writes_metrics_and_trace(cs, fw, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     m = run(cs(f"framework={fw}", "workload=winogrande", "model=qwen1_5_1_8b"))
@@ -83,3 +83,36 @@ def test_ttft_emerges_from_components():
     assert ttft("edgeflow", slow_npu) > base["edgeflow"] * 1.2
     assert ttft("mnn", slow_cpu) > base["mnn"] * 1.2
     assert ttft("llamacpp", slow_cpu) > base["llamacpp"] * 1.2
+
+
+def test_table_cost_model_drives_the_simulation(cs, tmp_path, monkeypatch):
+    """A measured profile (here: an NPU twice as slow for matmuls as the analytic model) changes the prediction."""
+    from planner.cost import AnalyticCostModel
+    from planner.plan import OpWork
+    from tests.sim.helpers import xiaomi
+
+    an = AnalyticCostModel(xiaomi())
+    pts = [{"unit": "npu", "kind": "matmul", "work": OpWork("matmul", m=m, k=4096, n=4096).flops,
+            "seconds": 2 * an.op_time(OpWork("matmul", m=m, k=4096, n=4096), "npu")} for m in (16, 64, 128)]
+    prof = tmp_path / "profile.json"
+    prof.write_text(json.dumps({"points": pts}))
+    monkeypatch.chdir(tmp_path)
+    base = run(cs("prompt_tokens=600", "write_trace=false"))
+    slow = run(cs("prompt_tokens=600", "write_trace=false", "cost_model=table", f"cost_table={prof}"))
+    assert slow["npu_busy_s"] > 1.5 * base["npu_busy_s"] and slow["ttft_s"] > base["ttft_s"]
+
+
+def test_collect_and_table(tmp_path):
+    from sim.coldstart.sweep import collect, markdown_table
+
+    for i, (fw, wl, tok, t) in enumerate([("edgeflow", "mmlu", 471, 3.5), ("llamacpp", "lambada", 78, 3.6),
+                                          ("edgeflow", "lambada", 78, 1.8)]):
+        d = tmp_path / str(i)
+        d.mkdir()
+        (d / "metrics.json").write_text(json.dumps({"framework": fw, "workload": wl, "prompt_tokens": tok,
+                                                    "ttft_s": t, "bits": 5}))
+    table = markdown_table(collect(tmp_path)).splitlines()
+    assert table[0] == "| framework | lambada (78 tok) | mmlu (471 tok) |"
+    assert table[2] == "| llamacpp | 3.60 | – |" and table[3] == "| edgeflow | 1.80 | 3.50 |"
+    with pytest.raises(FileNotFoundError):
+        collect(tmp_path / "nothing")

@@ -38,7 +38,7 @@ def test_disconnect_continues_with_smaller_plan_and_restores():
     dec = df[df.phase == "decode"]
     before = dec[(dec.connected == 3) & (dec.time_s < 200)]
     during = dec[dec.connected == 2]
-    after = dec[(dec.connected == 3) & (dec.time_s > 760)]
+    after = dec[(dec.connected == 3) & (dec.time_s > during.time_s.max())]
     assert len(during) > 20 and len(after) > 20
     assert not m["oom"] and m["tokens_generated"] == m["tokens_requested"]      # generation went on
     lowered = (during.n_int4.mean() > before.n_int4.mean()) or (during.pruned_shards.mean() > 0)
@@ -61,3 +61,21 @@ def test_planner_prediction_error_small():
     err = np.abs(dec.step_s - dec.est_s) / dec.step_s
     assert err.median() < 0.1                                           # regression + comm model vs "measured"
     assert context("qwen2_5_14b")[1]["accuracy"] > 0.85
+
+
+def test_energy_mode_uses_qos_slack_for_dvfs():
+    import dataclasses
+
+    from planner.voltron.registry import make_policy
+
+    base, _ = context("qwen2_5_7b")
+    res = {}
+    for mode in (False, True):
+        ctx = dataclasses.replace(base, cfg=dataclasses.replace(base.cfg, energy_mode=mode))
+        r = run_conversation(make_policy(ctx), ctx, RssiTrace.load(TraceConfig(name="s", csv="steady_strong.csv")),
+                             RssiTable(), WorkloadConfig(turns=2), seed=0)
+        res[mode] = (r.metrics, pd.DataFrame(r.timeline))
+    (m0, _), (m1, df1) = res[False], res[True]
+    assert df1[df1.phase == "decode"].freq_min.min() < 1.0                 # some DVFS level lowered
+    assert m1["energy_mj_per_token"] < m0["energy_mj_per_token"]          # less energy per token
+    assert m1["qos_tpot_violation_rate"] <= 0.05                          # still within QoS

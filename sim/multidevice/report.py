@@ -1,0 +1,145 @@
+"""Cluster × model family × planner table for docs/multidevice.md (Voltron §5 setting; SPEC §4 "README shows …").
+
+For every cluster (car, office, home), model family (gemma-3, Qwen1.5, Qwen2.5) and planner (voltron, single,
+heterogeneity-aware mp / tp), the planner runs the *best model of the family it can run*: models are tried in
+descending order of their published base score (the accuracy ceiling), and the first one that completes the whole
+conversation without OOM is reported (paper: "the largest model that fits"); if none does, the smallest model's
+failed run is reported. Every run is the same simulated conversation (`turns`, seed) under one RSSI trace.
+
+    python -m sim.multidevice.report --trace walk_away --turns 3 --out outputs/multidevice
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+
+from planner.voltron.accuracy import BASE_MMLU, FAMILIES
+from planner.voltron.devices import load_cluster
+from planner.voltron.policy import PlannerConfig
+from planner.voltron.registry import build_context, make_policy
+from planner.voltron.rssi import RssiTable
+from quant.gguf_model import model_spec
+from sim.multidevice.runner import run_conversation
+from sim.multidevice.workload import WorkloadConfig
+from sim.wireless import RssiTrace, TraceConfig
+
+PLANNERS = ("voltron", "single", "mp", "tp")
+CLUSTERS = ("car", "office", "home")
+
+
+def table(trace: str, turns: int, seed: int = 0, progress: bool = True) -> list[dict]:
+    tr = RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv"))
+    rows = []
+    ctx_cache: dict = {}
+    t0 = time.time()
+    for cl in CLUSTERS:
+        cluster = load_cluster(cl)
+        for fam, models in FAMILIES.items():
+            ordered = sorted(models, key=lambda m: -BASE_MMLU[m])
+            for pname in PLANNERS:
+                last = None
+                for m in ordered:
+                    if (cl, m) not in ctx_cache:
+                        ctx_cache[(cl, m)] = build_context(model_spec(m), cluster, PlannerConfig(), seed)
+                    base, acc = ctx_cache[(cl, m)]
+                    ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname))
+                    res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed),
+                                           seed=seed)
+                    last = dict(res.metrics, cluster=cl, family=fam, planner=pname, model=m,
+                                latency_model_accuracy=acc["accuracy"])
+                    if not res.metrics["oom"]:
+                        break
+                rows.append(last)
+                if progress:
+                    r = last
+                    print(f"[{time.time() - t0:5.0f} s] {cl:6s} {fam:8s} {pname:8s} {r['model']:18s} "
+                          f"TTFT {r['ttft_s']} TPOT p50 {r['tpot_ms_p50']} oom {r['oom']}", file=sys.stderr, flush=True)
+    return rows
+
+
+def _f(x, nd=2):
+    return "—" if x is None else f"{x:.{nd}f}"
+
+
+def markdown(rows: list[dict], trace: str, turns: int) -> str:
+    out = [f"Trace `{trace}`, {turns} turns (LMSYS-like lengths, seed 0). QoS: TTFT ≤ 10 s, TPOT ≤ 400 ms. "
+           "All numbers are modelled (simulation), except plan time (measured on this host).", "",
+           "| cluster | family | planner | model run | TTFT mean / max s | TTFT ok | TPOT p50 / p99 ms | TPOT > 400 ms | "
+           "accuracy proxy (MMLU pts) | OOM | plan ms p50 |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['cluster']} | {r['family']} | {r['planner']} | {r['model']} | {_f(r['ttft_s'])} / "
+                   f"{_f(r['ttft_s_max'])} | {'yes' if r['qos_ttft_ok'] else 'no'} | {_f(r['tpot_ms_p50'], 0)} / "
+                   f"{_f(r['tpot_ms_p99'], 0)} | {_f(None if r['qos_tpot_violation_rate'] is None else 100 * r['qos_tpot_violation_rate'], 1)} % | "
+                   f"{_f(r['accuracy_proxy'])} | {'**OOM**' if r['oom'] else 'no'} | {_f(r['plan_ms_p50'], 3)} |")
+    return "\n".join(out) + "\n"
+
+
+def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0) -> dict:
+    """TPOT over time for every planner under one trace, with the RSSI of each link (PNG) — paper Fig. 8 style."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import pandas as pd
+
+    tr = RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv"))
+    base, _ = build_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
+    fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
+    summary = {}
+    for pname, style in (("voltron", "-"), ("mp", "--"), ("tp", ":")):
+        ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname))
+        res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed), seed=seed)
+        df = pd.DataFrame(res.timeline)
+        summary[pname] = res.metrics
+        if len(df):
+            d = df[df.phase == "decode"]
+            ax.plot(d.time_s, 1e3 * d.step_s, style, lw=0.8, label=f"{pname} (viol. "
+                    f"{100 * (res.metrics['qos_tpot_violation_rate'] or 0):.0f} %, oom {res.metrics['oom']})")
+            if pname == "voltron":
+                for c in [c for c in df.columns if c.startswith("rssi_")]:
+                    ax2.plot(df.time_s, df[c], lw=0.8, label=c[5:])
+    ax.axhline(400, color="k", lw=0.8)
+    ax.set_ylabel("TPOT (ms, simulated)")
+    ax.set_ylim(0, 1200)
+    ax.legend(fontsize=8)
+    ax.set_title(f"{model} on {cluster}, trace {trace}")
+    ax2.axhline(RssiTable().disconnect_dbm, color="r", lw=0.6)
+    ax2.set_ylabel("RSSI (dBm)")
+    ax2.set_xlabel("time (s)")
+    ax2.legend(fontsize=8)
+    fig.tight_layout()
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"timeline_{cluster}_{model}_{trace}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return {"figure": str(path), **{k: v for k, v in summary.items()}}
+
+
+def main(argv=None) -> None:
+    from pathlib import Path
+
+    from quant.atomic import atomic_write_json, atomic_write_text
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--trace", default="walk_away")
+    ap.add_argument("--turns", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="outputs/multidevice")
+    ap.add_argument("--figure", action="store_true", help="also plot TPOT/RSSI over time (office, qwen2_5_14b)")
+    a = ap.parse_args(argv)
+    if a.figure:
+        from pathlib import Path as _P
+
+        print(figure(a.trace, "office", "qwen2_5_14b", max(a.turns, 5), _P(a.out))["figure"])
+    rows = table(a.trace, a.turns, a.seed)
+    out = Path(a.out)
+    atomic_write_json(out / f"table_{a.trace}.json", rows)
+    atomic_write_text(out / f"table_{a.trace}.md", markdown(rows, a.trace, a.turns))
+    print(markdown(rows, a.trace, a.turns))
+
+
+if __name__ == "__main__":
+    main()
