@@ -28,6 +28,7 @@ class QuantSettings:
     alpha_steps: int = 11             # α grid = linspace(0, 1, alpha_steps) (paper: grid search in [0, 1])
     beta: float = 1.0                 # output-side smoothing exponent (paper: β = 1)
     search_tokens: int = 128          # calibration tokens used for the α search error (subset of calib_tokens)
+    search_holdout: bool = True       # score the α search on the last search_tokens, fit scales on the others
     smoothquant_alpha: float = 0.5    # SmoothQuant's default migration strength (Xiao et al. 2023)
     shadow_quantile: float = 0.99     # llm.npu shadow outliers: input channels with calibrated max above this
                                       # quantile of per-channel maxima run on the CPU in FP16 (the rest clip at it)
@@ -60,6 +61,9 @@ class QuantSettings:
         for key in ("calib_tokens", "eval_tokens", "search_tokens"):
             if getattr(self, key) < 2:
                 raise ValueError(f"quant.{key} must be >= 2 (got {getattr(self, key)})")
+        if self.search_holdout and self.search_tokens > self.calib_tokens - 2:
+            raise ValueError(f"quant.search_tokens ({self.search_tokens}) must leave >= 2 of quant.calib_tokens "
+                             f"({self.calib_tokens}) to fit scales when quant.search_holdout=true")
         for key in ("calib_offset", "eval_offset"):
             if getattr(self, key) < 0:
                 raise ValueError(f"quant.{key} must be >= 0 (got {getattr(self, key)})")

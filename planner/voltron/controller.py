@@ -97,6 +97,13 @@ class VoltronPolicy(Policy):
         act_pruned[sel] = True
         return hp.fixed(opt, env, prec, plan.act_precision, shards, pruned, act_pruned)
 
+    def tpot_target(self) -> float:
+        """Decode time the search plans to: QoS minus the prediction margin; in energy mode also minus the margin
+        that computation scaling creates for DVFS (paper §4.4)."""
+        cfg = self.ctx.cfg
+        t = cfg.qos_tpot_s * (1 - cfg.qos_margin)
+        return t * (1 - cfg.energy_scaling) if cfg.energy_mode else t
+
     # ---- energy mode (§4.4) -------------------------------------------------------------------------------------------
     def dvfs(self, plan: PhasePlan) -> PhasePlan:
         """Lowest DVFS level per device whose (conservatively scaled) TPOT estimate keeps the energy margin: the
@@ -124,7 +131,7 @@ class VoltronPolicy(Policy):
         pre = self.env(0, n_in, kv_len, links, budgets)
         dec = self.env(1, 1, kv_len + n_in, links, budgets)
         keep = 1 - cfg.qos_margin
-        res = self.search.search([(pre, cfg.qos_ttft_s * keep), (dec, cfg.qos_tpot_s * keep)], hint=self._last_m)
+        res = self.search.search([(pre, cfg.qos_ttft_s * keep), (dec, self.tpot_target())], hint=self._last_m)
         self._last_m = res.m
         decode = self.dvfs(self.comm_scale(dec, res.plans[1], res.prune_frac))
         return res, res.plans[0], decode
@@ -132,21 +139,23 @@ class VoltronPolicy(Policy):
     def start_turn(self, links: LinkState, budgets: np.ndarray, n_in: int, kv_len: int) -> Decision:
         (res, prefill, decode), ms = timed(self._plan_turn, links, budgets, n_in, kv_len)
         if not res.fits:
-            return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True)
+            return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True, searched=True)
         changed = self.changed(self.current, prefill)
         reload = self.adopt(prefill)
         self._key = None
         self._first_decode = (decode, kv_len + n_in)
-        return Decision(plan=prefill, next_plan=decode, reload_bytes=reload, replanned=changed, plan_ms=ms)
+        return Decision(plan=prefill, next_plan=decode, reload_bytes=reload, replanned=changed, plan_ms=ms,
+                        searched=True)
 
     def replan_decode(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> tuple[PhasePlan, bool]:
         """Decode-phase re-plan (precision search + comm scaling) for the current observation; (plan, fits)."""
         dec = self.env(1, 1, kv_len, links, budgets)
         key = (dec.kv_plan, links.mcs_key, tuple(dec.budgets.tolist()))
         hit = self._cache.get(key)
+        self._searched = hit is None
         if hit is not None:
             return hit
-        res = self.search.search([(dec, self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin))], hint=self._last_m)
+        res = self.search.search([(dec, self.tpot_target())], hint=self._last_m)
         self._last_m = res.m
         plan = self.dvfs(self.comm_scale(dec, res.plans[0], res.prune_frac))
         out = (plan, res.fits)
@@ -169,10 +178,11 @@ class VoltronPolicy(Policy):
             return Decision(plan=self.current)
         self._key = key
         (plan, fits), ms = timed(self.replan_decode, links, budgets, kv_len)
+        searched = self._searched
         if not fits:
-            return Decision(plan=plan, plan_ms=ms, oom=True)
+            return Decision(plan=plan, plan_ms=ms, oom=True, searched=searched)
         if not self.changed(self.current, plan):
-            return Decision(plan=self.current, plan_ms=ms)
+            return Decision(plan=self.current, plan_ms=ms, searched=searched)
         # hysteresis: keep the current plan (no reload) while it still fits, meets QoS and the new plan is not
         # clearly more accurate; otherwise switch (restoration switches are not urgent: reload in the background)
         cur, urgent = self.current, True
@@ -184,6 +194,6 @@ class VoltronPolicy(Policy):
             urgent = not again.fits
             meets = again.fits and (again.est_time_s <= qos or again.est_time_s <= plan.est_time_s)
             if meets and self.accuracy(plan) < self.accuracy(cur) + self.ctx.cfg.restore_gain:
-                return Decision(plan=cur, plan_ms=ms)
+                return Decision(plan=cur, plan_ms=ms, searched=searched)
         reload = self.adopt(plan)
-        return Decision(plan=plan, reload_bytes=reload, replanned=True, plan_ms=ms, urgent=urgent)
+        return Decision(plan=plan, reload_bytes=reload, replanned=True, plan_ms=ms, urgent=urgent, searched=searched)

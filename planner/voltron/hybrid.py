@@ -94,6 +94,7 @@ class HybridPlanner:
         self.tpos = np.full(6, -1)
         self.tpos[self.types] = np.arange(self.T)
         self._cache: dict = {}
+        self._compute_cache: dict = {}
         self._zeros = np.zeros(table.n, dtype=np.int64)
         self._cls_base = self.tpos[table.type_of] * P * len(ACT_BYTES)       # (N,) class index at fp16 / fp16 acts
         self._ranks = np.arange(self.D + len(self.subsets) + 1)[None, :].repeat(self.T * P * len(ACT_BYTES), 0)
@@ -112,6 +113,40 @@ class HybridPlanner:
         return opt
 
     def _build(self, env: PhaseEnv, prune_frac: float) -> OptionTable:
+        """Option table = link-independent compute/memory part (cached separately: an RSSI change only re-prices
+        communication) + the communication part of this link state."""
+        tb, D, T = self.table, self.D, self.T
+        ckey = (env.phase, env.n_tokens, env.kv_len, env.kv_plan, tuple(env.budgets.tolist()),
+                tuple(env.alive.tolist()), round(prune_frac, 6))
+        part = self._compute_cache.get(ckey)
+        if part is None:
+            if len(self._compute_cache) > 1024:
+                self._compute_cache.clear()
+            part = self._compute_cache[ckey] = self._build_compute(env, prune_frac)
+        comp, mem, shards, used, b, u, unit, w_unit, pruned, reserve, head_time = part
+        act_bytes = env.n_tokens * tb.act_width * ACT_BYTES                 # (A,)
+        hop = env.links.hop(act_bytes)                                      # (A, D)
+        A = len(ACT_BYTES)
+        O = comp.shape[2]
+        comm = np.zeros((T, P, A, O))
+        comm[:, :, :, :D] = hop[None, None, :, :]
+        comm[:, :, :, D:] = np.moveaxis(env.links.tp_comm(act_bytes[:, None, None, None], used[None, :, :, D:]), 0, 2)
+        # classes c = (t, p, a)
+        comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
+        comm_c = comm.reshape(-1, O)
+        mem_c = np.broadcast_to(mem[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        shards_c = np.broadcast_to(shards[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        total = comp_c + comm_c
+        total = np.where(np.isfinite(total), total, np.inf)
+        order = np.argsort(total, axis=1, kind="stable")
+        n_valid = np.isfinite(total).sum(axis=1)
+        return OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
+                           pruned=pruned, reserve=reserve, head_time=head_time, act_bytes=act_bytes, hop=hop, n_dev=D,
+                           b=b, u=u, unit=unit, w_unit=w_unit,
+                           sorted_mem=np.take_along_axis(mem_c, order[:, :, None], axis=1),
+                           valid=np.arange(O)[None, :] < n_valid[:, None])
+
+    def _build_compute(self, env: PhaseEnv, prune_frac: float):
         tb, D, T = self.table, self.D, self.T
         alive = env.alive
         feats, _ = tb.features(env.n_tokens, env.kv_len)                    # (6, 3)
@@ -124,15 +159,12 @@ class HybridPlanner:
         unit = (tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] + kv_res[ty][:, None]) / S[:, None]  # (T, P) bytes
         u = slope[:, :, ty] / S[None, None, :]                              # (D, P, T) s per shard
         b = icpt                                                            # (D, P)
-        act_bytes = env.n_tokens * tb.act_width * ACT_BYTES                 # (A,)
-        hop = env.links.hop(act_bytes)                                      # (A, D)
-        A = len(ACT_BYTES)
         Sub = len(self.subsets)
         O = D + Sub + 1                      # + TP over all live devices with shards ∝ free memory (fallback)
         comp = np.full((T, P, O), np.inf)
-        comm = np.zeros((T, P, A, O))
         mem = np.zeros((T, P, O, D))
         shards = np.zeros((T, P, O, D), dtype=np.int64)
+        used_all = np.zeros((T, P, O, D), dtype=bool)
         # MP on each live device
         mp_time = b.T[None, :, :] + (Sk / S)[:, None, None] * np.transpose(u, (2, 1, 0)) * S[:, None, None]  # (T,P,D)
         for d in range(D):
@@ -141,7 +173,7 @@ class HybridPlanner:
             comp[:, :, d] = mp_time[:, :, d]
             mem[:, :, d, d] = Sk[:, None] * unit
             shards[:, :, d, d] = Sk[:, None]
-            comm[:, :, :, d] = hop[None, None, :, d]
+            used_all[:, :, d, d] = True
         # TP over each subset of live devices: greedy = the Sk smallest finishing times b_d + k·u_d
         K = int(Sk.max())
         k = np.arange(1, K + 1)
@@ -162,7 +194,7 @@ class HybridPlanner:
             comp[:, :, o] = t_dev.max(axis=-1)
             mem[:, :, o, :] = kd * unit[:, :, None]
             shards[:, :, o, :] = kd
-            comm[:, :, :, o] = env.links.tp_comm(act_bytes[None, None, :], used[:, :, None, :])
+            used_all[:, :, o, :] = used
         # memory-proportional TP over all live devices: fills every device at the same rate, so memory left over by
         # the speed-balanced options is not stranded in fragments no whole layer fits into (fallback option)
         free = np.where(alive, np.maximum(env.budgets - self._reserve(env, alive), 0.0), 0.0)
@@ -178,24 +210,11 @@ class HybridPlanner:
                 comp[ti, :, o] = t_dev.max(axis=1)
                 mem[ti, :, o, :] = kd[None, :] * unit[ti][:, None]
                 shards[ti, :, o, :] = kd[None, :]
-                comm[ti, :, :, o] = env.links.tp_comm(act_bytes, np.broadcast_to(used, (len(act_bytes), D)))[None, :]
-        # classes c = (t, p, a)
-        comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
-        comm_c = comm.reshape(-1, O)
-        mem_c = np.broadcast_to(mem[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
-        shards_c = np.broadcast_to(shards[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
-        total = comp_c + comm_c
-        total = np.where(np.isfinite(total), total, np.inf)
-        order = np.argsort(total, axis=1, kind="stable")
-        n_valid = np.isfinite(total).sum(axis=1)
+                used_all[ti, :, o, :] = used[None, :]
         reserve = self._reserve(env, alive)
         head_time = float(icpt[0, self.head_precision] + slope[0, self.head_precision, HEAD])
-        return OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
-                           pruned=pruned, reserve=reserve, head_time=head_time, act_bytes=act_bytes, hop=hop, n_dev=D,
-                           b=b, u=u, unit=unit,
-                           w_unit=tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None],
-                           sorted_mem=np.take_along_axis(mem_c, order[:, :, None], axis=1),
-                           valid=np.arange(O)[None, :] < n_valid[:, None])
+        w_unit = tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None]
+        return comp, mem, shards, used_all, b, u, unit, w_unit, pruned, reserve, head_time
 
     def _reserve(self, env: PhaseEnv, alive: np.ndarray) -> np.ndarray:
         """(D,) bytes reserved before layers: activation workspace on every live device, LM head on the main one."""
@@ -356,6 +375,8 @@ class HybridPlanner:
         """Exact MP boundary transfers: activations move when consecutive sublayers live on different devices
         (TP layers live on the main device, where they aggregate); the embedding and the LM head are on the main."""
         home = np.where(strategy == TP, 0, strategy)
+        if not home.any():                                                   # everything lives on the main device
+            return 0.0
         prev = np.concatenate([[0], home])
         nxt = np.concatenate([home, [0]])
         a = np.concatenate([act, act[-1:]])

@@ -24,7 +24,7 @@ import numpy as np
 from scipy.optimize import nnls
 
 from planner.voltron.devices import BYTES_PER_WEIGHT, PRECISIONS, EdgeDevice, device_time
-from planner.voltron.layers import TYPES, LayerTable
+from planner.voltron.layers import LayerTable
 
 PHASES = ("prefill", "decode")
 
@@ -148,4 +148,4 @@ def fit_for(devices: list[EdgeDevice], table: LayerTable, points: int = 160, noi
     return model, accuracy(model, test)
 
 
-__all__ = ["TYPES", "LatencyModel", "Profile", "simulate_profiles", "fit_for", "accuracy", "split"]
+__all__ = ["LatencyModel", "Profile", "simulate_profiles", "fit_for", "accuracy", "split"]

@@ -42,6 +42,8 @@ class PlannerConfig:
     overlap_reload: bool = True        # voltron: shard reloads overlap with compute (§4.3 "Overhead Mitigation")
     energy_mode: bool = False          # voltron: spend the TPOT QoS slack on lower DVFS levels (§4.4)
     energy_margin: float = 0.1         # energy mode keeps this fraction of the TPOT QoS as headroom
+    energy_scaling: float = 0.2        # energy mode first plans decode to (1 - this) × its target (lower precision)
+                                       # to create the latency margin DVFS then spends (§4.4)
     profile_points: int = 160          # simulated profile runs per (device, precision, phase) for the regression
     profile_noise: float = 0.05        # σ of the log-normal noise of simulated profiles
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
@@ -55,6 +57,8 @@ class PlannerConfig:
             raise ValueError("planner.qos_ttft_s and planner.qos_tpot_s must be > 0")
         if not 0 <= self.qos_margin < 1:
             raise ValueError(f"planner.qos_margin must be in [0, 1) (got {self.qos_margin})")
+        if not 0 <= self.energy_scaling < 1:
+            raise ValueError(f"planner.energy_scaling must be in [0, 1) (got {self.energy_scaling})")
         if not 0 <= self.energy_margin < 1:
             raise ValueError(f"planner.energy_margin must be in [0, 1) (got {self.energy_margin})")
         if self.kv_bucket < 1 or self.prune_steps < 2 or self.ffn_shards < 1:
@@ -84,6 +88,7 @@ class Decision:
     reload_bytes: np.ndarray | None = None  # (D,) weight bytes to load from flash before/while running `plan`
     replanned: bool = False                 # the plan changed
     plan_ms: float = 0.0                    # wall-clock time spent planning (measured)
+    searched: bool = False                  # the planner ran (not answered from its cache)
     oom: bool = False                       # no plan fits the memory budgets
     urgent: bool = True                     # the previous plan cannot keep running (memory / device lost): the
                                             # switch cannot wait for the reload to finish in the background

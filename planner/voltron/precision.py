@@ -88,6 +88,21 @@ class PrecisionSearch:
             steps += 1
             return self._eval(envs, m, prune, act)
 
+        def finish(m, prune, envs_q):
+            prec = self.precision_at(m)
+            plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
+            qos_ok = all(p.fits and p.est_time_s <= q for p, (_, q) in zip(plans, envs))
+            return SearchResult(m, prune, prec, plans, True, qos_ok, steps)
+
+        if hint is not None and 0 <= hint <= self.m_max and all(ev(hint, 0.0)):
+            # fast path (token-level re-plans): the previous answer still works → gallop down from it
+            hi, step = hint, 1
+            while hi - step >= 0 and all(ev(hi - step, 0.0)):
+                hi -= step
+                step *= 2
+            lo = max(hi - step + 1, 0)
+            return finish(self._smallest(lambda m: all(ev(m, 0.0)), lo, hi), 0.0, envs)
+
         prune = 0.0
         fits_max, qos_max = ev(self.m_max, 0.0)
         if not fits_max:
@@ -123,7 +138,7 @@ class PrecisionSearch:
 
         lo, hi = 0, self.m_max
         if hint is not None and 0 <= hint <= self.m_max:
-            if ok(hint):
+            if ok(hint):                     # (with pruning or a dropped target the predicate differs from above)
                 hi, step = hint, 1
                 while hi - step >= 0 and ok(hi - step):
                     hi -= step
@@ -135,8 +150,4 @@ class PrecisionSearch:
                     lo += step
                     step *= 2
                 hi = min(lo + step - 1, self.m_max)
-        m = self._smallest(ok, lo, hi)
-        prec = self.precision_at(m)
-        plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
-        qos_ok = all(p.fits and p.est_time_s <= q for p, (_, q) in zip(plans, envs))
-        return SearchResult(m, prune, prec, plans, True, qos_ok, steps)
+        return finish(self._smallest(ok, lo, hi), prune, envs_q)

@@ -52,11 +52,12 @@ class StaticPolicy(Policy):
     def start_turn(self, links: LinkState, budgets: np.ndarray, n_in: int, kv_len: int) -> Decision:
         (prefill, decode), ms = timed(self._plan_turn, links, budgets, n_in, kv_len)
         if not (prefill.fits and decode.fits):
-            return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True)
+            return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True, searched=True)
         changed = self.changed(self.current, decode)
         reload = self.adopt(decode)
         self._key = None
-        return Decision(plan=prefill, next_plan=decode, reload_bytes=reload, replanned=changed, plan_ms=ms)
+        return Decision(plan=prefill, next_plan=decode, reload_bytes=reload, replanned=changed, plan_ms=ms,
+                        searched=True)
 
     def step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
         cur = self.current
@@ -68,10 +69,10 @@ class StaticPolicy(Policy):
         dec = self.env(1, 1, kv_len, links, budgets)
         plan, ms = timed(self._uniform, dec)
         if not plan.fits:
-            return Decision(plan=plan, plan_ms=ms, oom=True)
+            return Decision(plan=plan, plan_ms=ms, oom=True, searched=True)
         changed = self.changed(cur, plan)
         reload = self.adopt(plan) if changed else np.zeros(self.hp.D)
-        return Decision(plan=plan, reload_bytes=reload, replanned=changed, plan_ms=ms)
+        return Decision(plan=plan, reload_bytes=reload, replanned=changed, plan_ms=ms, searched=True)
 
 
 def proportional(total: int, weights: np.ndarray, caps: np.ndarray | None = None) -> np.ndarray:

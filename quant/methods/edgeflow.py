@@ -24,24 +24,40 @@ log = logging.getLogger(__name__)
 
 def search_group(names: list[str], weights: dict[str, np.ndarray], spec: ModelSpec, calib: Calibration,
                  alphas: np.ndarray, beta: float, bits_fn, settings: QuantSettings) -> tuple[float, dict[str, QLinear]]:
-    """Grid-search α for one smoothing group; returns (best α, its quantized layers). Ties -> smaller α."""
+    """Grid-search α for one smoothing group; returns (best α, its quantized layers). Ties -> smaller α.
+
+    With `search_holdout`, S_I and the activation scale are fitted on the first calibration tokens and the error is
+    scored on the last `search_tokens` (held out): scoring on the tokens that set the scales rewards α -> 1, which
+    normalises exactly the calibration maxima and then saturates on unseen text. The chosen α is finally applied
+    with statistics from all calibration tokens.
+    """
     x = calib.inputs[names[0]]                                                   # (T, D)
-    xs = x[:settings.search_tokens]
-    y_ref = {n: xs @ weights[n].T for n in names}                                # (Ts, C)
-    s_max = group_in_max(names, calib.in_max, spec)
+    if settings.search_holdout:
+        x_fit, x_err = x[:-settings.search_tokens], x[-settings.search_tokens:]
+        in_max = {names[0]: np.abs(x_fit).max(axis=0)}
+    else:
+        x_fit, x_err = x, x[:settings.search_tokens]
+        in_max = calib.in_max
+    y_ref = {n: x_err @ weights[n].T for n in names}                             # (Ts, C)
+    s_max = group_in_max(names, in_max, spec)
     s_out = {n: output_scale(calib.out_max[n], beta) if beta > 0 else None for n in names}
-    best: tuple[float, float, dict[str, QLinear]] | None = None
+    best: tuple[float, float] | None = None
     for a in alphas:
         s_in = input_scale(s_max, float(a)) if a > 0 else None
-        layers, err = {}, 0.0
+        err = 0.0
         for n in names:
             w = weights[n]
             bits = bits_fn(smooth_weight(w, s_in, s_out[n]))
-            layers[n] = make_qlinear(w, bits, x, s_in, s_out[n])
-            err += relative_output_error(layers[n], xs, y_ref[n])
+            err += relative_output_error(make_qlinear(w, bits, x_fit, s_in, s_out[n]), x_err, y_ref[n])
         if best is None or err < best[0]:
-            best = (err, float(a), layers)
-    return best[1], best[2]
+            best = (err, float(a))
+    alpha = best[1]
+    s_in = input_scale(group_in_max(names, calib.in_max, spec), alpha) if alpha > 0 else None
+    layers = {}
+    for n in names:
+        w = weights[n]
+        layers[n] = make_qlinear(w, bits_fn(smooth_weight(w, s_in, s_out[n])), x, s_in, s_out[n])
+    return alpha, layers
 
 
 class EdgeFlow(Method):

@@ -46,12 +46,15 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
     rows: list[dict] = []
     ttfts: list[float] = []
     plan_ms: list[float] = []
+    search_ms: list[float] = []
     st = {"oom": False, "plan_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True, "energy": 0.0,
           "energy_decode": 0.0, "turns_done": 0}
 
     def account(d: Decision) -> None:
         if d.plan_ms > 0:
             plan_ms.append(d.plan_ms)
+        if d.searched:
+            search_ms.append(d.plan_ms)
         if d.replanned:
             if not st["first"]:
                 st["replans"] += 1
@@ -128,10 +131,10 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
 
     env.process(user())
     env.run()
-    return RunResult(_metrics(rows, ttfts, plan_ms, st, cfg, turns), rows)
+    return RunResult(_metrics(rows, ttfts, plan_ms, search_ms, st, cfg, turns), rows)
 
 
-def _metrics(rows, ttfts, plan_ms, st, cfg, turns) -> dict:
+def _metrics(rows, ttfts, plan_ms, search_ms, st, cfg, turns) -> dict:
     dec = [r for r in rows if r["phase"] == "decode"]
     tpot = np.array([r["step_s"] for r in dec]) * 1e3                      # ms
     acc = np.array([r["accuracy"] for r in dec]) if dec else np.array([])
@@ -151,6 +154,8 @@ def _metrics(rows, ttfts, plan_ms, st, cfg, turns) -> dict:
         "replans": int(st["replans"]),
         "plan_ms_p50": f(np.median(plan_ms)) if plan_ms else None,
         "plan_ms_max": f(np.max(plan_ms)) if plan_ms else None,
+        "plan_searches": len(search_ms),
+        "plan_ms_p50_search": f(np.median(search_ms)) if search_ms else None,
         "oom": bool(st["oom"]),
         "tokens_generated": int(st["tokens"]),
         "tokens_requested": int(requested),
@@ -184,9 +189,9 @@ def simulate(spec, cluster_spec, pcfg, tcfg, wl: WorkloadConfig, rssi: RssiTable
     return res
 
 
-MEASURED_KEYS = ["plan_ms_p50", "plan_ms_max"]
+MEASURED_KEYS = ["plan_ms_p50", "plan_ms_max", "plan_ms_p50_search"]
 MODELLED_KEYS = ["ttft_s", "ttft_s_max", "qos_ttft_ok", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate",
                  "accuracy_proxy", "replans", "oom", "tokens_generated", "tokens_requested", "stall_s_total",
-                 "energy_j", "energy_mj_per_token",
+                 "energy_j", "energy_mj_per_token", "plan_searches",
                  "turns_completed", "latency_model_accuracy", "latency_model_mape", "latency_model_r2",
                  "importance_source"]

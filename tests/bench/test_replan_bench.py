@@ -38,8 +38,9 @@ def test_replan_benchmark():
     for e in envs[:3]:
         search.search([(e, qos)])                                        # warm-up (imports, allocator)
 
-    def cold(e):                                                          # new KV bucket / link state: rebuild tables
+    def cold(e):                                                          # nothing cached: rebuild all option tables
         hp._cache.clear()
+        hp._compute_cache.clear()
         return search.search([(e, qos)])
 
     def warm(e):                                                          # tables cached: the precision search alone
@@ -53,8 +54,9 @@ def test_replan_benchmark():
     traj = [pol.env(1, 1, 64 * i, links(-40 - i, -40 - 0.2 * i), pol.ctx.cluster.budgets()) for i in range(40)]
     last = [None]
 
-    def token_replan(e):
+    def token_replan(e):                                                  # KV bucket and RSSI both moved: rebuild
         hp._cache.clear()
+        hp._compute_cache.clear()
         r = search.search([(e, qos)], hint=last[0])
         last[0] = r.m
         return r

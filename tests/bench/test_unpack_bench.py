@@ -2,8 +2,8 @@
 
 A Llama3-8B ffn_down-sized tensor (4096 out channels x 14336 weights) with the twin bit allocation of Llama3-8B
 at a 5-bit budget (quant.twin.twin_bits, layer 0; falls back to the Fig. 4a shares without the twin), random codes.
-Single thread (plus one 2-thread row for the best ISA and memcpy). Per format and ISA: best-of-N wall time of the
-native unpack into a warm (C, D) int8 buffer -> weights/s, GB/s of INT8 output, ratio to memcpy of the same INT8
+Single thread (plus one 2-thread row for the best ISA and memcpy). Per format and ISA: best-of-N wall time (the
+configurations are timed round-robin, N rounds, so interference from other work hits all alike) of the native unpack into a warm (C, D) int8 buffer -> weights/s, GB/s of INT8 output, ratio to memcpy of the same INT8
 bytes (the physical limit, measured in this run), and instructions per weight counted with valgrind's callgrind on
 a strided channel slice (`perf stat` has no instruction counter on this host; valgrind cannot run AVX-512, so that
 column is n/a there).
@@ -37,7 +37,7 @@ OUT = ROOT / "outputs" / "bench" / "unpack.json"
 C, D = 4096, 14336                  # Llama3-8B ffn_down (out channels, weights per channel)
 BUDGET = 5.0                        # bits per weight (EdgeFlow's 5-bit setting)
 FIG4A = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}  # EdgeFlow Fig. 4a channel shares (SPEC §3.5)
-REPS = 7                            # timed repetitions (best-of) per configuration
+REPS = 15                           # timed repetitions (best-of, round-robin) per configuration
 COUNT_STRIDE = 32                   # every 32nd channel for the callgrind instruction counts (128 x 14336 weights)
 PER_BIT_SHAPE = (512, 4096)         # per-bit-width throughput tensor
 
@@ -123,27 +123,35 @@ def test_unpack_throughput(alloc):
     payloads[("int8", 0)] = baselines.int8_pack(q, bits)
 
     src8 = q.copy()
-    t_memcpy, t_memcpy_med = best_time(lambda: native.memcpy(out, src8))
-    rows = [dict(format="memcpy", group=0, isa="libc", s=t_memcpy, s_median=t_memcpy_med)]
-
-    configs = [("weightlet", 128, i) for i in isas]
+    configs = [("memcpy", 0, "libc")]
+    configs += [("weightlet", 128, i) for i in isas]
     configs += [("weightlet", 256, i) for i in isas if i in ("avx2", "avx512", "neon")]
     configs += [("weightlet", 512, i) for i in isas if i in ("avx512",)]
     configs += [("mixed", 0, i) for i in isas]
     configs += [("kquant", 0, "ref"), ("int8", 0, "libc")]
-    for fmt, R, isa in configs:
-        p = payloads[(fmt, R)]
-        f = FORMATS[fmt]
-        call = (lambda: f.unpack_native(p, b3, C, D, R, out=out)) if isa == "libc" else \
-               (lambda: f.unpack_native(p, b3, C, D, R, isa=isa, out=out))
-        t, tm = best_time(call, REPS if fmt != "kquant" else 3)
-        assert np.array_equal(out, q), (fmt, R, isa)       # a benchmark of a wrong kernel is worthless
-        rows.append(dict(format=fmt, group=R, isa=isa, s=t, s_median=tm))
 
-    # memcpy again after the kernels (the host is shared: keep the faster of the two measurements as the limit)
-    t2, tm2 = best_time(lambda: native.memcpy(out, src8))
-    if t2 < t_memcpy:
-        t_memcpy, rows[0]["s"], rows[0]["s_median"] = t2, t2, tm2
+    def make_call(fmt, R, isa):
+        if fmt == "memcpy":
+            return lambda: native.memcpy(out, src8)
+        p, f = payloads[(fmt, R)], FORMATS[fmt]
+        if isa == "libc":
+            return lambda: f.unpack_native(p, b3, C, D, R, out=out)
+        return lambda: f.unpack_native(p, b3, C, D, R, isa=isa, out=out)
+
+    calls = [make_call(*c) for c in configs]
+    for c, call in zip(configs, calls):                    # warm up, and check every kernel before timing it
+        call()
+        assert c[0] == "memcpy" or np.array_equal(out, q), c  # a benchmark of a wrong kernel is worthless
+    # round-robin repetitions: interference from other work on this shared host hits every config alike
+    times = [[] for _ in configs]
+    for _ in range(REPS):
+        for k, call in enumerate(calls):
+            t0 = time.perf_counter()
+            call()
+            times[k].append(time.perf_counter() - t0)
+    rows = [dict(format=f, group=R, isa=i, s=min(ts), s_median=float(np.median(ts)))
+            for (f, R, i), ts in zip(configs, times)]
+    t_memcpy = rows[0]["s"]
 
     # two threads (this host has 2 cores; shared with other work, so indicative): channel halves in parallel
     from concurrent.futures import ThreadPoolExecutor
@@ -209,7 +217,8 @@ def test_unpack_throughput(alloc):
     result = dict(
         measured=True, host=platform.processor() or platform.machine(), cpu_count=os.cpu_count(), threads=1,
         tensor=dict(C=C, D=D, weights=n, allocation=alloc_src, bits_share=hist, mean_bits=float(bits.mean())),
-        reps=REPS, timing="best of reps, warm buffers; threads=1 unless a row says 2", isas=isas,
+        reps=REPS, timing="best of reps, round-robin over configs, warm buffers; threads=1 unless a row says 2",
+        isas=isas,
         instr_counter="valgrind callgrind (perf stat: instructions not supported on this host)",
         rows=rows, per_bit=per_bit, per_bit_shape=list(PER_BIT_SHAPE),
         per_bit_memcpy_weights_per_s=Cb * Db / t_small)

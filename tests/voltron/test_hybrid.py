@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from planner.voltron.hybrid import PhaseEnv
 from planner.voltron.layers import FFN_DENSE, FFN_MOE
 from planner.voltron.plan import TP, PhasePlan
 from tests.voltron.helpers import links, policy
