@@ -2,8 +2,9 @@
 
     python -m experiments.multidevice cluster=office model=qwen2_5_14b planner=voltron trace=walk_away turns=5
 
-Writes `metrics.json` (keys in docs/multidevice.md), `config.yaml` and `timeline.csv` (one row per step: time, TPOT,
-plan id, precisions, pruned shards, RSSI per link) into the Hydra run directory.
+Writes `metrics.json` (keys in docs/multidevice.md), `config.yaml`, `timeline.csv` (one row per step: time, TPOT,
+plan id, precisions, pruned shards, RSSI per link) and `plans.jsonl` (every plan adopted, by plan id) into the Hydra
+run directory.
 """
 from __future__ import annotations
 
@@ -67,6 +68,9 @@ def main(cfg: DictConfig) -> None:
     out = run_dir()
     if cfg.timeline:
         atomic_write_text(out / "timeline.csv", pd.DataFrame(res.timeline).to_csv(index=False))
+        # every plan adopted, one JSON object per line (PhasePlan.from_json reads them back; the HIL takes the same)
+        atomic_write_text(out / "plans.jsonl", "".join(f'{{"plan_id": {k}, "plan": {p.to_json()}}}\n'
+                                                       for k, p in sorted((res.plans or {}).items())))
     write_run_outputs(out, cfg, res.metrics, measured=MEASURED_KEYS, modelled=MODELLED_KEYS)
     m = res.metrics
     print(f"{m['cluster']}/{m['model']}/{m['planner']}/{m['trace']}: TTFT {m['ttft_s']} s, TPOT p50 "

@@ -44,6 +44,8 @@ class QuantizeConfig:
 
             if not pack_available():
                 raise ValueError("pack=true: the packed-format writer quant.pack.write_packed_model is not available")
+        if self.pack and self.method == "shadow_outlier":
+            raise ValueError("pack=true: method=shadow_outlier keeps FP16 outlier columns the packed format does not store")
         if self.model.weights != WeightSource.real:
             raise ValueError(f"model={self.model.name} has no weights here (model.weights=twin); "
                              "quantize needs a real model, e.g. model=smollm2_135m")
@@ -75,9 +77,12 @@ def main_task(cfg: DictConfig) -> dict[str, Any]:
     out = run_dir()
     measured, modelled = list(MEASURED_KEYS), list(MODELLED_KEYS)
     if qc.pack:
-        from quant.pipeline import write_pack
+        from quant.export import write_pack
+        from quant.gguf_model import load_weights
 
-        res.metrics["packed_bytes"] = float(write_pack(res.model, qc.model, out))
+        path = write_pack(res.model, qc.model, load_weights(qc.model), out)
+        res.metrics["packed_bytes"] = float(path.stat().st_size)
+        res.metrics["packed_file"] = path.name
         measured.append("packed_bytes")
     m = res.metrics
     log.info("%s bits=%s budget=%.2f: ppl %.3f (ref %.3f), KL %.4f, avg bits %.3f, %.1f MB", qc.method, qc.bits,

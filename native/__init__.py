@@ -65,6 +65,7 @@ def _load() -> ct.CDLL:
             "ef_container_head_bytes": (i64, [u8p, u64, u64, ct.c_char_p, i32]),
             "ef_container_check_index": (i32, [u8p, u64, u64, ct.c_char_p, i32]),
             "ef_container_check_tensor": (i32, [u8p, u64, u32, u8p, u64, i32, ct.c_char_p, i32]),
+            "ef_unpack_blob": (i32, [i32, u8p, u64, u32, u8p, u64, i8p, i64, i64, ct.c_void_p]),
             "ef_container_tensor": (i32, [u8p, u64, u32, ct.c_char_p, ct.POINTER(u32), ct.POINTER(u32),
                                           ct.POINTER(u64), ct.POINTER(u64), ct.POINTER(u64), ct.POINTER(u64)]),
         }
@@ -292,3 +293,16 @@ def check_container_file(path, verify_crc: bool = True) -> tuple[int, str]:
         return 0, ""
     finally:
         os.close(fd)
+
+
+def unpack_blob(head, idx: int, blob, C: int, D: int, isa: str | None = None, out=None, c0: int = 0,
+                c1: int | None = None, threads: int = 1) -> np.ndarray:
+    """Tensor #idx of a packed file, any format, unpacked by the C container path a native runner uses:
+    head = the file's first bytes (header + index + metadata), blob = the tensor's bytes -> (C, D) int8."""
+    head, blob = _in(head, "head"), _in(blob, "blob")
+    out = _out(out, (int(C), int(D)))
+    c0, c1 = _range(C, c0, c1)
+    i, lib = _isa_index(isa), _load()
+    _run(lambda a, b: lib.ef_unpack_blob(i, _ptr(head), head.nbytes, int(idx), _ptr(blob), blob.nbytes, _ptr(out),
+                                         a, b, None), c0, c1, threads, f"unpack_blob #{idx}")
+    return out

@@ -21,8 +21,8 @@ from quant.settings import QuantSettings
 from quant.twin import bits_histogram
 
 MEASURED_KEYS = ["ppl", "ref_ppl", "kl_mean", "avg_bits", "avg_bits_channel", "bits_histogram", "alpha_mean",
-                 "quantize_s", "eval_s", "eval_tokens", "calib_tokens", "budget"]
-MODELLED_KEYS = ["model_bytes", "model_mb", "weight_bytes_linear", "compression_vs_fp16"]
+                 "quantize_s", "eval_s", "eval_tokens", "calib_tokens", "budget", "n_linear_weights"]
+MODELLED_KEYS = ["model_bytes", "model_mb", "weight_bytes_linear", "compression_vs_fp16", "stored_bits_per_weight"]
 
 
 @dataclass
@@ -68,6 +68,8 @@ def run_quantization(spec: ModelSpec, method: str, bits: int, budget: float, set
         "model_bytes": float(total),
         "model_mb": float(total / 1e6),
         "weight_bytes_linear": float(lin_bytes),
+        "n_linear_weights": int(d.sum()),
+        "stored_bits_per_weight": float(lin_bytes * 8 / d.sum()),   # incl. scales, widths, shadow FP16 columns
         "compression_vs_fp16": float(spec.total_params() * 2 / total),
         "quantize_s": t1 - t0,
         "eval_s": t2 - t1,
@@ -77,22 +79,11 @@ def run_quantization(spec: ModelSpec, method: str, bits: int, budget: float, set
     return QuantResult(metrics, qm)
 
 
+
 def pack_available() -> bool:
-    """True when the packed-format writer (quant.pack.write_packed_model, another module's job) exists."""
+    """True when the packed-format writer (quant.pack.write_packed_model) is importable."""
     try:
         from quant.pack import write_packed_model  # noqa: F401
     except ImportError:
         return False
     return True
-
-
-def write_pack(qm: QuantizedModel, spec: ModelSpec, out_dir) -> int:
-    """Write the packed weight file of `qm` into `out_dir`; returns its size in bytes."""
-    from pathlib import Path
-
-    from quant.pack import write_packed_model
-
-    path = Path(out_dir) / f"{spec.name}.{qm.method}.efpk"
-    tensors = {n: (l.q, l.scale, l.bits) for n, l in qm.layers.items()}
-    write_packed_model(path, tensors)
-    return path.stat().st_size

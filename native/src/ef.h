@@ -102,6 +102,12 @@ int ef_container_check_index(const uint8_t *head, uint64_t avail, uint64_t file_
 int ef_container_check_tensor(const uint8_t *head, uint64_t avail, uint32_t idx, const uint8_t *blob,
                               uint64_t blob_len, int verify_crc, char *err, int errlen);
 
+/* Unpack rows [c0, c1) of tensor `idx` from its blob (read with one pread and checked with ef_container_check_tensor)
+ * into out (C, D) int8, whatever its format; *scales (if non-NULL) points at the blob's float32 (C,) scales.
+ * Float32 tensors return EF_E_ARG (nothing to unpack). */
+int ef_unpack_blob(int isa, const uint8_t *head, uint64_t avail, uint32_t idx, const uint8_t *blob, uint64_t blob_len,
+                   int8_t *out, int64_t c0, int64_t c1, const float **scales);
+
 /* Fields of tensor `idx` of a file already validated by ef_container_check. Returns EF_OK / EF_E_ARG. */
 int ef_container_tensor(const uint8_t *buf, uint64_t len, uint32_t idx, char *name96, uint32_t *fmt,
                         uint32_t *group, uint64_t *C, uint64_t *D, uint64_t *offset, uint64_t *size);

@@ -232,3 +232,23 @@ int ef_container_tensor(const uint8_t *buf, uint64_t len, uint32_t idx, char *na
     *size = rd64(e + 128);
     return EF_OK;
 }
+
+int ef_unpack_blob(int isa, const uint8_t *head, uint64_t avail, uint32_t i, const uint8_t *blob, uint64_t blob_len,
+                   int8_t *out, int64_t c0, int64_t c1, const float **scales) {
+    const uint32_t n = rd32(head + 16);
+    const uint64_t index_off = rd64(head + 24);
+    if (i >= n || index_off + (uint64_t)(i + 1) * EF_ENTRY_SIZE > avail) return EF_E_ARG;
+    const uint8_t *e = head + index_off + (uint64_t)i * EF_ENTRY_SIZE;
+    const uint32_t fmt = rd32(e + 96), group = rd32(e + 100);
+    const int64_t C = (int64_t)rd64(e + 104), D = (int64_t)rd64(e + 112);
+    const uint64_t size = rd64(e + 128), sc_off = rd64(e + 144), pl_off = rd64(e + 152), pl_size = rd64(e + 160);
+    if (blob_len != size || (!blob && size) || pl_off + pl_size != size) return EF_E_TRUNC;
+    if (scales) *scales = fmt == FMT_F32 ? NULL : (const float *)(const void *)(blob + sc_off);
+    switch (fmt) {
+    case FMT_WEIGHTLET: return ef_unpack_weightlet(isa, blob, C, D, (int)group, blob + pl_off, pl_size, out, c0, c1);
+    case FMT_INT8: return ef_unpack_int8(blob + pl_off, pl_size, C, D, out, c0, c1);
+    case FMT_MIXED: return ef_unpack_mixed(isa, blob, C, D, blob + pl_off, pl_size, out, c0, c1);
+    case FMT_KQUANT: return ef_unpack_kquant(isa, blob, C, D, blob + pl_off, pl_size, out, c0, c1);
+    default: return EF_E_ARG; /* float32 tensors have nothing to unpack */
+    }
+}

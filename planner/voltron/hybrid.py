@@ -21,6 +21,7 @@ overflows some device; the prefix is committed and only that class moves to its 
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from dataclasses import dataclass
 
@@ -123,14 +124,20 @@ class HybridPlanner:
             if len(self._compute_cache) > 1024:
                 self._compute_cache.clear()
             part = self._compute_cache[ckey] = self._build_compute(env, prune_frac)
-        comp, mem, shards, used, b, u, unit, w_unit, pruned, reserve, head_time = part
+        comp, mem, shards, used, b, u, unit, w_unit, pruned, reserve, head_time, run_len = part
         act_bytes = env.n_tokens * tb.act_width * ACT_BYTES                 # (A,)
         hop = env.links.hop(act_bytes)                                      # (A, D)
         A = len(ACT_BYTES)
         O = comp.shape[2]
         comm = np.zeros((T, P, A, O))
+        # MP: the paper charges one activation transfer per layer (`comm`); the alternative ranking (`comm_run`)
+        # charges the transfer into and out of a remote device once per *run* of layers on it, shared by the run's
+        # layers, a run lasting as many sublayers as the device can hold. The search ranks with the paper's charge;
+        # the final plan is built with both rankings and the one with the lower exact estimate is kept.
         comm[:, :, :, :D] = hop[None, None, :, :]
         comm[:, :, :, D:] = np.moveaxis(env.links.tp_comm(act_bytes[:, None, None, None], used[None, :, :, D:]), 0, 2)
+        comm_run = comm.copy()
+        comm_run[:, :, :, :D] = 2 * hop[None, None, :, :] / run_len[:, :, None, :]
         # classes c = (t, p, a)
         comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
         comm_c = comm.reshape(-1, O)
@@ -140,11 +147,16 @@ class HybridPlanner:
         total = np.where(np.isfinite(total), total, np.inf)
         order = np.argsort(total, axis=1, kind="stable")
         n_valid = np.isfinite(total).sum(axis=1)
-        return OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
+        total_run = comp_c + comm_run.reshape(-1, O)
+        order_run = np.argsort(np.where(np.isfinite(total_run), total_run, np.inf), axis=1, kind="stable")
+        main = OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
                            pruned=pruned, reserve=reserve, head_time=head_time, act_bytes=act_bytes, hop=hop, n_dev=D,
                            b=b, u=u, unit=unit, w_unit=w_unit,
                            sorted_mem=np.take_along_axis(mem_c, order[:, :, None], axis=1),
                            valid=np.arange(O)[None, :] < n_valid[:, None])
+        main.alt = dataclasses.replace(main, order=order_run,
+                                       sorted_mem=np.take_along_axis(mem_c, order_run[:, :, None], axis=1))
+        return main
 
     def _build_compute(self, env: PhaseEnv, prune_frac: float):
         tb, D, T = self.table, self.D, self.T
@@ -197,7 +209,7 @@ class HybridPlanner:
             used_all[:, :, o, :] = used
         # memory-proportional TP over all live devices: fills every device at the same rate, so memory left over by
         # the speed-balanced options is not stranded in fragments no whole layer fits into (fallback option)
-        free = np.where(alive, np.maximum(env.budgets - self._reserve(env, alive), 0.0), 0.0)
+        free = np.where(alive, np.maximum(env.budgets - self._reserve(env, alive), 0.0), 0.0)      # (D,) bytes
         if alive.sum() >= 2 and free.sum() > 0:
             o = D + Sub
             for ti in range(T):
@@ -214,7 +226,9 @@ class HybridPlanner:
         reserve = self._reserve(env, alive)
         head_time = float(icpt[0, self.head_precision] + slope[0, self.head_precision, HEAD])
         w_unit = tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None]
-        return comp, mem, shards, used_all, b, u, unit, w_unit, pruned, reserve, head_time
+        layer_bytes = np.maximum(Sk[:, None] * unit, 1.0)                                  # (T, P)
+        run_len = np.clip(free[None, None, :] / layer_bytes[:, :, None], 1.0, tb.n)         # (T, P, D) sublayers
+        return comp, mem, shards, used_all, b, u, unit, w_unit, pruned, reserve, head_time, run_len
 
     def _reserve(self, env: PhaseEnv, alive: np.ndarray) -> np.ndarray:
         """(D,) bytes reserved before layers: activation workspace on every live device, LM head on the main one."""
@@ -323,10 +337,19 @@ class HybridPlanner:
 
     def assign(self, opt: OptionTable, env: PhaseEnv, precision: np.ndarray,
                act_precision: np.ndarray | None = None) -> PhasePlan:
+        """Full plan: the paper's ranking and the run-amortised ranking (see `_build`); the better exact estimate wins."""
         act = self._zeros if act_precision is None else act_precision
         cls = self.class_of(precision, act)
         chosen, fits = self._run(opt, env, cls)
-        return self._plan(opt, env, precision, act, chosen, fits)
+        plan = self._plan(opt, env, precision, act, chosen, fits)
+        alt = getattr(opt, "alt", None)
+        if alt is not None:
+            chosen2, fits2 = self._run(alt, env, cls)
+            if fits2:
+                plan2 = self._plan(alt, env, precision, act, chosen2, fits2)
+                if plan2.fits and plan2.est_time_s < plan.est_time_s:
+                    return plan2
+        return plan
 
     def _plan(self, opt: OptionTable, env: PhaseEnv, precision, act, chosen, fits) -> PhasePlan:
         cls = self.class_of(precision, act)

@@ -71,7 +71,7 @@ class StaticPolicy(Policy):
         if not plan.fits:
             return Decision(plan=plan, plan_ms=ms, oom=True, searched=True)
         changed = self.changed(cur, plan)
-        reload = self.adopt(plan) if changed else np.zeros(self.hp.D)
+        reload = self.adopt(plan)                  # zero bytes when only the KV reservation moved
         return Decision(plan=plan, reload_bytes=reload, replanned=changed, plan_ms=ms, searched=True)
 
 

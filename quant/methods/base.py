@@ -20,7 +20,8 @@ from quant.llama import LinearHook
 from quant.quantize import ACT_QMAX, act_scale, dequantize_rows, fake_quant_act, quantize_rows
 from quant.settings import QuantSettings
 
-EMBED_BITS_PER_WEIGHT = 34 * 8 / 32   # token embedding (and tied head) kept as in the GGUF: Q8_0 = 34 bytes / 32 weights
+EMBED_BYTES_PER_WEIGHT = 1            # token embedding (= tied head) stored as per-row INT8 (quant.export) ...
+EMBED_SCALE_BYTES = 4                 # ... plus one float32 scale per vocabulary row
 SCALE_BYTES = 4                       # float32 per-channel weight scale
 WIDTH_BITS = 3                        # per-channel bit width, packed 3-bit array (EdgeFlow §4.2)
 NORM_BYTES = 4                        # float32 norm weights (smoothing scales are folded into them)
@@ -79,10 +80,13 @@ class QuantizedModel(LinearHook):
         return bits, d
 
     def model_bytes(self, spec: ModelSpec) -> float:
-        """Packed size estimate: weight bits + per-channel scale & 3-bit width + act scale + norms + Q8_0 embeddings."""
+        """Packed size estimate: weight bits + per-channel scale & 3-bit width + act scale + norms + INT8 embeddings.
+
+        Excludes the packed format's group/section padding (quant.pack.packed_nbytes gives the exact blob size)."""
         lin = sum(l.weight_bytes() for l in self.layers.values())
         norms = (2 * spec.n_layers + 1) * spec.d_model * NORM_BYTES
-        emb = spec.vocab * spec.d_model * EMBED_BITS_PER_WEIGHT / 8 * (1 if spec.tied_embeddings else 2)
+        emb = (spec.vocab * (spec.d_model * EMBED_BYTES_PER_WEIGHT + EMBED_SCALE_BYTES)
+               * (1 if spec.tied_embeddings else 2))
         return lin + norms + emb
 
 
@@ -125,4 +129,4 @@ def uniform_bits(c: int, bits: int) -> np.ndarray:
 
 
 __all__ = ["ACT_QMAX", "Method", "QLinear", "QuantizedModel", "make_qlinear", "relative_output_error",
-           "uniform_bits", "EMBED_BITS_PER_WEIGHT"]
+           "uniform_bits"]

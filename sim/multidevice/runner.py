@@ -25,6 +25,7 @@ from sim.wireless import LinkTracker, RssiTrace
 class RunResult:
     metrics: dict
     timeline: list[dict]
+    plans: dict | None = None          # plan id -> PhasePlan (every plan adopted during the run)
 
 
 def _reload_s(ctx: PolicyContext, d: Decision) -> float:
@@ -50,7 +51,11 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
     st = {"oom": False, "plan_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True, "energy": 0.0,
           "energy_decode": 0.0, "turns_done": 0}
 
+    plans: dict = {}
+
     def account(d: Decision) -> None:
+        if d.replanned or not plans:
+            plans[st["plan_id"] + (1 if d.replanned else 0)] = d.plan
         if d.plan_ms > 0:
             plan_ms.append(d.plan_ms)
         if d.searched:
@@ -131,7 +136,7 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
 
     env.process(user())
     env.run()
-    return RunResult(_metrics(rows, ttfts, plan_ms, search_ms, st, cfg, turns), rows)
+    return RunResult(_metrics(rows, ttfts, plan_ms, search_ms, st, cfg, turns), rows, plans)
 
 
 def _metrics(rows, ttfts, plan_ms, search_ms, st, cfg, turns) -> dict:

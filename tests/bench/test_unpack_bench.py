@@ -199,7 +199,11 @@ def test_unpack_throughput(alloc):
         for isa in isas:
             t, _ = best_time(lambda: native.unpack_weightlet(pb, b3b, Cb, Db, 128, isa=isa, out=ob))
             assert np.array_equal(ob, qb)
-            per_bit.append(dict(bits=B, isa=isa, group=128, weights_per_s=Cb * Db / t))
+            per_bit.append(dict(bits=B, isa=isa, group=128, weights_per_s=Cb * Db / t))  # weightlet
+        pm = baselines.mixed_pack(qb, bb)
+        t, _ = best_time(lambda: native.unpack_mixed(pm, b3b, Cb, Db, isa=native.best_isa(), out=ob))
+        assert np.array_equal(ob, qb)
+        per_bit.append(dict(bits=B, isa=native.best_isa(), group=0, format="mixed", weights_per_s=Cb * Db / t))
         pk = baselines.kquant_pack(qb, bb)
         t, _ = best_time(lambda: native.unpack_kquant(pk, b3b, Cb, Db, isa="ref", out=ob), 3)
         per_bit.append(dict(bits=B, isa="ref", group=0, format="kquant", weights_per_s=Cb * Db / t))
@@ -236,7 +240,9 @@ def test_unpack_throughput(alloc):
           f"{Cb * Db / t_small / 1e9:.2f}):" if per_bit else "")
     for B in range(1, 9) if per_bit else ():
         cells = " ".join(f"{x['isa']}={x['weights_per_s'] / 1e9:.2f}" for x in per_bit
-                         if x["bits"] == B and x.get("format") != "kquant")
+                         if x["bits"] == B and "format" not in x)
+        mx = [x for x in per_bit if x["bits"] == B and x.get("format") == "mixed"][0]["weights_per_s"]
+        cells += f"  mixed-{native.best_isa()}={mx / 1e9:.2f}"
         kq = [x for x in per_bit if x["bits"] == B and x.get("format") == "kquant"][0]["weights_per_s"]
         print(f"  B={B}: {cells}  kquant-ref={kq / 1e9:.3f}")
     print(f"wrote {out_json}")

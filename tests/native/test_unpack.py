@@ -3,6 +3,8 @@ import hashlib
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import native
 from quant.pack import baselines, pack_bits3, unpack_bits3, weightlet
@@ -169,3 +171,20 @@ def test_crc32_matches_zlib():
     for n in (0, 1, 3, 4, 5, 1000):
         b = np.random.default_rng(n).integers(0, 256, n, dtype=np.uint8).tobytes()
         assert native.crc32(b) == zlib.crc32(b)
+
+
+@settings(max_examples=60, deadline=None)
+@given(C=st.integers(0, 12), D=st.integers(0, 700), R=st.sampled_from(weightlet.GROUPS), seed=st.integers(0, 2**32 - 1))
+def test_random_shapes_round_trip_every_format_and_isa(C, D, R, seed):
+    rng = np.random.default_rng(seed)
+    bits = rng.integers(1, 9, C)
+    q = random_codes(rng, bits, D)
+    b3 = pack_bits3(bits)
+    pw = weightlet.pack(q, bits, R)
+    assert pw.size == int(bits.sum()) * -(-D // 8)                           # B * ceil(D/8) bytes per channel
+    assert np.array_equal(weightlet.unpack_ref(pw, bits, D, R), q)
+    pm, pk = baselines.mixed_pack(q, bits), baselines.kquant_pack(q, bits)
+    for isa in native.available_isas():
+        assert np.array_equal(native.unpack_weightlet(pw, b3, C, D, R, isa=isa), q), isa
+        assert np.array_equal(native.unpack_mixed(pm, b3, C, D, isa=isa), q), isa
+        assert np.array_equal(native.unpack_kquant(pk, b3, C, D, isa=isa), q), isa

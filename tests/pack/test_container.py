@@ -55,6 +55,26 @@ def test_round_trip_every_format(tmp_path, fmt):
     assert not list(tmp_path.glob(".*tmp"))                            # no temp files left behind
 
 
+@pytest.mark.parametrize("fmt", list(FORMATS))
+def test_c_runner_path_unpacks_every_format(tmp_path, fmt):
+    """header+index bytes and one blob per tensor -> ef_unpack_blob gives the original ints (what a C runner does)."""
+    t = toy_model(3)
+    p = write_packed_model(tmp_path / "m", t, fmt=fmt)
+    buf = np.frombuffer(p.read_bytes(), dtype=np.uint8)
+    with PackedFile(p) as f:
+        head = buf[:min(e.offset for e in f.entries.values())]
+        for name, e in f.entries.items():
+            blob = buf[e.offset:e.offset + e.size]
+            if e.fmt_name == "float32":
+                with pytest.raises(native.NativeError):
+                    native.unpack_blob(head, e.index, blob, e.C, e.D)
+                continue
+            assert np.array_equal(native.unpack_blob(head, e.index, blob, e.C, e.D, threads=2), t[name][0])
+            if e.size:
+                with pytest.raises(native.NativeError, match="truncated"):
+                    native.unpack_blob(head, e.index, blob[:-1], e.C, e.D)
+
+
 def test_native_isa_choice_does_not_change_weights(tmp_path):
     t = toy_model(1)
     p = write_packed_model(tmp_path / "m", t)

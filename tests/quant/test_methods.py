@@ -91,3 +91,14 @@ def test_cmpq_tiers():
     b = cmpq_bits(w, 4, 0.25, 0.25)
     assert b.mean() == 4 and set(b.tolist()) == {3, 4, 5} and (b[:5] == 5).all()
     assert (cmpq_bits(w, 8, 0.25, 0.25) == 8).all() and (cmpq_bits(w, 1, 0.25, 0.25) == 1).all()
+
+
+@needs_model
+def test_model_bytes_components(smol3, smol_weights, calib):
+    qm = METHODS["int4"](QuantSettings(**TOY)).build(smol_weights, smol3, calib, 4, 4.0)
+    want = 0.0
+    for o, i in smol3.linear_shapes().values():
+        want += smol3.n_layers * (o * i * 4 / 8 + o * 4 + o * 3 / 8 + 4)       # codes + f32 scale + 3-bit width + act
+    want += (2 * smol3.n_layers + 1) * smol3.d_model * 4                      # f32 norms
+    want += smol3.vocab * (smol3.d_model + 4)                                 # per-row INT8 embeddings (tied head)
+    assert qm.model_bytes(smol3) == pytest.approx(want)

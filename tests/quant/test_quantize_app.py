@@ -30,7 +30,7 @@ def test_default_config_is_valid(compose):
 def test_app_writes_metrics(compose, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = compose("quantize", ["quant=fast", "method=cmpq", "bits=5", "quant.eval_tokens=32", "quant.calib_tokens=32",
-                                  "model.n_layers=3"])
+                                  "model.n_layers=3", "quant.search_tokens=16"])
     main_task(cfg)
     m = json.loads((tmp_path / "metrics.json").read_text())
     for k in ("ppl", "ref_ppl", "kl_mean", "avg_bits", "bits_histogram", "model_bytes", "method"):
@@ -39,3 +39,9 @@ def test_app_writes_metrics(compose, tmp_path, monkeypatch):
     assert set(m["bits_histogram"]) == {str(b) for b in range(1, 9)}
     assert m["ppl"] > 0 and m["kl_mean"] > 0 and "ppl" in m["measured_keys"] and "model_bytes" in m["modelled_keys"]
     assert (tmp_path / "config.yaml").is_file()
+
+
+def test_pack_with_shadow_outliers_is_rejected(compose):
+    cfg = compose("quantize", ["pack=true", "method=shadow_outlier"])
+    with pytest.raises(ConfigError, match="pack=true"):
+        typed(cfg, QuantizeConfig)

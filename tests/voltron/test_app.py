@@ -51,6 +51,10 @@ def test_cli_writes_metrics_and_timeline(tmp_path):
     m = json.loads((out / "metrics.json").read_text())
     assert set(REQUIRED) <= set(m) and "plan_ms_p50" in m["measured_keys"] and "ttft_s" in m["modelled_keys"]
     assert (out / "timeline.csv").read_text().startswith("time_s,")
+    from planner.voltron.plan import PhasePlan
+
+    lines = (out / "plans.jsonl").read_text().splitlines()
+    assert lines and all(PhasePlan.from_json(json.dumps(json.loads(x)["plan"])).fits for x in lines)
     bad = subprocess.run([sys.executable, "-m", "experiments.multidevice", "planner.qos_tpot_s=-1",
                           f"hydra.run.dir={tmp_path / 'bad'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "qos_tpot_s" in bad.stderr

@@ -110,3 +110,19 @@ def test_plan_json_roundtrip():
     assert np.array_equal(back.shards, plan.shards) and back.est_time_s == plan.est_time_s
     assert not (plan.shards[:, 2] > 0).any()   # the device behind the disconnected link (-80 dBm) gets nothing
     assert (plan.shards[:, 1] > 0).any()
+
+
+def test_prefill_prefers_mp_decode_prefers_tp_at_strong_signal():
+    # paper Fig. 7c: batched prefill diminishes TP's advantage (MP wins); decode FFN goes TP on a strong link
+    pol = policy("qwen2_5_14b")
+    prec = np.full(pol.ctx.table.n, 1)
+    pre = pol.hp.plan(_env(pol, 0, 128, 0, links(-45, -45)), prec)
+    dec = pol.hp.plan(_env(pol, 1, 1, 512, links(-45, -45)), prec)
+    assert (pre.strategy == TP).mean() < 0.1 and (dec.strategy[1::2] == TP).mean() > 0.9
+    # the final plan is never worse than the paper's per-layer ranking alone
+    env = _env(pol, 0, 128, 0, links(-45, -45))
+    opt = pol.hp.options(env)
+    cls = pol.hp.class_of(prec, np.zeros(pol.ctx.table.n, dtype=np.int64))
+    chosen, fits = pol.hp._run(opt, env, cls)
+    paper = pol.hp._plan(opt, env, prec, np.zeros(pol.ctx.table.n, dtype=np.int64), chosen, fits)
+    assert pre.est_time_s <= paper.est_time_s

@@ -40,3 +40,17 @@ def test_decode_memory_bound_prefill_compute_bound():
     # decode: time ∝ bytes (INT4 ≈ 3.5x faster than FP16); prefill: compute-bound (INT4 no faster than INT8)
     assert t(f1, 1, 0) / t(f1, 1, 2) > 3.0
     assert t(f2, 512, 2) >= t(f2, 512, 1)
+
+
+def test_layer_variants_in_the_table():
+    from planner.voltron.layers import ATTN_GQA, ATTN_SWA, FFN_MOE
+
+    g = layer_table(model_spec("gemma3_12b"))
+    assert (g.type_of[0::2] == ATTN_SWA).sum() == 40 and (g.type_of[0::2] == ATTN_GQA).sum() == 8   # 5 local : 1 global
+    _, kv = g.features(0, 8192)
+    assert kv[ATTN_SWA] == 1024 * 2 * g.spec.kv_dim * 2 and kv[ATTN_GQA] == 8192 * 2 * g.spec.kv_dim * 2
+    moe = layer_table(model_spec("qwen1_5_moe_a2_7b"))
+    f1, _ = moe.features(1, 0)
+    f512, _ = moe.features(512, 0)
+    assert f1[FFN_MOE, 1] < 0.2 * moe.params[FFN_MOE]            # decode reads 4 of 60 experts (+ shared)
+    assert f512[FFN_MOE, 1] > 0.99 * moe.params[FFN_MOE] * 0.999  # a 512-token batch touches every expert
