@@ -8,11 +8,15 @@ Writes `metrics.json` (all numbers modelled) and `trace.json` (Chrome/Perfetto) 
 """
 from __future__ import annotations
 
+import re
+import sys
+from pathlib import Path
+
 import hydra
 from hydra.core.config_store import ConfigStore
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import one_line_errors, register_common, run_dir, typed, write_run_outputs
+from experiments.common import ConfigError, one_line_errors, register_common, run_dir, typed, write_run_outputs
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
 from planner.workload import WorkloadSpec
@@ -26,6 +30,36 @@ def register_coldstart() -> None:
     cs.store(group="device", name="soc_schema", node=SocProfile)
     cs.store(group="framework", name="framework_schema", node=FrameworkSpec)
     cs.store(group="workload", name="workload_schema", node=WorkloadSpec)
+    try:   # so `device=<multi-device profile>` composes and gets a clear error below instead of a Hydra trace
+        from planner.voltron.devices import EdgeDevice
+
+        cs.store(group="device", name="edge_device_schema", node=EdgeDevice)
+    except ImportError:
+        pass
+
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+
+
+def _soc_devices() -> list[str]:
+    return sorted(p.stem for p in (CONF / "device").glob("*.yaml") if "soc_schema" in p.read_text())
+
+
+def check_group_choices(argv: list[str]) -> None:
+    """One-line error for an unknown config-group option (`framework=nope`, also inside a `-m` list) before Hydra
+    composes (Hydra's own report spans many lines). Only plain `group=a,b` overrides are checked."""
+    for arg in argv:
+        m = re.fullmatch(r"(model|device|framework|workload)=([\w.,-]+)", arg)
+        if not m:
+            continue
+        group, values = m.groups()
+        options = _soc_devices() if group == "device" else sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+        for v in values.split(","):
+            if v not in options:
+                why = ("is not a single-SoC cold-start profile (soc_schema)" if (CONF / group / f"{v}.yaml").is_file()
+                       else f"is not a {group} config")
+                print(f"error: {group}={v} {why}; use one of: {', '.join(options)}", file=sys.stderr)
+                raise SystemExit(2)
 
 
 register_coldstart()
@@ -38,14 +72,15 @@ def run(cfg: DictConfig) -> dict:
     settings = typed({k: cfg[k] for k in ("bits", "prompt_tokens", "seed", "cost_model", "cost_table", "bits_source",
                                           "preloaded_gb", "write_trace")}, ColdStartSettings)
     model = typed(cfg.model, ModelSpec, "model")
+    if OmegaConf.get_type(cfg.device) is not SocProfile:   # e.g. a Voltron device composed through the API
+        raise ConfigError(f"device: {cfg.device.get('name', '?')} is not a single-SoC cold-start profile "
+                          f"(soc_schema); use one of: {', '.join(_soc_devices())}")
     device = typed(cfg.device, SocProfile, "device")
     framework = typed(cfg.framework, FrameworkSpec, "framework")
     workload = typed(cfg.workload, WorkloadSpec, "workload") if cfg.get("workload") else None
     try:
         metrics, trace = run_one(model, device, framework, workload, settings)
     except ValueError as e:
-        from experiments.common import ConfigError
-
         raise ConfigError(str(e)) from None
     out = run_dir()
     if trace is not None:
@@ -63,4 +98,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
+    check_group_choices(sys.argv[1:])
     main()

@@ -191,42 +191,35 @@ def _run(call, c0: int, c1: int, threads: int, what: str) -> None:
         _check(rc, what)
 
 
-def unpack_weightlet(payload, bits3, C: int, D: int, R: int = 128, isa: str | None = None, out=None,
-                     c0: int = 0, c1: int | None = None, threads: int = 1) -> np.ndarray:
-    """Weightlet tensor: payload + packed 3-bit widths -> (C, D) int8 (rows c0..c1-1 written when out is given)."""
+def _unpack_tensor(fn: str, extra: tuple, payload, bits3, C: int, D: int, isa, out, c0, c1, threads) -> np.ndarray:
+    """Shared body of the per-format tensor unpackers: checks, then `fn`(isa, bits3, C, D, *extra, payload, len, out,
+    a, b) over the channel range (split over threads)."""
     payload, bits3 = _in(payload, "payload"), _in(bits3, "bits3")
     _need_bits3(bits3, C)
     out = _out(out, (int(C), int(D)))
     c0, c1 = _range(C, c0, c1)
-    i, lib = _isa_index(isa), _load()
-    _run(lambda a, b: lib.ef_unpack_weightlet(i, _ptr(bits3), int(C), int(D), int(R), _ptr(payload), payload.nbytes,
-                                              _ptr(out), a, b), c0, c1, threads, "unpack_weightlet")
+    i, call = _isa_index(isa), getattr(_load(), fn)
+    _run(lambda a, b: call(i, _ptr(bits3), int(C), int(D), *extra, _ptr(payload), payload.nbytes, _ptr(out), a, b),
+         c0, c1, threads, fn[3:])
     return out
+
+
+def unpack_weightlet(payload, bits3, C: int, D: int, R: int = 128, isa: str | None = None, out=None,
+                     c0: int = 0, c1: int | None = None, threads: int = 1) -> np.ndarray:
+    """Weightlet tensor: payload + packed 3-bit widths -> (C, D) int8 (rows c0..c1-1 written when out is given)."""
+    return _unpack_tensor("ef_unpack_weightlet", (int(R),), payload, bits3, C, D, isa, out, c0, c1, threads)
 
 
 def unpack_mixed(payload, bits3, C: int, D: int, isa: str | None = None, out=None, c0: int = 0,
                  c1: int | None = None, threads: int = 1) -> np.ndarray:
-    payload, bits3 = _in(payload, "payload"), _in(bits3, "bits3")
-    _need_bits3(bits3, C)
-    out = _out(out, (int(C), int(D)))
-    c0, c1 = _range(C, c0, c1)
-    i, lib = _isa_index(isa), _load()
-    _run(lambda a, b: lib.ef_unpack_mixed(i, _ptr(bits3), int(C), int(D), _ptr(payload), payload.nbytes, _ptr(out),
-                                          a, b), c0, c1, threads, "unpack_mixed")
-    return out
+    """INT4/INT8 mixed baseline -> (C, D) int8."""
+    return _unpack_tensor("ef_unpack_mixed", (), payload, bits3, C, D, isa, out, c0, c1, threads)
 
 
 def unpack_kquant(payload, bits3, C: int, D: int, isa: str | None = None, out=None, c0: int = 0,
                   c1: int | None = None, threads: int = 1) -> np.ndarray:
     """K-quant-like baseline; scalar in every ISA by design (the isa argument only checks availability)."""
-    payload, bits3 = _in(payload, "payload"), _in(bits3, "bits3")
-    _need_bits3(bits3, C)
-    out = _out(out, (int(C), int(D)))
-    c0, c1 = _range(C, c0, c1)
-    i, lib = _isa_index(isa), _load()
-    _run(lambda a, b: lib.ef_unpack_kquant(i, _ptr(bits3), int(C), int(D), _ptr(payload), payload.nbytes, _ptr(out),
-                                           a, b), c0, c1, threads, "unpack_kquant")
-    return out
+    return _unpack_tensor("ef_unpack_kquant", (), payload, bits3, C, D, isa, out, c0, c1, threads)
 
 
 def unpack_int8(payload, C: int, D: int, out=None, c0: int = 0, c1: int | None = None) -> np.ndarray:
@@ -239,8 +232,9 @@ def unpack_int8(payload, C: int, D: int, out=None, c0: int = 0, c1: int | None =
 
 def memcpy(dst: np.ndarray, src: np.ndarray) -> None:
     """memcpy of src into dst (same nbytes), through the same ctypes path as the kernels (benchmark baseline)."""
-    if dst.nbytes != src.nbytes or not dst.flags.c_contiguous or not src.flags.c_contiguous:
-        raise ValueError("memcpy needs two C-contiguous arrays of the same size")
+    if (dst.nbytes != src.nbytes or not dst.flags.c_contiguous or not src.flags.c_contiguous
+            or not dst.flags.writeable):
+        raise ValueError("memcpy needs two C-contiguous arrays of the same size, dst writable")
     _load().ef_memcpy(_ptr(dst), _ptr(src), src.nbytes)
 
 
@@ -295,14 +289,44 @@ def check_container_file(path, verify_crc: bool = True) -> tuple[int, str]:
         os.close(fd)
 
 
+def tensor_entry(head, idx: int) -> dict:
+    """Fields of index entry #idx read by the C reader from `head` (the file's first bytes: header + index + metadata),
+    after `ef_container_check_index` validated them: {name, fmt, group, C, D, offset, size}."""
+    head = _in(head, "head")
+    lib = _load()
+    err = ct.create_string_buffer(512)
+    declared = int(head[48:56].view("<u8")[0]) if head.nbytes >= 64 else head.nbytes   # header's file_size
+    rc = lib.ef_container_check_index(_ptr(head), head.nbytes, declared, err, len(err))
+    if rc:
+        raise NativeError(f"packed file head: {err.value.decode('utf-8', 'replace')}")
+    name = ct.create_string_buffer(96)
+    fmt, grp, C, D, off, nb = ct.c_uint32(), ct.c_uint32(), *(ct.c_uint64() for _ in range(4))
+    _check(lib.ef_container_tensor(_ptr(head), head.nbytes, int(idx), name, ct.byref(fmt), ct.byref(grp),
+                                   ct.byref(C), ct.byref(D), ct.byref(off), ct.byref(nb)), f"tensor #{idx}")
+    return dict(name=name.value.decode("utf-8", "replace"), fmt=fmt.value, group=grp.value, C=C.value, D=D.value,
+                offset=off.value, size=nb.value)
+
+
 def unpack_blob(head, idx: int, blob, C: int, D: int, isa: str | None = None, out=None, c0: int = 0,
-                c1: int | None = None, threads: int = 1) -> np.ndarray:
+                c1: int | None = None, threads: int = 1, verify_crc: bool = True) -> np.ndarray:
     """Tensor #idx of a packed file, any format, unpacked by the C container path a native runner uses:
-    head = the file's first bytes (header + index + metadata), blob = the tensor's bytes -> (C, D) int8."""
+    head = the file's first bytes (header + index + metadata), blob = the tensor's bytes -> (C, D) int8.
+    The head and the blob are validated by the C reader first (index checksum and bounds, blob length, CRC, payload
+    size), and (C, D) must equal the index entry's shape: the kernels write C*D bytes into `out`."""
     head, blob = _in(head, "head"), _in(blob, "blob")
+    e = tensor_entry(head, idx)
+    if (int(C), int(D)) != (e["C"], e["D"]):
+        raise ValueError(f"unpack_blob #{idx} ({e['name']}): shape ({C}, {D}) differs from the index's "
+                         f"({e['C']}, {e['D']})")
+    err = ct.create_string_buffer(512)
+    lib = _load()
+    rc = lib.ef_container_check_tensor(_ptr(head), head.nbytes, int(idx), _ptr(blob) if blob.size else None,
+                                       blob.nbytes, int(bool(verify_crc)), err, len(err))
+    if rc:
+        raise NativeError(f"unpack_blob #{idx}: {ERRORS.get(rc, rc)}: {err.value.decode('utf-8', 'replace')}")
     out = _out(out, (int(C), int(D)))
     c0, c1 = _range(C, c0, c1)
-    i, lib = _isa_index(isa), _load()
+    i = _isa_index(isa)
     _run(lambda a, b: lib.ef_unpack_blob(i, _ptr(head), head.nbytes, int(idx), _ptr(blob), blob.nbytes, _ptr(out),
                                          a, b, None), c0, c1, threads, f"unpack_blob #{idx}")
     return out

@@ -1,17 +1,14 @@
 """Weight formats on flash for the cold-start planner: per-channel bit allocations -> bytes read and unpack work.
 
-EdgeFlow §3.2 / §4.2, SPEC §3.2. Formats (bytes of one (C out, D in) tensor whose channel c has B_c bits):
-- `int8`      : C*D + 2C (FP16 per-channel scales). Loaded straight into NPU buffers, no unpack.
-- `mixed`     : INT4/INT8 mixed: channels with B <= 4 padded to 4 bits, others to 8 bits; + scales. INT4 channels are
-                expanded to INT8 by a light unpack.
-- `weightlet` : EdgeFlow's SIMD-friendly format: sum ceil(B*D/8) + scales + 3-bit width array. Unpack per stripe of
-                16 weights: 3 SIMD instructions (mask, shift, or; Fig. 8) per weightlet block + a fixed 2 (offset to
-                INT8, store). With the Fig. 4a allocation this is 0.48 instructions per weight, the paper's figure.
-- `kquant`    : compact bit-split (llama.cpp style) of the same per-channel bits + one FP16 scale per 256 weights;
-                unpack cost = device `kquant_unpack_cycles_per_weight` (scalar-heavy, fitted to Fig. 4b).
-- `ggml`      : llama.cpp's own K-quant types for a uniform budget (bits per weight from ggml's block layouts).
-When `quant.pack.packed_nbytes` exists (the packing format's owner), it provides the byte counts instead of these
-formulas.
+EdgeFlow §3.2 / §4.2, SPEC §3.2. Bytes on flash of one (C out, D in) tensor whose channel c has B_c bits come from the
+packing format's owner, `quant.pack.packed_nbytes` (the tensor blob exactly as the container writes it: 3-bit widths,
+float32 scales, payload): `int8`, `mixed` (INT4/INT8, channels padded to 4 or 8 bits), `weightlet` (EdgeFlow's
+SIMD-friendly format) and `kquant` (compact bit-split with per-group minimums). Unpack work (`unpack_work`):
+- `weightlet`: per stripe of 16 weights, 3 SIMD instructions (mask, shift, or; Fig. 8) per weightlet block + a fixed 2
+  (offset to INT8, store). With the Fig. 4a allocation this is 0.48 instructions per weight, the paper's figure.
+- `mixed`: only the INT4 channels are expanded; `kquant`: device `kquant_unpack_cycles_per_weight` (scalar-heavy,
+  fitted to Fig. 4b); `int8`: nothing.
+- `ggml`: llama.cpp's own K-quant types for a uniform budget (bits per weight from ggml's block layouts).
 
 Bit allocations come from the quantizer's statistical twin (`quant.twin.twin_bits`) for models without weights here;
 until it exists a uniform allocation at the budget (floor/ceil mix with the exact mean) stands in, and the metrics
@@ -28,10 +25,9 @@ import numpy as np
 
 from quant.arch import ModelSpec
 from quant.atomic import atomic_write_bytes
+from quant.pack import packed_nbytes
 
 FORMATS = ("int8", "mixed", "weightlet", "kquant")
-SCALE_BYTES = 2            # B, FP16 per-channel scale
-KQUANT_GROUP = 256         # weights per FP16 scale in the compact K-quant-like layout
 STRIPE = 16                # weights per stripe (R/8 with R = 128-bit NEON registers)
 INSTR_PER_BLOCK_STRIPE = 3  # mask, shift, or (Fig. 8)
 INSTR_FIXED_PER_STRIPE = 2  # offset/sign-extend to INT8 + store; fitted so the Fig. 4a allocation gives 0.48 instr/w
@@ -51,36 +47,18 @@ def ggml_type_for_budget(bits: float) -> str:
 
 
 def weightlets(bits: np.ndarray) -> np.ndarray:
-    """Number of 1/2/4-bit weightlets of a B-bit weight: popcount(B) for B < 8; 8 bits = two 4-bit weightlets."""
+    """Weightlet blocks per stripe of a B-bit weight: popcount(B) for B < 8 (1/2/4-bit weightlets); 8 bits are stored
+    as plain bytes, one block (quant/pack/weightlet.py, native/src/ef_unpack.c)."""
     b = np.asarray(bits, dtype=np.int64)
     pop = (b & 1) + ((b >> 1) & 1) + ((b >> 2) & 1)
-    return np.where(b >= 8, 2, pop)
-
-
-def _packed_nbytes_external():
-    try:
-        from quant.pack import packed_nbytes  # type: ignore[attr-defined]
-    except Exception:
-        return None
-    return packed_nbytes
+    return np.where(b >= 8, 1, pop)
 
 
 def tensor_nbytes(bits: np.ndarray, d_in: int, fmt: str) -> int:
     """Bytes on flash of one tensor with per-output-channel `bits` (C,) and `d_in` weights per channel."""
-    ext = _packed_nbytes_external()
-    if ext is not None:
-        return int(ext(np.asarray(bits), d_in, fmt))
-    b = np.asarray(bits, dtype=np.int64)
-    c = b.size
-    if fmt == "int8":
-        return c * d_in + SCALE_BYTES * c
-    if fmt == "mixed":
-        return int(np.where(b <= 4, (d_in + 1) // 2, d_in).sum()) + SCALE_BYTES * c
-    if fmt == "weightlet":
-        return int(((b * d_in + 7) // 8).sum()) + SCALE_BYTES * c + (3 * c + 7) // 8
-    if fmt == "kquant":
-        return int(((b * d_in + 7) // 8).sum()) + SCALE_BYTES * c * math.ceil(d_in / KQUANT_GROUP)
-    raise ValueError(f"unknown weight format {fmt!r} (one of {FORMATS})")
+    if fmt not in FORMATS:
+        raise ValueError(f"unknown weight format {fmt!r} (one of {FORMATS})")
+    return int(packed_nbytes(np.asarray(bits), d_in, fmt))
 
 
 def ggml_nbytes(n_weights: int, ggml_type: str) -> int:

@@ -72,6 +72,11 @@ class Task:
     def __post_init__(self) -> None:
         if self.resource not in RESOURCES:
             raise ValueError(f"task {self.name}: unknown resource {self.resource!r} (one of {RESOURCES})")
+        for key in ("duration_s", "read_bytes", "request_bytes", "copy_bytes", "mem_alloc", "mem_free"):
+            if getattr(self, key) < 0:
+                raise ValueError(f"task {self.name}: {key} must be >= 0 (got {getattr(self, key)})")
+        if self.read_bytes > 0 and self.request_bytes <= 0:   # else the flash model would read 1-byte requests
+            raise ValueError(f"task {self.name}: read_bytes > 0 needs request_bytes > 0")
         self.works = [w if isinstance(w, OpWork) else OpWork(**w) for w in self.works]
 
 

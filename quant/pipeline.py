@@ -57,6 +57,7 @@ def run_quantization(spec: ModelSpec, method: str, bits: int, budget: float, set
     metrics = {
         "method": method,
         "model": spec.name,
+        "scope": settings.scope,
         "budget": float(budget),
         "ppl": perplexity_from_logits(q_logits, eval_toks),
         "ref_ppl": perplexity_from_logits(ref_logits, eval_toks),

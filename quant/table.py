@@ -8,7 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["int8", "int4", "smoothquant", "shadow_outlier", "cmpq", "edgeflow"]
+ORDER = ["int8", "int4", "smoothquant", "shadow_outlier", "cmpq", "edgeflow (no smoothing)", "edgeflow",
+         "edgeflow (global)"]
 
 
 def collect(roots: list[Path]) -> dict[tuple[str, float], dict]:
@@ -18,7 +19,18 @@ def collect(roots: list[Path]) -> dict[tuple[str, float], dict]:
             m = json.loads(p.read_text())
             if "ppl" not in m or "method" not in m:
                 continue
-            key = (m["method"], round(m["avg_bits"], 3))
+            label, scope, smoothing = m["method"], m.get("scope"), True
+            if (p.parent / "config.yaml").is_file():
+                from omegaconf import OmegaConf
+
+                cfg = OmegaConf.load(p.parent / "config.yaml")
+                scope = scope or OmegaConf.select(cfg, "quant.scope")        # runs from before `scope` was a metric
+                smoothing = OmegaConf.select(cfg, "quant.smoothing", default=True)
+            if label == "edgeflow" and scope == "global":
+                label = "edgeflow (global)"
+            elif label == "edgeflow" and not smoothing:
+                label = "edgeflow (no smoothing)"
+            key = (label, round(m["avg_bits"], 3))
             if key not in runs or p.stat().st_mtime > runs[key][0]:
                 runs[key] = (p.stat().st_mtime, m)
     return {k: v[1] for k, v in runs.items()}

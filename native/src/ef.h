@@ -49,6 +49,14 @@ const char *ef_isa_name(int isa);
 #define EF_E_CHECKSUM (-7)  /* tensor checksum mismatch */
 #define EF_E_ISA (-8)       /* requested ISA not available */
 
+/* Bits B (1..8) of channel c from a packed 3-bit width array (code B-1 at bit 3c, LSB-first); shared by every
+ * reader. Reads byte (3c)/8 and, when the code straddles a byte, the next one: both lie inside ceil(3C/8) bytes. */
+static inline int ef_bits_at(const uint8_t *bits3, uint64_t c) {
+    const uint64_t bit = c * 3u;
+    const unsigned lo = bits3[bit >> 3], hi = (bit & 7) > 5 ? bits3[(bit >> 3) + 1] : 0u;
+    return (int)((((lo | (hi << 8)) >> (bit & 7)) & 7u) + 1u);
+}
+
 /* ---- weightlet format ------------------------------------------------------------------------------------- */
 /* Bytes one channel of D weights at B bits occupies: ceil(D / R) groups * R * B / 8. */
 uint64_t ef_weightlet_channel_bytes(int bits, int64_t D, int R);

@@ -23,11 +23,6 @@
 #include <arm_neon.h>
 #endif
 
-static inline int bits_at(const uint8_t *bits3, int64_t c) {
-    const uint64_t bit = (uint64_t)c * 3u;
-    const unsigned lo = bits3[bit >> 3], hi = (bit & 7) > 5 ? bits3[(bit >> 3) + 1] : 0u;
-    return (int)((((lo | (hi << 8)) >> (bit & 7)) & 7u) + 1u);
-}
 
 static int check_range(int isa, int64_t C, int64_t D, int64_t c0, int64_t c1) {
     if (C < 0 || D < 0 || c0 < 0 || c1 > C || c0 > c1) return EF_E_ARG;
@@ -112,9 +107,9 @@ int ef_unpack_mixed(int isa, const uint8_t *bits3, int64_t C, int64_t D, const u
     if (isa == EF_ISA_NEON) nib = nib_neon;
 #endif
     uint64_t off = 0;
-    for (int64_t c = 0; c < c0; c++) off += ef_mixed_channel_bytes(bits_at(bits3, c), D);
+    for (int64_t c = 0; c < c0; c++) off += ef_mixed_channel_bytes(ef_bits_at(bits3, c), D);
     for (int64_t c = c0; c < c1; c++) {
-        const int B = bits_at(bits3, c);
+        const int B = ef_bits_at(bits3, c);
         const uint64_t n = ef_mixed_channel_bytes(B, D);
         if (off + n > data_len) return EF_E_TRUNC;
         if (B <= 4) nib(data + off, out + c * D, D);
@@ -166,9 +161,9 @@ int ef_unpack_kquant(int isa, const uint8_t *bits3, int64_t C, int64_t D, const 
     const int rc = check_range(isa, C, D, c0, c1);
     if (rc) return rc;
     uint64_t off = 0;
-    for (int64_t c = 0; c < c0; c++) off += ef_kquant_channel_bytes(bits_at(bits3, c), D);
+    for (int64_t c = 0; c < c0; c++) off += ef_kquant_channel_bytes(ef_bits_at(bits3, c), D);
     for (int64_t c = c0; c < c1; c++) {
-        const int B = bits_at(bits3, c);
+        const int B = ef_bits_at(bits3, c);
         const uint64_t n = ef_kquant_channel_bytes(B, D);
         if (off + n > data_len) return EF_E_TRUNC;
         kquant_channel_ref(B, data + off, out + c * D, D);

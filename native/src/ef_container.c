@@ -58,10 +58,11 @@ static uint64_t rd64(const uint8_t *p) { return (uint64_t)rd32(p) | (uint64_t)rd
         return (code);                                   \
     } while (0)
 
-static int bits_at(const uint8_t *bits3, uint64_t c) {
-    const uint64_t bit = c * 3u;
-    const unsigned lo = bits3[bit >> 3], hi = (bit & 7) > 5 ? bits3[(bit >> 3) + 1] : 0u;
-    return (int)((((lo | (hi << 8)) >> (bit & 7)) & 7u) + 1u);
+
+/* Entry i of an n-entry index at index_off lies inside the first avail bytes (no overflow: index_off and n are
+ * read from the file). */
+static int entry_in(uint32_t n, uint64_t index_off, uint64_t avail, uint32_t i) {
+    return i < n && index_off <= avail && (uint64_t)i + 1u <= (avail - index_off) / EF_ENTRY_SIZE;
 }
 
 /* Header checks shared by ef_container_head_bytes and ef_container_check_index; fills the fields. */
@@ -165,9 +166,10 @@ int ef_container_check_index(const uint8_t *buf, uint64_t avail, uint64_t len, c
 int ef_container_check_tensor(const uint8_t *head, uint64_t avail, uint32_t i, const uint8_t *blob, uint64_t blob_len,
                               int verify_crc, char *err, int errlen) {
     /* head: the first bytes of a file that passed ef_container_check_index */
+    if (!head || avail < EF_HEADER_SIZE) FAIL(EF_E_ARG, "no header (%llu bytes given)", (unsigned long long)avail);
     const uint32_t n = rd32(head + 16);
     const uint64_t index_off = rd64(head + 24);
-    if (i >= n || index_off + (uint64_t)(i + 1) * EF_ENTRY_SIZE > avail) FAIL(EF_E_ARG, "no tensor #%u in the index", i);
+    if (!entry_in(n, index_off, avail, i)) FAIL(EF_E_ARG, "no tensor #%u in the index", i);
     const uint8_t *e = head + index_off + (uint64_t)i * EF_ENTRY_SIZE;
     char name[EF_NAME_LEN + 1];
     memcpy(name, e, EF_NAME_LEN);
@@ -187,7 +189,7 @@ int ef_container_check_tensor(const uint8_t *head, uint64_t avail, uint32_t i, c
     if (fmt == FMT_WEIGHTLET || fmt == FMT_MIXED || fmt == FMT_KQUANT) { /* payload size follows from the bits */
         uint64_t want = 0;
         for (uint64_t c = 0; c < C; c++) {
-            const int B = bits_at(blob, c);
+            const int B = ef_bits_at(blob, c);
             want += fmt == FMT_WEIGHTLET ? ef_weightlet_channel_bytes(B, (int64_t)D, (int)group)
                     : fmt == FMT_MIXED   ? ef_mixed_channel_bytes(B, (int64_t)D)
                                          : ef_kquant_channel_bytes(B, (int64_t)D);
@@ -218,7 +220,7 @@ int ef_container_tensor(const uint8_t *buf, uint64_t len, uint32_t idx, char *na
     if (!buf || len < EF_HEADER_SIZE) return EF_E_ARG;
     const uint32_t n = rd32(buf + 16);
     const uint64_t index_off = rd64(buf + 24);
-    if (idx >= n || index_off > len || (uint64_t)(idx + 1) * EF_ENTRY_SIZE > len - index_off) return EF_E_ARG;
+    if (!entry_in(n, index_off, len, idx)) return EF_E_ARG;
     const uint8_t *e = buf + index_off + (uint64_t)idx * EF_ENTRY_SIZE;
     if (name96) {
         memcpy(name96, e, EF_NAME_LEN);
@@ -235,14 +237,21 @@ int ef_container_tensor(const uint8_t *buf, uint64_t len, uint32_t idx, char *na
 
 int ef_unpack_blob(int isa, const uint8_t *head, uint64_t avail, uint32_t i, const uint8_t *blob, uint64_t blob_len,
                    int8_t *out, int64_t c0, int64_t c1, const float **scales) {
+    /* Defensive even though the contract asks for a checked head and blob: every offset used below is bounds-checked
+     * without overflow, so a malformed entry returns an error instead of reading outside head or blob. */
+    if (!head || avail < EF_HEADER_SIZE) return EF_E_ARG;
     const uint32_t n = rd32(head + 16);
     const uint64_t index_off = rd64(head + 24);
-    if (i >= n || index_off + (uint64_t)(i + 1) * EF_ENTRY_SIZE > avail) return EF_E_ARG;
+    if (!entry_in(n, index_off, avail, i)) return EF_E_ARG;
     const uint8_t *e = head + index_off + (uint64_t)i * EF_ENTRY_SIZE;
     const uint32_t fmt = rd32(e + 96), group = rd32(e + 100);
-    const int64_t C = (int64_t)rd64(e + 104), D = (int64_t)rd64(e + 112);
+    const uint64_t uC = rd64(e + 104), uD = rd64(e + 112);
     const uint64_t size = rd64(e + 128), sc_off = rd64(e + 144), pl_off = rd64(e + 152), pl_size = rd64(e + 160);
-    if (blob_len != size || (!blob && size) || pl_off + pl_size != size) return EF_E_TRUNC;
+    if (uC > EF_MAX_ELEMS || uD > EF_MAX_ELEMS || (uD && uC > EF_MAX_ELEMS / uD)) return EF_E_INDEX;
+    const int64_t C = (int64_t)uC, D = (int64_t)uD;
+    if (blob_len != size || (!blob && size) || pl_off > size || pl_size != size - pl_off) return EF_E_TRUNC;
+    if (fmt != FMT_F32 && (sc_off < (uC * 3u + 7u) / 8u || sc_off > pl_off || pl_off - sc_off < uC * 4u))
+        return EF_E_INDEX;
     if (scales) *scales = fmt == FMT_F32 ? NULL : (const float *)(const void *)(blob + sc_off);
     switch (fmt) {
     case FMT_WEIGHTLET: return ef_unpack_weightlet(isa, blob, C, D, (int)group, blob + pl_off, pl_size, out, c0, c1);

@@ -426,12 +426,6 @@ int ef_unpack_channel(int isa, int bits, const uint8_t *src, int8_t *dst, int64_
     return EF_OK;
 }
 
-/* bits of channel c from the packed 3-bit array (code = B - 1, LSB-first) */
-static inline int bits_at(const uint8_t *bits3, int64_t c) {
-    const uint64_t bit = (uint64_t)c * 3u;
-    const unsigned lo = bits3[bit >> 3], hi = (bit & 7) > 5 ? bits3[(bit >> 3) + 1] : 0u;
-    return (int)((((lo | (hi << 8)) >> (bit & 7)) & 7u) + 1u);
-}
 
 int ef_unpack_weightlet(int isa, const uint8_t *bits3, int64_t C, int64_t D, int R, const uint8_t *data,
                         uint64_t data_len, int8_t *out, int64_t c0, int64_t c1) {
@@ -440,9 +434,9 @@ int ef_unpack_weightlet(int isa, const uint8_t *bits3, int64_t C, int64_t D, int
     if (isa < 0 || isa >= EF_ISA_COUNT || !(ef_isa_mask() & (1u << isa))) return EF_E_ISA;
     const uint64_t per_bit = ((uint64_t)D + 7u) / 8u; /* bytes per channel per bit of width */
     uint64_t off = 0;
-    for (int64_t c = 0; c < c0; c++) off += per_bit * (uint64_t)bits_at(bits3, c);
+    for (int64_t c = 0; c < c0; c++) off += per_bit * (uint64_t)ef_bits_at(bits3, c);
     for (int64_t c = c0; c < c1; c++) {
-        const int B = bits_at(bits3, c);
+        const int B = ef_bits_at(bits3, c);
         const uint64_t n = per_bit * (uint64_t)B;
         if (off + n > data_len) return EF_E_TRUNC;
         KERNELS[isa][B - 1](data + off, out + c * D, D, R);

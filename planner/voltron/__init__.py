@@ -11,6 +11,10 @@ One policy per file:
 - `plan.py`        the plan objects (typed, JSON-serialisable)
 - `hybrid.py`      layer-wise hybrid MP/TP planner (§4.2.1)
 - `precision.py`   importance-aware mixed precision by binary search, with shard pruning (§4.2.2, §4.3.1)
-- `controller.py`  elastic controller evaluated token by token (§4.3, §4.4)
-- `baselines.py`   single device, heterogeneity-aware MP and TP (and their equal-split variants) (§5.1.3)
+- `policy.py`      the policy contract the simulator drives (turn start / every token) + planner config schema
+- `controller.py`  Voltron: elastic controller evaluated token by token (§4.3, §4.4)
+- `static.py`      shared rule of the baselines (uniform precision, no elasticity); `single.py`, `mp.py`, `tp.py`:
+                   single device, heterogeneity-aware MP and TP (and their equal-split variants) (§5.1.3)
+- `registry.py`    planner name → policy class; fitted run context
+- `measure_importance.py`  offline SmolLM2 importance measurement → `data/smollm2_importance.json`
 """

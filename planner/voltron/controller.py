@@ -136,10 +136,37 @@ class VoltronPolicy(Policy):
         decode = self.dvfs(self.comm_scale(dec, res.plans[1], res.prune_frac))
         return res, res.plans[0], decode
 
+    def _reload_s(self, frm: np.ndarray, to: PhasePlan, same_prec: np.ndarray) -> float:
+        """Seconds to load what `to` needs beyond the resident bytes `frm` (N, D), slowest device's flash."""
+        need = np.where(same_prec[:, None], np.maximum(self.weight_bytes(to) - frm, 0.0), self.weight_bytes(to))
+        bw = np.array([d.storage_gbps * 1e9 for d in self.ctx.cluster.devices])
+        return float((need.sum(axis=0) / bw).max())
+
+    def _reload_aware_prefill(self, prefill: PhasePlan, decode: PhasePlan, links, budgets, n_in, kv_len) -> PhasePlan:
+        """Per-phase plans cost reloads at every turn (decode placement → prefill placement → decode placement). Keep
+        the resident decode placement for the prefill when that is faster once the exposed reloads are counted
+        (reloads overlap with the prefill's compute, paper §4.3 "Overhead Mitigation")."""
+        cur = self.current
+        if cur is None or self.resident is None:
+            return prefill
+        pre = self.env(0, n_in, kv_len, links, budgets)
+        keep = self.hp.fixed(self.hp.options(pre, 0.0), pre, cur.precision, cur.act_precision, cur.shards, cur.pruned,
+                             cur.act_pruned)
+        if not keep.fits:
+            return prefill
+        res_a = self.weight_bytes(prefill)
+        r_a = self._reload_s(self.resident, prefill, cur.precision == prefill.precision)
+        r_a2 = self._reload_s(res_a, decode, prefill.precision == decode.precision)
+        cost_a = prefill.est_time_s + max(0.0, r_a - prefill.est_time_s) + max(0.0, r_a2 - prefill.est_time_s)
+        r_b2 = self._reload_s(self.resident, decode, cur.precision == decode.precision)
+        cost_b = keep.est_time_s + max(0.0, r_b2 - keep.est_time_s)
+        return keep if cost_b < cost_a else prefill
+
     def start_turn(self, links: LinkState, budgets: np.ndarray, n_in: int, kv_len: int) -> Decision:
         (res, prefill, decode), ms = timed(self._plan_turn, links, budgets, n_in, kv_len)
         if not res.fits:
             return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True, searched=True)
+        prefill = self._reload_aware_prefill(prefill, decode, links, budgets, n_in, kv_len)
         changed = self.changed(self.current, prefill)
         reload = self.adopt(prefill)
         self._key = None

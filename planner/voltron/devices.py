@@ -133,14 +133,15 @@ class Cluster:
 
 def load_device(name: str, conf_dir=None) -> EdgeDevice:
     """Read conf/device/<name>.yaml outside Hydra (tests, reports); unknown keys fail."""
-    import yaml
     from pathlib import Path
+
+    from omegaconf import OmegaConf
 
     conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[2] / "conf"
     path = conf_dir / "device" / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"device profile conf/device/{name}.yaml not found")
-    doc = yaml.safe_load(path.read_text())
+    doc = OmegaConf.to_container(OmegaConf.load(path))
     doc.pop("defaults", None)
     try:
         return EdgeDevice(**doc)
@@ -149,14 +150,15 @@ def load_device(name: str, conf_dir=None) -> EdgeDevice:
 
 
 def load_cluster(name: str, conf_dir=None) -> Cluster:
-    import yaml
     from pathlib import Path
+
+    from omegaconf import OmegaConf
 
     conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[2] / "conf"
     path = conf_dir / "cluster" / f"{name}.yaml"
     if not path.is_file():
         raise FileNotFoundError(f"cluster conf/cluster/{name}.yaml not found")
-    doc = yaml.safe_load(path.read_text())
+    doc = OmegaConf.to_container(OmegaConf.load(path))
     doc.pop("defaults", None)
     spec = ClusterSpec(**doc)
     return Cluster(spec, [load_device(d, conf_dir) for d in spec.devices])

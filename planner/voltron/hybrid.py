@@ -10,6 +10,10 @@ model + communication model says is faster, under every device's memory budget (
   a weak link can be left out of TP.
 - Layers are visited in order; each takes its fastest option that fits the remaining memory (paper: "sequentially assigns
   a parallelism strategy to each layer, while considering the memory budget").
+- Additions beyond the paper, each for a failure the plain rule showed here: a memory-proportional TP option (fallback
+  when speed-balanced shards strand memory in fragments no whole layer fits), a boundary-aware repair of alternating
+  remote MP placements, and (prefill) a second ranking that charges a remote MP transfer once per run of layers
+  instead of once per layer; the plan with the lower exact estimate is kept.
 
 Design for speed (re-planning runs token by token, target ≤ 1 ms for a 96-sublayer model): all sublayers of one
 (type, weight precision, activation precision) class are identical, so option costs are computed once per class with
@@ -136,8 +140,9 @@ class HybridPlanner:
         # the final plan is built with both rankings and the one with the lower exact estimate is kept.
         comm[:, :, :, :D] = hop[None, None, :, :]
         comm[:, :, :, D:] = np.moveaxis(env.links.tp_comm(act_bytes[:, None, None, None], used[None, :, :, D:]), 0, 2)
-        comm_run = comm.copy()
-        comm_run[:, :, :, :D] = 2 * hop[None, None, :, :] / run_len[:, :, None, :]
+        if env.phase == 0:
+            comm_run = comm.copy()
+            comm_run[:, :, :, :D] = 2 * hop[None, None, :, :] / run_len[:, :, None, :]
         # classes c = (t, p, a)
         comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
         comm_c = comm.reshape(-1, O)
@@ -147,15 +152,16 @@ class HybridPlanner:
         total = np.where(np.isfinite(total), total, np.inf)
         order = np.argsort(total, axis=1, kind="stable")
         n_valid = np.isfinite(total).sum(axis=1)
-        total_run = comp_c + comm_run.reshape(-1, O)
-        order_run = np.argsort(np.where(np.isfinite(total_run), total_run, np.inf), axis=1, kind="stable")
         main = OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
                            pruned=pruned, reserve=reserve, head_time=head_time, act_bytes=act_bytes, hop=hop, n_dev=D,
                            b=b, u=u, unit=unit, w_unit=w_unit,
                            sorted_mem=np.take_along_axis(mem_c, order[:, :, None], axis=1),
                            valid=np.arange(O)[None, :] < n_valid[:, None])
-        main.alt = dataclasses.replace(main, order=order_run,
-                                       sorted_mem=np.take_along_axis(mem_c, order_run[:, :, None], axis=1))
+        if env.phase == 0:                   # the run-amortised ranking is only used for prefill (see `assign`)
+            total_run = comp_c + comm_run.reshape(-1, O)
+            order_run = np.argsort(np.where(np.isfinite(total_run), total_run, np.inf), axis=1, kind="stable")
+            main.alt = dataclasses.replace(main, order=order_run,
+                                           sorted_mem=np.take_along_axis(mem_c, order_run[:, :, None], axis=1))
         return main
 
     def _build_compute(self, env: PhaseEnv, prune_frac: float):
@@ -331,6 +337,7 @@ class HybridPlanner:
         act = self._zeros if act_precision is None else act_precision
         cls = self.class_of(precision, act)
         chosen, fits = self._run(opt, env, cls)
+        self.last_chosen = chosen                      # lets the caller turn a successful probe into a plan
         if not fits:
             return False, float("inf")
         return True, self._estimate(opt, cls, chosen, act)[0]
@@ -343,7 +350,9 @@ class HybridPlanner:
         chosen, fits = self._run(opt, env, cls)
         plan = self._plan(opt, env, precision, act, chosen, fits)
         alt = getattr(opt, "alt", None)
-        if alt is not None:
+        if alt is not None and env.phase == 0:
+            # prefill only: per-layer compute dwarfs one transfer, so long remote MP runs pay off; in decode a
+            # transfer costs as much as a layer and the run-amortised ranking only adds alternations
             chosen2, fits2 = self._run(alt, env, cls)
             if fits2:
                 plan2 = self._plan(alt, env, precision, act, chosen2, fits2)

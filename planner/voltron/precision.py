@@ -56,12 +56,16 @@ class PrecisionSearch:
         opts = self._opts.get(prune)
         if opts is None:
             opts = self._opts[prune] = [self.hp.options(env, prune) for env, _ in envs]
+        chosen = []
         for (env, qos), opt in zip(envs, opts):
             fits, est = self.hp.quick(opt, env, prec, act)
+            chosen.append(self.hp.last_chosen)
             fits_all &= fits
             qos_all &= fits and (est <= qos or qos == np.inf)
             if not fits_all:
                 break
+        if fits_all:
+            self._probe = (m, prune, act, chosen)
         return fits_all, qos_all
 
     def _smallest(self, pred, lo: int, hi: int) -> int:
@@ -82,6 +86,7 @@ class PrecisionSearch:
         so a small change of conditions costs O(log |Δm|) plan evaluations instead of O(log N)."""
         steps = 0
         self._opts: dict = {}
+        self._probe = None
 
         def ev(m, prune):
             nonlocal steps
@@ -90,7 +95,15 @@ class PrecisionSearch:
 
         def finish(m, prune, envs_q):
             prec = self.precision_at(m)
-            plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
+            pm, pp, pa, chosen = self._probe if self._probe is not None else (None, None, None, None)
+            if pm == m and pp == prune and pa is act and all(e.phase == 1 for e, _ in envs):
+                # the last successful probe was this very configuration: reuse its assignment (decode has a single
+                # ranking, see HybridPlanner.assign)
+                zero = np.zeros(self.N, dtype=np.int64) if act is None else act
+                plans = [self.hp._plan(self._opts[prune][i], e, prec, zero, ch, True)
+                         for i, ((e, _), ch) in enumerate(zip(envs, chosen))]
+            else:
+                plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
             qos_ok = all(p.fits and p.est_time_s <= q for p, (_, q) in zip(plans, envs))
             return SearchResult(m, prune, prec, plans, True, qos_ok, steps)
 

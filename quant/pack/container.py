@@ -306,7 +306,12 @@ class PackedFile:
         """The tensor's bytes, CRC-checked: uint8 (size,), read with one pread."""
         e = self.entry(name)
         blob = np.empty(e.size, dtype=np.uint8)
-        got = os.preadv(self._fd, [blob], e.offset) if e.size else 0
+        got = 0
+        while got < e.size:                             # Linux returns at most ~2 GiB per call: loop on short reads
+            n = os.preadv(self._fd, [memoryview(blob)[got:]], e.offset + got)
+            if n <= 0:
+                break
+            got += n
         if got != e.size:
             self._tfail(e, f"truncated: read {got} of {e.size} bytes")
         crc = zlib.crc32(blob)

@@ -2,7 +2,7 @@
 `experiments.coldstart`, the sweep table and the benchmarks; never sees a DictConfig."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 from planner.cost import make_cost_model
@@ -30,6 +30,12 @@ class ColdStartSettings:
     write_trace: bool = True       # write trace.json
 
     def __post_init__(self) -> None:
+        for f in fields(self):   # the app's top-level keys have no structured schema: check types here
+            v, want = getattr(self, f.name), type(f.default)
+            if want is float and isinstance(v, int) and not isinstance(v, bool):
+                setattr(self, f.name, float(v))
+            elif not isinstance(v, want) or (want is not bool and isinstance(v, bool)):
+                raise ValueError(f"{f.name} must be {'a number' if want is float else want.__name__} (got {v!r})")
         if not 1 <= self.bits <= 8:
             raise ValueError(f"bits must be in 1..8 (got {self.bits})")
         if self.preloaded_gb < 0:

@@ -164,6 +164,10 @@ def test_binding_checks_arrays_and_sizes():
         native.unpack_weightlet(p[:-1], pack_bits3(np.array([5, 5])), 2, 128)
     with pytest.raises(TypeError, match="C-contiguous"):
         native.unpack_weightlet(np.zeros(200, np.uint8)[::2], pack_bits3(np.array([5, 5])), 2, 128)
+    ro = np.frombuffer(bytes(16), np.uint8)            # read-only (a bytes object): memcpy must not write into it
+    with pytest.raises(ValueError, match="dst writable"):
+        native.memcpy(ro, np.ones(16, np.uint8))
+    assert not ro.any()
 
 
 def test_crc32_matches_zlib():

@@ -189,3 +189,63 @@ def fuzz_once(tmp_path, good_file: bytes, data) -> None:
         assert_same(read_packed_model(tmp_path / "x.efp"), toy_model(2))
     else:
         assert "\n" not in py and str(tmp_path) in py and msg and "\n" not in msg
+
+
+def _c_runner_case(tmp_path):
+    p = write_packed_model(tmp_path / "m", toy_model(3), fmt="weightlet")
+    buf = np.frombuffer(p.read_bytes(), dtype=np.uint8)
+    with PackedFile(p) as f:
+        e = f.entry("blk.0.attn_q.weight")
+        head = buf[:min(x.offset for x in f.entries.values())].copy()
+    return head, e, buf[e.offset:e.offset + e.size]
+
+
+def test_unpack_blob_checks_shape_head_and_blob(tmp_path):
+    """The binding validates before the kernels write C*D bytes: a smaller (C, D) than the index's used to write
+    past `out`; a short or corrupt head used to be read unchecked."""
+    head, e, blob = _c_runner_case(tmp_path)
+    with pytest.raises(ValueError, match=r"shape \(1, 1\) differs from the index's \(24, 300\)"):
+        native.unpack_blob(head, e.index, blob, 1, 1)
+    with pytest.raises(native.NativeError, match="shorter than the 64-byte header"):
+        native.unpack_blob(head[:10], e.index, blob, e.C, e.D)
+    bad = blob.copy()
+    bad[e.payload_off] ^= 1
+    with pytest.raises(native.NativeError, match="checksum mismatch"):
+        native.unpack_blob(head, e.index, bad, e.C, e.D)
+    with pytest.raises(native.NativeError, match="bad argument"):
+        native.tensor_entry(head, 99)
+
+
+def test_c_unpack_blob_bounds_checks_an_unvalidated_entry(tmp_path):
+    """ef_unpack_blob itself never reads outside head or blob, even when called on a head nobody validated:
+    a payload offset that wraps around 2^64 (pl_off + pl_size == size mod 2^64) and an index offset past the head."""
+    head, e, blob = _c_runner_case(tmp_path)
+    lib = native._load()
+    out = np.empty((e.C, e.D), np.int8)
+
+    def call(h):
+        return lib.ef_unpack_blob(native.ISAS.index("ref"), h.ctypes.data, h.nbytes, e.index, blob.ctypes.data,
+                                  blob.nbytes, out.ctypes.data, 0, e.C, None)
+
+    assert call(head) == 0 and np.array_equal(out, toy_model(3)["blk.0.attn_q.weight"][0])
+    at = HEADER.size + e.index * ENTRY.size
+    wrap = head.copy()
+    wrap[at + 152:at + 168] = np.frombuffer(struct.pack("<QQ", (1 << 64) - 4096, e.size + 4096), np.uint8)
+    assert call(wrap) != 0
+    far = head.copy()
+    far[24:32] = np.frombuffer(struct.pack("<Q", (1 << 64) - 8), np.uint8)
+    assert call(far) == -1
+    assert call(head[:32]) == -1
+
+
+def test_reader_loops_on_short_reads(tmp_path, monkeypatch):
+    """preadv may return fewer bytes than asked (Linux caps one call at ~2 GiB): not a truncation."""
+    import os
+
+    import quant.pack.container as container
+
+    t = toy_model(4)
+    p = write_packed_model(tmp_path / "m", t)
+    real = os.preadv
+    monkeypatch.setattr(container.os, "preadv", lambda fd, bufs, off: real(fd, [memoryview(bufs[0])[:1000]], off))
+    assert_same(read_packed_model(p), t)

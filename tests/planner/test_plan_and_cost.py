@@ -34,6 +34,10 @@ def test_plan_json_round_trip():
 def test_plan_validation():
     with pytest.raises(ValueError, match="unknown resource"):
         Task(id=0, name="x", resource="gpu")
+    with pytest.raises(ValueError, match="read_bytes > 0 needs request_bytes > 0"):   # else 1-byte flash requests
+        Task(id=0, name="x", resource="load", read_bytes=1 << 20)
+    with pytest.raises(ValueError, match="duration_s must be >= 0"):
+        Task(id=0, name="x", resource="graph", duration_s=-1.0)
     with pytest.raises(ValueError, match="must precede"):
         Plan("f", "m", "d", 1, 1, [Task(id=0, name="a", resource="cpu", deps=[1]),
                                     Task(id=1, name="b", resource="cpu")])
@@ -89,6 +93,13 @@ def test_table_regression_recovers_linear_profile_and_falls_back(tmp_path):
         TableCostModel(pts).op_time(att, "cpu")
     with pytest.raises(ValueError, match="point 0"):
         TableCostModel([{"unit": "cpu"}])
+    # a fit belongs to the thread count it was measured with (1 by default): the 4-thread pool falls back
+    assert t.op_time(mm, "cpu", 4) == AnalyticCostModel(dev).op_time(mm, "cpu", 4)
+    t4 = TableCostModel([{**q, "threads": 4, "seconds": q["seconds"] / 3} for q in pts[:3]])
+    assert t4.op_time(mm, "cpu", 4) == pytest.approx((1e-4 + mm.flops / 5e10) / 3)
+    p.write_text(json.dumps([1, 2]))
+    with pytest.raises(ValueError, match="expected"):
+        make_cost_model("table", dev, str(p))
     with pytest.raises(FileNotFoundError):
         make_cost_model("table", dev, str(tmp_path / "missing.json"))
 
@@ -104,7 +115,7 @@ def test_weightlet_unpack_cost_matches_paper_figure():
     instr, nbytes = unpack_work(bits, 4096, "weightlet")
     assert instr / (bits.size * 4096) == pytest.approx(0.48, abs=0.01)
     assert nbytes == bits.size * 4096
-    assert list(weightlets(np.arange(1, 9))) == [1, 1, 2, 1, 2, 2, 3, 2]
+    assert list(weightlets(np.arange(1, 9))) == [1, 1, 2, 1, 2, 2, 3, 1]   # 8 bits: plain bytes, one block
 
 
 def test_format_sizes_order():

@@ -7,6 +7,7 @@ import pytest
 
 from experiments.common import ConfigError, typed
 from experiments.quantize import QuantizeConfig, main_task  # registers the schemas
+from quant.pipeline import pack_available
 from tests.quant.conftest import needs_model
 
 
@@ -30,7 +31,8 @@ def test_default_config_is_valid(compose):
 def test_app_writes_metrics(compose, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     cfg = compose("quantize", ["quant=fast", "method=cmpq", "bits=5", "quant.eval_tokens=32", "quant.calib_tokens=32",
-                                  "model.n_layers=3", "quant.search_tokens=16"])
+                                  "model.n_layers=3", "quant.search_tokens=16"]
+                  + (["pack=true"] if pack_available() else []))
     main_task(cfg)
     m = json.loads((tmp_path / "metrics.json").read_text())
     for k in ("ppl", "ref_ppl", "kl_mean", "avg_bits", "bits_histogram", "model_bytes", "method"):
@@ -39,6 +41,8 @@ def test_app_writes_metrics(compose, tmp_path, monkeypatch):
     assert set(m["bits_histogram"]) == {str(b) for b in range(1, 9)}
     assert m["ppl"] > 0 and m["kl_mean"] > 0 and "ppl" in m["measured_keys"] and "model_bytes" in m["modelled_keys"]
     assert (tmp_path / "config.yaml").is_file()
+    if pack_available():
+        assert (tmp_path / m["packed_file"]).stat().st_size == m["packed_bytes"] > 0
 
 
 def test_pack_with_shadow_outliers_is_rejected(compose):

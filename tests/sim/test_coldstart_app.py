@@ -51,6 +51,9 @@ def test_workloads_compose(cs, wl):
     ("prompt_tokens=-3", "prompt_tokens"), ("cost_model=table", "cost table"),
     ("workload.min_tokens=0", "workload.min_tokens"), ("framework.compute_threads=0", "framework.compute_threads"),
     ("preloaded_gb=-1", "preloaded_gb"), ("bits_source=magic", "bits_source"),
+    ("bits=abc", "bits must be a number (got 'abc')"), ("prompt_tokens=1.5", "prompt_tokens must be int"),
+    ("write_trace=maybe", "write_trace must be bool"),
+    ("device=pixel7", "device: pixel7 is not a single-SoC cold-start profile (soc_schema); use one of: xiaomi15pro"),
 ])
 def test_bad_input_is_one_line(cs, override, needle, tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
@@ -116,3 +119,30 @@ def test_collect_and_table(tmp_path):
     assert table[2] == "| llamacpp | 3.60 | – |" and table[3] == "| edgeflow | 1.80 | 3.50 |"
     with pytest.raises(FileNotFoundError):
         collect(tmp_path / "nothing")
+
+
+def test_same_config_gives_identical_outputs(cs, tmp_path, monkeypatch):
+    docs = []
+    for i in range(2):
+        d = tmp_path / str(i)
+        d.mkdir()
+        monkeypatch.chdir(d)
+        run(cs("framework=edgeflow", "model=qwen1_5_1_8b", "prompt_tokens=300"))
+        docs.append(((d / "metrics.json").read_text(), (d / "trace.json").read_text()))
+    assert docs[0] == docs[1]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["framework=nope"], "error: framework=nope is not a framework config; use one of: edgeflow, "),
+    (["-m", "workload=lambada,nope"], "error: workload=nope is not a workload config"),
+    (["device=pixel7"], "error: device=pixel7 is not a single-SoC cold-start profile (soc_schema); use one of: "
+                        "xiaomi15pro"),
+])
+def test_unknown_group_option_is_one_line(argv, needle, capsys):
+    from experiments.coldstart import check_group_choices
+
+    with pytest.raises(SystemExit) as e:
+        check_group_choices(argv)
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and err.startswith(needle) and "\n" not in err
+    check_group_choices(["framework=edgeflow,mnn", "workload=hellaswag", "device=xiaomi15pro", "bits=4,5"])

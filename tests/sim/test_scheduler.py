@@ -117,8 +117,12 @@ def _llama_run(policy, tokens):
 
 @pytest.mark.parametrize("policy", ["llmnpu_plus", "ef_pack", "ef_place", "edgeflow", "llamacpp"])
 def test_real_plans_respect_dependencies_and_resources(policy):
-    _plan_, tl, _m = _llama_run(policy, 300)
+    plan, tl, _m = _llama_run(policy, 300)
     _check_schedule(tl)
+    # cores: unpack thread i runs on core i, the compute pool on [cpu_first_core, +cpu_threads): disjoint, all real
+    unpack = {s.worker for s in tl.spans if s.resource == "unpack"}
+    pool = set(range(plan.cpu_first_core, plan.cpu_first_core + plan.cpu_threads))
+    assert not unpack & pool and max(pool | unpack) < xiaomi().cpu_cores
 
 
 def test_deterministic():

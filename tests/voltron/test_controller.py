@@ -18,7 +18,24 @@ def _run(trace: str, name: str = "voltron", turns: int = 4, think: float = 20.0,
     pol = policy(model, name=name)
     res = run_conversation(pol, pol.ctx, RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv")), RssiTable(),
                            WorkloadConfig(turns=turns, think_s=think), seed=0)
+    _PLANS[(trace, name, turns, think, model)] = res.plans
     return res.metrics, pd.DataFrame(res.timeline)
+
+
+_PLANS: dict = {}
+
+
+def test_every_adopted_plan_within_memory_budgets():
+    """Across whole simulated conversations (KV growth, fading link, a device leaving and coming back), every plan any
+    policy adopted fits every device's memory budget."""
+    for trace, name in (("walk_away_disconnect", "voltron"), ("walk_away", "voltron"), ("walk_away", "mp")):
+        _run(trace, name) if trace != "walk_away_disconnect" else _run(trace, turns=5, think=60.0)
+        key = (trace, name, 5 if trace == "walk_away_disconnect" else 4, 60.0 if trace == "walk_away_disconnect"
+               else 20.0, "qwen2_5_14b")
+        plans = _PLANS[key]
+        assert len(plans) >= 2
+        for p in plans.values():
+            assert p.fits and (p.mem_bytes <= p.budget_bytes * (1 + 1e-9)).all()
 
 
 def test_walk_away_tp_to_mp_and_qos_restored():
