@@ -47,7 +47,10 @@ def _soc_devices() -> list[str]:
 
 def check_group_choices(argv: list[str]) -> None:
     """One-line error for an unknown config-group option (`framework=nope`, also inside a `-m` list) before Hydra
-    composes (Hydra's own report spans many lines). Only plain `group=a,b` overrides are checked."""
+    composes (Hydra's own report spans many lines). Only plain `group=a,b` overrides are checked, and nothing when
+    the user adds config directories (their options are not in conf/)."""
+    if any(a.startswith(("-cd", "--config-dir", "-cp", "--config-path")) or "searchpath" in a for a in argv):
+        return
     for arg in argv:
         m = re.fullmatch(r"(model|device|framework|workload)=([\w.,-]+)", arg)
         if not m:

@@ -8,8 +8,8 @@ import json
 import sys
 from pathlib import Path
 
-ORDER = ["int8", "int4", "smoothquant", "shadow_outlier", "cmpq", "edgeflow (no smoothing)", "edgeflow",
-         "edgeflow (global)"]
+ORDER = ["int8", "int4", "smoothquant", "shadow_outlier", "cmpq", "edgeflow (no smoothing)",
+         "edgeflow, uniform bits (min_bits = max_bits)", "edgeflow", "edgeflow (global)"]
 
 
 def collect(roots: list[Path]) -> dict[tuple[str, float], dict]:
@@ -26,7 +26,13 @@ def collect(roots: list[Path]) -> dict[tuple[str, float], dict]:
                 cfg = OmegaConf.load(p.parent / "config.yaml")
                 scope = scope or OmegaConf.select(cfg, "quant.scope")        # runs from before `scope` was a metric
                 smoothing = OmegaConf.select(cfg, "quant.smoothing", default=True)
-            if label == "edgeflow" and scope == "global":
+                fixed = OmegaConf.select(cfg, "quant.min_bits", default=1) == OmegaConf.select(cfg, "quant.max_bits",
+                                                                                              default=8)
+            else:
+                fixed = False
+            if label == "edgeflow" and fixed:
+                label = "edgeflow, uniform bits (min_bits = max_bits)"
+            elif label == "edgeflow" and scope == "global":
                 label = "edgeflow (global)"
             elif label == "edgeflow" and not smoothing:
                 label = "edgeflow (no smoothing)"

@@ -3,8 +3,9 @@
 `work` is the op's natural size: FLOPs for matmul/attention, bytes for elementwise/copy, weights for unpack. A measured
 profile (JSON) looks like `{"points": [{"unit": "cpu", "kind": "matmul", "work": 1.2e9, "seconds": 0.004,
 "threads": 4}, ...]}` (`threads` defaults to 1); the HIL calibration of this host writes it. A fit applies only to
-the thread count it was measured with: a 1-thread profile never stands in for the 4-thread compute pool. Op kinds without points fall back to another cost model (analytic), so a
-partial profile is usable; `fitted_kinds()` says which ones are measured. Fits are least squares with a >= 0 intercept.
+the thread count it was measured with: a 1-thread profile never stands in for the 4-thread compute pool. Op kinds
+(and thread counts) without points fall back to another cost model (analytic), so a partial profile is usable;
+`fitted_kinds()` says which ones are measured. Fits are least squares with a >= 0 intercept.
 """
 from __future__ import annotations
 

@@ -57,11 +57,11 @@ def add_prefill(b: PlanBuilder, spec: ModelSpec, prompt_tokens: int, chunk_token
     prev_out: list[int] = [start] * len(sizes)        # chunk c's output of the previous layer
     past = 0
     last_chunk_end = start
+    kv_ids: list[int] = [-1] * spec.n_layers          # the previous chunk's KV-append task per layer
     for c, m in enumerate(sizes):
         dag = layer_dag(spec, m, past)
         preds = {op: list(dag.predecessors(op)) for op in order}
-        kv_prev: list[int] = [-1] * spec.n_layers if c == 0 else kv_ids
-        kv_ids = [-1] * spec.n_layers
+        kv_prev, kv_ids = kv_ids, [-1] * spec.n_layers
         chunk_end = -1
         for layer in range(spec.n_layers):
             if on_demand is not None and c == 0:

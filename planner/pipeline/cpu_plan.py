@@ -15,7 +15,7 @@ from planner.framework import FrameworkSpec
 from planner.pipeline.builder import add_prefill
 from planner.pipeline.dag import place_cpu
 from planner.pipeline.npu_plan import add_embedding
-from planner.pipeline.weights import ggml_layer_bytes
+from planner.pipeline.weights import SCALE_BYTES, ggml_layer_bytes
 from planner.plan import Plan, PlanBuilder, SchedulePolicy
 from quant.arch import ModelSpec
 
@@ -48,7 +48,8 @@ def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: 
     emb = add_embedding(b, spec, tokens)
     linear = spec.layer_params() - 2 * spec.d_model
     channels = spec.output_channels_per_layer()
-    per_layer = [linear + 2 * channels] * spec.n_layers + [spec.vocab * spec.d_model + 2 * spec.vocab]
+    per_layer = ([linear + SCALE_BYTES * channels] * spec.n_layers
+                 + [spec.vocab * spec.d_model + SCALE_BYTES * spec.vocab])
     loads = [b.add(f"load.L{i}", "load", [], layer=i, read_bytes=n, request_bytes=dev.flash_bulk_request_bytes,
                    mem_alloc=n, phase="load") for i, n in enumerate(per_layer)]
     done = b.add("loaded", "join", loads + [emb])

@@ -14,6 +14,9 @@ from planner.formats import ggml_nbytes, tensor_nbytes, unpack_work
 from planner.plan import OpWork
 from quant.arch import ModelSpec
 
+SCALE_BYTES = 2      # B, one FP16 scale per output channel (INT8 LM head; MNN's INT8 per-channel weights)
+NORM_BYTES = 4       # B per weight of the two F32 RMSNorm vectors of a GGUF layer
+
 
 @dataclass
 class LayerWeights:
@@ -51,11 +54,11 @@ def layer_weights(spec: ModelSpec, dev: SocProfile, bits: dict[str, np.ndarray] 
             work = OpWork("unpack", weights=weights, nbytes=unpack_bytes, simd_instr=instr)
         out.append(LayerWeights(fb, i8, direct, work))
     head = spec.vocab * spec.d_model
-    out.append(LayerWeights(head + 2 * spec.vocab, head, head + 2 * spec.vocab, None))
+    out.append(LayerWeights(head + SCALE_BYTES * spec.vocab, head, head + SCALE_BYTES * spec.vocab, None))
     return out
 
 
 def ggml_layer_bytes(spec: ModelSpec, ggml_type: str) -> list[int]:
     """llama.cpp GGUF bytes per layer (+ output head) for one K-quant/Q8_0 type."""
-    per_layer = ggml_nbytes(spec.layer_params() - 2 * spec.d_model, ggml_type) + 4 * 2 * spec.d_model
+    per_layer = ggml_nbytes(spec.layer_params() - 2 * spec.d_model, ggml_type) + NORM_BYTES * 2 * spec.d_model
     return [per_layer] * spec.n_layers + [ggml_nbytes(spec.vocab * spec.d_model, ggml_type)]

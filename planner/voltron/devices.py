@@ -131,18 +131,24 @@ class Cluster:
         return np.array([d.mem_budget_bytes for d in self.devices])          # (D,) bytes
 
 
-def load_device(name: str, conf_dir=None) -> EdgeDevice:
-    """Read conf/device/<name>.yaml outside Hydra (tests, reports); unknown keys fail."""
+def _load_yaml(group: str, name: str, conf_dir=None) -> dict:
+    """conf/<group>/<name>.yaml as a plain dict without its `defaults` list (outside Hydra: tests, reports)."""
     from pathlib import Path
 
     from omegaconf import OmegaConf
 
     conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[2] / "conf"
-    path = conf_dir / "device" / f"{name}.yaml"
+    path = conf_dir / group / f"{name}.yaml"
     if not path.is_file():
-        raise FileNotFoundError(f"device profile conf/device/{name}.yaml not found")
+        raise FileNotFoundError(f"{group} conf/{group}/{name}.yaml not found")
     doc = OmegaConf.to_container(OmegaConf.load(path))
     doc.pop("defaults", None)
+    return doc
+
+
+def load_device(name: str, conf_dir=None) -> EdgeDevice:
+    """Read conf/device/<name>.yaml outside Hydra (tests, reports); unknown keys fail."""
+    doc = _load_yaml("device", name, conf_dir)
     try:
         return EdgeDevice(**doc)
     except TypeError as e:
@@ -150,15 +156,5 @@ def load_device(name: str, conf_dir=None) -> EdgeDevice:
 
 
 def load_cluster(name: str, conf_dir=None) -> Cluster:
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[2] / "conf"
-    path = conf_dir / "cluster" / f"{name}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"cluster conf/cluster/{name}.yaml not found")
-    doc = OmegaConf.to_container(OmegaConf.load(path))
-    doc.pop("defaults", None)
-    spec = ClusterSpec(**doc)
+    spec = ClusterSpec(**_load_yaml("cluster", name, conf_dir))
     return Cluster(spec, [load_device(d, conf_dir) for d in spec.devices])

@@ -237,10 +237,13 @@ class HybridPlanner:
         return comp, mem, shards, used_all, b, u, unit, w_unit, pruned, reserve, head_time, run_len
 
     def _reserve(self, env: PhaseEnv, alive: np.ndarray) -> np.ndarray:
-        """(D,) bytes reserved before layers: activation workspace on every live device, LM head on the main one."""
+        """(D,) bytes reserved before layers: activation workspace on every live device (two buffers of the widest
+        per-token activation, fp32; attention assumed fused as with llama.cpp's flash attention, so the
+        n_tokens × context score matrix is not materialised), LM head and, for untied models, the token-embedding
+        table on the main device (both at `head_precision`, as llama.cpp quantizes output.weight / token_embd)."""
         tb = self.table
         reserve = np.where(alive, env.n_tokens * (tb.act_width + tb.ffn_width) * ACT_WORK_BYTES * 2, 0.0)
-        reserve[0] += tb.params[HEAD] * BYTES_PER_WEIGHT[self.head_precision]
+        reserve[0] += (tb.params[HEAD] + tb.embed_params) * BYTES_PER_WEIGHT[self.head_precision]
         return reserve
 
     def class_of(self, precision: np.ndarray, act_precision: np.ndarray) -> np.ndarray:

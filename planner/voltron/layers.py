@@ -46,6 +46,8 @@ class LayerTable:
     kv_per_token: np.ndarray     # (T,) resident KV bytes per cached token (0 for FFN)
     act_width: int               # d_model: activation elements per token on the wire
     ffn_width: int               # widest intermediate (workspace sizing)
+    embed_params: int = 0        # token-embedding weights resident on the main device besides the LM head
+                                 # (vocab × d_model when the embeddings are untied, 0 when tied: the head is the table)
 
     @property
     def n(self) -> int:
@@ -122,4 +124,5 @@ def layer_table(spec: ModelSpec, ffn_shards: int = 32) -> LayerTable:
     kv_tok[[ATTN_MHA, ATTN_GQA, ATTN_SWA]] = 2 * spec.kv_dim * KV_BYTES
     width = max(spec.d_ffn, spec.d_expert_ffn * max(spec.n_experts_active, 1) + spec.d_shared_expert_ffn, spec.q_dim)
     return LayerTable(spec=spec, type_of=type_of, block_of=block, depth=(block + 0.5) / L,
-                      params=params, shards=shards, kv_per_token=kv_tok, act_width=d, ffn_width=width)
+                      params=params, shards=shards, kv_per_token=kv_tok, act_width=d, ffn_width=width,
+                      embed_params=0 if spec.tied_embeddings else spec.vocab * d)

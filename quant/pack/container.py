@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 import tempfile
 import zlib
@@ -188,6 +189,9 @@ class PackedFile:
             self._fd = os.open(self.path, os.O_RDONLY)
         except OSError as e:
             raise PackedFileError(f"{self.path}: cannot open packed model file ({e.strerror})") from None
+        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
+            os.close(self._fd)
+            raise PackedFileError(f"{self.path}: not a regular file")
         try:
             self._read_index()
         except BaseException:

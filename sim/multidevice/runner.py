@@ -66,11 +66,11 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
             st["first"] = False
             st["plan_id"] += 1
 
-    def row(turn, tok, phase, dt, comm, stall, d: Decision, links, kv, est):
+    def row(turn, tok, phase, dt, comm, stall, d: Decision, links, kv, est, plan_id):
         p = d.plan
         prec = np.bincount(p.precision, minlength=3)
         r = {"time_s": env.now, "turn": turn, "token": tok, "phase": phase, "step_s": dt, "comm_s": comm,
-             "stall_s": stall, "est_s": est, "plan_id": st["plan_id"], "replanned": bool(d.replanned),
+             "stall_s": stall, "est_s": est, "plan_id": plan_id, "replanned": bool(d.replanned),
              "n_fp16": int(prec[0]), "n_int8": int(prec[1]), "n_int4": int(prec[2]), "n_tp": p.n_tp,
              "pruned_shards": int(p.pruned.sum()), "act_quantized": int((p.act_precision > 0).sum()),
              "act_pruned": int(p.act_pruned.sum()), "kv_len": kv, "accuracy": policy.accuracy(p),
@@ -94,10 +94,11 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
             reload = _reload_s(ctx, d)
             stall = max(0.0, reload - dt) if policy.overlap_reload else reload
             ttfts.append(dt + stall)
-            row(turn, 0, "prefill", dt + stall, comm, stall, d, links, kv, d.plan.est_time_s)
+            row(turn, 0, "prefill", dt + stall, comm, stall, d, links, kv, d.plan.est_time_s, st["plan_id"])
             yield env.timeout(dt + stall)
             kv += n_in
             running, pending, pending_left = None, None, 0.0
+            running_id = pending_id = st["plan_id"]              # plan ids of what runs / what is loading
             credit = dt if policy.overlap_reload else 0.0          # loads may proceed during the prefill
             for tok in range(n_out):
                 links = tracker.state(env.now)
@@ -113,9 +114,10 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
                     # the new plan runs now; its missing weights stall the token (beyond the step's own time when
                     # the policy overlaps loads with compute)
                     running, pending = d.plan, None
+                    running_id = st["plan_id"]
                 elif d.replanned:
                     # background reload: the previous plan keeps running until the new shards are in memory
-                    pending, pending_left = d.plan, reload
+                    pending, pending_left, pending_id = d.plan, reload, st["plan_id"]
                     reload = 0.0
                 dt, comm, ej = step_time(running, table, cluster, 1, kv, links, rng, jitter, cfg.head_precision)
                 st["energy"] += ej
@@ -123,13 +125,13 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
                 if reload:
                     stall = max(0.0, reload - dt) if policy.overlap_reload else reload
                 shown = Decision(plan=running, replanned=d.replanned)
-                row(turn, tok + 1, "decode", dt + stall, comm, stall, shown, links, kv, running.est_time_s)
+                row(turn, tok + 1, "decode", dt + stall, comm, stall, shown, links, kv, running.est_time_s, running_id)
                 st["tokens"] += 1
                 yield env.timeout(dt + stall)
                 if pending is not None:
                     pending_left -= dt + stall
                     if pending_left <= 0:
-                        running, pending = pending, None
+                        running, pending, running_id = pending, None, pending_id
                 kv += 1
             st["turns_done"] += 1
             yield env.timeout(wl.think_s)

@@ -5,7 +5,6 @@ Bit allocations of the quantizer twin are computed (and cached) before timing: t
 Writes outputs/bench/sim_coldstart.json and outputs/bench/coldstart_sweep.{json,md}."""
 from __future__ import annotations
 
-import json
 import time
 from pathlib import Path
 
@@ -60,14 +59,15 @@ def test_bench_one_cold_start_1086_tokens():
     for r in rows:
         print(f"{r['framework']:12s} {r['tasks']:6d} {r['wall_s']:7.3f} {r['bare_simpy_s']:12.4f} "
               f"{r['ratio_vs_bare']:6.1f}  ({r['ttft_s']:.2f})")
-    atomic_write_json(OUT / "sim_coldstart.json", {"prompt_tokens": 1086, "rows": rows})
+    atomic_write_json(OUT / "sim_coldstart.json", {"prompt_tokens": 1086, "rows": rows,
+                                                   "measured_keys": ["wall_s", "bare_simpy_s", "ratio_vs_bare"],
+                                                   "modelled_keys": ["ttft_s"]})
     assert all(r["wall_s"] > 0 for r in rows)
 
 
 @pytest.mark.bench
 def test_bench_full_sweep():
     from planner.formats import model_bits
-    from planner.framework import FrameworkSpec
     from quant.arch import ModelSpec
     from sim.coldstart.sweep import BITS, MAIN_FRAMEWORKS, WORKLOADS, load_conf, markdown_table, sweep
 
@@ -91,5 +91,7 @@ def test_bench_full_sweep():
     text = "\n\n".join(md)
     print(text)
     atomic_write_text(OUT / "coldstart_sweep.md", text + "\n")
-    atomic_write_json(OUT / "coldstart_sweep.json", {"wall_s": wall, "runs": n, "one_run_s": one, "rows": rows})
+    atomic_write_json(OUT / "coldstart_sweep.json", {"wall_s": wall, "runs": n, "one_run_s": one, "rows": rows,
+                                                     "measured_keys": ["wall_s", "one_run_s"],
+                                                     "modelled_keys": ["rows (every number: simulated)"]})
     assert n == len(MAIN_FRAMEWORKS) * len(WORKLOADS) * len(BITS)

@@ -14,7 +14,6 @@ Prints tables and writes outputs/bench/unpack.json (twin, with the per-bit table
 """
 from __future__ import annotations
 
-import json
 import os
 import platform
 import shutil

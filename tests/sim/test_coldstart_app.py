@@ -146,3 +146,22 @@ def test_unknown_group_option_is_one_line(argv, needle, capsys):
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith(needle) and "\n" not in err
     check_group_choices(["framework=edgeflow,mnn", "workload=hellaswag", "device=xiaomi15pro", "bits=4,5"])
+    check_group_choices(["--config-dir", "/my/conf", "framework=mine"])     # user config dirs: Hydra decides
+
+
+def test_multirun_writes_each_job_into_its_own_dir(tmp_path):
+    """`-m` sweep with the configured joblib launcher: one metrics.json per job, in the job's own directory, none in
+    the cwd."""
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    r = subprocess.run([sys.executable, "-m", "experiments.coldstart", "-m", "model=smollm2_135m", "framework=mnn",
+                        "prompt_tokens=4,9", "write_trace=false",
+                        f"hydra.sweep.dir={tmp_path / 'sweep'}"], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=300, env={**__import__("os").environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    docs = {p.parent.name: json.loads(p.read_text()) for p in (tmp_path / "sweep").rglob("metrics.json")}
+    assert sorted(d["prompt_tokens"] for d in docs.values()) == [4, 9] and len(docs) == 2
+    assert not (tmp_path / "metrics.json").exists()

@@ -10,7 +10,7 @@ from planner.voltron.rssi import RssiTable
 from sim.multidevice.runner import run_conversation
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
-from tests.voltron.helpers import context, policy
+from tests.voltron.helpers import context, links, policy
 
 
 @lru_cache(maxsize=8)
@@ -96,3 +96,68 @@ def test_energy_mode_uses_qos_slack_for_dvfs():
     assert df1[df1.phase == "decode"].freq_min.min() < 1.0                 # some DVFS level lowered
     assert m1["energy_mj_per_token"] < m0["energy_mj_per_token"]          # less energy per token
     assert m1["qos_tpot_violation_rate"] <= 0.05                          # still within QoS
+
+
+def test_timeline_rows_describe_the_plan_that_ran():
+    """Every timeline row's plan id names the plan whose precisions / TP layers / pruned shards it reports — also
+    while a new plan is still loading in the background and the previous one keeps running."""
+    for key in (("walk_away", "voltron"), ("walk_away_disconnect", "voltron")):
+        args = (key[0], key[1], 5, 60.0) if key[0] == "walk_away_disconnect" else key
+        _, df = _run(*args)
+        plans = _PLANS[(*args, *((4, 20.0) if len(args) == 2 else ()), "qwen2_5_14b")]
+        assert df.plan_id.nunique() >= 3
+        for pid, rows in df.groupby("plan_id"):
+            p = plans[pid]
+            prec = np.bincount(p.precision, minlength=3)
+            assert (rows.n_int4 == prec[2]).all() and (rows.n_fp16 == prec[0]).all(), pid
+            assert (rows.n_tp == p.n_tp).all() and (rows.pruned_shards == p.pruned.sum()).all(), pid
+
+
+def _with_tpot(qos_s: float):
+    import dataclasses
+
+    from planner.voltron.registry import make_policy
+
+    base, _ = context("qwen2_5_14b")
+    cfg = dataclasses.replace(base.cfg, qos_tpot_s=qos_s / (1 - base.cfg.qos_margin))
+    return make_policy(dataclasses.replace(base, cfg=cfg))
+
+
+def test_communication_scaling_quantizes_activations_then_prunes():
+    """§4.3.2 order: when communication breaks the TPOT target, transferred activations are quantized first (least
+    important layers first); only when all-INT4 activations are not enough are remote TP shards (and their
+    activations) pruned, least important TP layers first."""
+    pol = policy("qwen2_5_14b")
+    imp = pol.ctx.importance.per_sublayer
+    N = pol.ctx.table.n
+    prec = np.full(N, 2)
+    pruned_somewhere = quantized_somewhere = False
+    for dbm in (-45, -62):
+        env = pol.env(1, 1, 512, links(dbm, dbm), pol.ctx.cluster.budgets())
+        base = pol.hp.plan(env, prec)
+        assert base.fits and base.est_comm_s > 0
+        int4 = pol.hp.plan(env, prec, act_precision=np.full(N, 2))
+        if int4.est_time_s < base.est_time_s:     # (the greedy re-plan is not monotone in the act. precision)
+            # (a) a target that quantized activations can meet: no pruning, least important activations quantized
+            target = 0.5 * (int4.est_time_s + base.est_time_s)
+            out = _with_tpot(target).comm_scale(env, base, 0.0)
+            q = out.act_precision > 0
+            assert out.fits and out.est_time_s <= target * (1 + 1e-9) and q.any() and not out.act_pruned.any()
+            by_imp = out.act_precision[np.argsort(imp, kind="stable")]
+            assert (np.diff(by_imp) <= 0).all()              # never a more important layer quantized lower
+            assert (out.pruned == 0).all()
+            quantized_somewhere = True
+        # (b) below what all-INT4 activations reach: INT4 everywhere, then remote shards of TP layers pruned
+        comp = max(base.est_time_s - base.est_comm_s, int4.est_time_s - int4.est_comm_s)
+        if (int4.strategy == -1).any() and comp < int4.est_time_s:
+            target = comp + 0.3 * (int4.est_time_s - comp)      # compute fits, all-INT4 communication does not
+            out = _with_tpot(target).comm_scale(env, base, 0.0)
+            assert out.fits and (out.act_precision == 2).all() and out.act_pruned.any()
+            cut = out.act_pruned
+            assert (out.shards[cut, 1:] == 0).all() and (out.pruned[cut] > 0).all()
+            tp_left = (out.strategy == -1) & ~cut
+            assert not tp_left.any() or imp[cut].max() <= imp[tp_left].min() + 1e-15
+            assert out.est_time_s < int4.est_time_s
+            assert (out.mem_bytes <= out.budget_bytes * (1 + 1e-9)).all()
+            pruned_somewhere = True
+    assert pruned_somewhere and quantized_somewhere
