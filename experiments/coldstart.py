@@ -8,7 +8,6 @@ Writes `metrics.json` (all numbers modelled) and `trace.json` (Chrome/Perfetto) 
 """
 from __future__ import annotations
 
-import re
 import sys
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import ConfigError, one_line_errors, register_common, run_dir, typed, write_run_outputs
+from experiments.common import ConfigError, check_group_choices, one_line_errors, register_common, run_dir, typed, write_run_outputs
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
 from planner.workload import WorkloadSpec
@@ -45,25 +44,7 @@ def _soc_devices() -> list[str]:
     return sorted(p.stem for p in (CONF / "device").glob("*.yaml") if "soc_schema" in p.read_text())
 
 
-def check_group_choices(argv: list[str]) -> None:
-    """One-line error for an unknown config-group option (`framework=nope`, also inside a `-m` list) before Hydra
-    composes (Hydra's own report spans many lines). Only plain `group=a,b` overrides are checked, and nothing when
-    the user adds config directories (their options are not in conf/)."""
-    if any(a.startswith(("-cd", "--config-dir", "-cp", "--config-path")) or "searchpath" in a for a in argv):
-        return
-    for arg in argv:
-        m = re.fullmatch(r"(model|device|framework|workload)=([\w.,-]+)", arg)
-        if not m:
-            continue
-        group, values = m.groups()
-        options = _soc_devices() if group == "device" else sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-        for v in values.split(","):
-            if v not in options:
-                why = ("is not a single-SoC cold-start profile (soc_schema)" if (CONF / group / f"{v}.yaml").is_file()
-                       else f"is not a {group} config")
-                print(f"error: {group}={v} {why}; use one of: {', '.join(options)}", file=sys.stderr)
-                raise SystemExit(2)
-
+GROUPS = {"model": None, "device": _soc_devices, "framework": None, "workload": None}  # for check_group_choices
 
 register_coldstart()
 
@@ -101,5 +82,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_group_choices(sys.argv[1:])
+    check_group_choices(sys.argv[1:], GROUPS)
     main()

@@ -10,6 +10,7 @@ Conventions every app follows (SPEC §6):
 from __future__ import annotations
 
 import functools
+import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, TypeVar
@@ -21,6 +22,8 @@ from quant.arch import ModelSpec
 from quant.atomic import atomic_write_json, atomic_write_text
 
 T = TypeVar("T")
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
 
 class ConfigError(ValueError):
@@ -84,3 +87,31 @@ def one_line_errors(fn: Callable[..., T]) -> Callable[..., T]:
             raise SystemExit(2) from None
 
     return wrapper
+
+
+def group_options(group: str) -> list[str]:
+    """Names of the options of a config group in conf/."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def check_group_choices(argv: list[str], groups: dict[str, Callable[[], list[str]] | None]) -> None:
+    """One-line error for an unknown config-group option (`framework=nope`, also inside a `-m` list) before Hydra
+    composes (Hydra's own report spans many lines). `groups` maps a group to a function listing its valid options
+    (None: every yaml in conf/<group>). Only plain `group=a,b` overrides are checked, and nothing when the user adds
+    config directories (their options are not in conf/)."""
+    if any(a.startswith(("-cd", "--config-dir", "-cp", "--config-path")) or "searchpath" in a for a in argv):
+        return
+    pattern = re.compile(rf"({'|'.join(map(re.escape, groups))})=([\w.,-]+)")
+    for arg in argv:
+        m = pattern.fullmatch(arg)
+        if not m:
+            continue
+        group, values = m.groups()
+        lister = groups[group]
+        options = lister() if lister else group_options(group)
+        for v in values.split(","):
+            if v not in options:
+                why = ("exists but is not valid for this app" if (CONF_DIR / group / f"{v}.yaml").is_file()
+                       else f"is not a {group} config")
+                print(f"error: {group}={v} {why}; use one of: {', '.join(options)}", file=sys.stderr)
+                raise SystemExit(2)

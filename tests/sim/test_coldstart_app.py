@@ -135,18 +135,18 @@ def test_same_config_gives_identical_outputs(cs, tmp_path, monkeypatch):
 @pytest.mark.parametrize("argv,needle", [
     (["framework=nope"], "error: framework=nope is not a framework config; use one of: edgeflow, "),
     (["-m", "workload=lambada,nope"], "error: workload=nope is not a workload config"),
-    (["device=pixel7"], "error: device=pixel7 is not a single-SoC cold-start profile (soc_schema); use one of: "
-                        "xiaomi15pro"),
+    (["device=pixel7"], "error: device=pixel7 exists but is not valid for this app; use one of: xiaomi15pro"),
 ])
 def test_unknown_group_option_is_one_line(argv, needle, capsys):
-    from experiments.coldstart import check_group_choices
+    from experiments.coldstart import GROUPS
+    from experiments.common import check_group_choices
 
     with pytest.raises(SystemExit) as e:
-        check_group_choices(argv)
+        check_group_choices(argv, GROUPS)
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and err.startswith(needle) and "\n" not in err
-    check_group_choices(["framework=edgeflow,mnn", "workload=hellaswag", "device=xiaomi15pro", "bits=4,5"])
-    check_group_choices(["--config-dir", "/my/conf", "framework=mine"])     # user config dirs: Hydra decides
+    check_group_choices(["framework=edgeflow,mnn", "workload=hellaswag", "device=xiaomi15pro", "bits=4,5"], GROUPS)
+    check_group_choices(["--config-dir", "/my/conf", "framework=mine"], GROUPS)     # user config dirs: Hydra decides
 
 
 def test_multirun_writes_each_job_into_its_own_dir(tmp_path):
