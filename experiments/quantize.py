@@ -15,7 +15,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from experiments.common import ConfigError, one_line_errors, register_common, run_dir, typed, write_run_outputs
+from experiments.common import one_line_errors, register_common, run_dir, typed, write_run_outputs
 from quant.arch import ModelSpec, WeightSource
 from quant.methods import METHODS
 from quant.settings import QuantSettings

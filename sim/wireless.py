@@ -4,8 +4,9 @@ Owns:
 - `TraceConfig`: conf/trace/<name>.yaml (schema `trace_schema`): the CSV file (columns `time_s,link,dbm`, one row per
   sample, links named as in conf/cluster `links`), and how to extend it (hold the last sample).
 - `RssiTrace`: loads and validates the CSV (a malformed file fails with one line naming the file, row and column),
-  answers the RSSI of every link at time t (sample-and-hold between samples), and turns it into a `LinkState`
-  (goodput and latency per link from the RSSI table of `planner.voltron.rssi`, disconnected below its threshold).
+  answers the RSSI of every link at time t (sample-and-hold between samples).
+- `LinkTracker`: turns the trace into a `LinkState` over time (goodput and latency per link from the RSSI table of
+  `planner.voltron.rssi`), disconnected below its threshold and re-connected with hysteresis.
 - `synth_trace`: the generator of the shipped traces (`python -m sim.wireless` rewrites conf/trace/*.csv). They are
   synthetic, shaped like the paper's Fig. 8a office walk (no measured trace is public): steady strong; a gradual
   walk-away of the user (phone + watch) from the tablet; the same walk-away that drops the link below the disconnect
@@ -81,10 +82,6 @@ class RssiTrace:
             k = max(int(np.searchsorted(self.times[link], t, side="right")) - 1, 0)
             out[i] = self.dbm[link][k]
         return out
-
-    def state(self, table: RssiTable, links: list[str], t: float) -> LinkState:
-        """Memoryless link state at t (no reconnect hysteresis; see `LinkTracker`)."""
-        return LinkState.from_rssi(table, self.rssi(links, t))
 
 
 class LinkTracker:

@@ -5,7 +5,6 @@ The scales fold exactly as in quant.smoothing (shared q/k/v and gate/up scales, 
 """
 from __future__ import annotations
 
-import numpy as np
 
 from quant.methods.base import Method, QuantizedModel, make_qlinear, uniform_bits
 from quant.smoothing import group_in_max, input_scale, smoothing_groups

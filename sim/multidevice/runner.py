@@ -6,6 +6,12 @@ runs the token (`execute.step_time` on the links of that instant) and appends a 
 thinks for `think_s` while the trace keeps moving. Weight reloads a new plan needs (bytes / device flash bandwidth)
 are exposed in full for policies without overlap, and only beyond the step's own time for policies that overlap them
 with compute (Voltron §4.3 "Overhead Mitigation"). A policy answering OOM ends the run (`oom` = true).
+
+KV cache lost with a device: the KV cache of the ATTN shards a departed device held is gone, and recomputing it needs
+the hidden states of every earlier layer, so the cluster re-runs the prefill of the whole cached context on the plan
+that replaces it (an upper bound: a system that kept per-layer hidden states could stop at the last lost layer). The
+re-prefill time (device roofline, no jitter) is added to the stall of the step that first runs without the device.
+Migrating the KV of ATTN shards that move between *live* devices is not modelled (see docs/multidevice.md).
 """
 from __future__ import annotations
 
@@ -16,6 +22,7 @@ import simpy
 
 from planner.voltron.policy import Decision, Policy, PolicyContext
 from planner.voltron.rssi import RssiTable
+from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from sim.multidevice.execute import step_time
 from sim.multidevice.workload import WorkloadConfig, conversation
 from sim.wireless import LinkTracker, RssiTrace
@@ -49,7 +56,22 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
     plan_ms: list[float] = []
     search_ms: list[float] = []
     st = {"oom": False, "plan_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True, "energy": 0.0,
-          "energy_decode": 0.0, "turns_done": 0}
+          "energy_decode": 0.0, "turns_done": 0, "kv_lost": 0, "kv_recompute_s": 0.0}
+    attn = np.isin(table.type_of, [ATTN_MHA, ATTN_GQA, ATTN_SWA])                # (N,) sublayers holding KV
+    kv_on = np.zeros(cluster.n, dtype=bool)                                         # devices holding context KV
+
+    def kv_recompute_s(plan, links, kv: int) -> float:
+        """Seconds to rebuild context KV lost with a departed device (re-prefill of `kv` tokens on `plan`), and
+        from now on the context KV lives where `plan` keeps its ATTN shards."""
+        nonlocal kv_on
+        lost = kv > 0 and bool((kv_on & ~links.connected).any())
+        kv_on = (plan.shards[attn] > 0).any(axis=0)
+        if not lost:
+            return 0.0
+        t, _, _ = step_time(plan, table, cluster, kv, 0, links, rng, 0.0, cfg.head_precision)
+        st["kv_lost"] += 1
+        st["kv_recompute_s"] += t
+        return t
 
     plans: dict = {}
 
@@ -93,6 +115,7 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
             st["energy"] += ej
             reload = _reload_s(ctx, d)
             stall = max(0.0, reload - dt) if policy.overlap_reload else reload
+            stall += kv_recompute_s(d.plan, links, kv)
             ttfts.append(dt + stall)
             row(turn, 0, "prefill", dt + stall, comm, stall, d, links, kv, d.plan.est_time_s, st["plan_id"])
             yield env.timeout(dt + stall)
@@ -124,6 +147,7 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
                 st["energy_decode"] += ej
                 if reload:
                     stall = max(0.0, reload - dt) if policy.overlap_reload else reload
+                stall += kv_recompute_s(running, links, kv)
                 shown = Decision(plan=running, replanned=d.replanned)
                 row(turn, tok + 1, "decode", dt + stall, comm, stall, shown, links, kv, running.est_time_s, running_id)
                 st["tokens"] += 1
@@ -170,6 +194,8 @@ def _metrics(rows, ttfts, plan_ms, search_ms, st, cfg, turns) -> dict:
         "energy_j": f(st["energy"]),
         "energy_mj_per_token": f(1e3 * st["energy_decode"] / st["tokens"]) if st["tokens"] else None,
         "turns_completed": int(st["turns_done"]),
+        "kv_lost_events": int(st["kv_lost"]),
+        "kv_recompute_s_total": f(st["kv_recompute_s"]),
     }
 
 
@@ -200,5 +226,5 @@ MEASURED_KEYS = ["plan_ms_p50", "plan_ms_max", "plan_ms_p50_search"]
 MODELLED_KEYS = ["ttft_s", "ttft_s_max", "qos_ttft_ok", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate",
                  "accuracy_proxy", "replans", "oom", "tokens_generated", "tokens_requested", "stall_s_total",
                  "energy_j", "energy_mj_per_token", "plan_searches",
-                 "turns_completed", "latency_model_accuracy", "latency_model_mape", "latency_model_r2",
-                 "importance_source"]
+                 "turns_completed", "kv_lost_events", "kv_recompute_s_total", "latency_model_accuracy",
+                 "latency_model_mape", "latency_model_r2", "importance_source"]

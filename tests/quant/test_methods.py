@@ -102,3 +102,13 @@ def test_model_bytes_components(smol3, smol_weights, calib):
     want += (2 * smol3.n_layers + 1) * smol3.d_model * 4                      # f32 norms
     want += smol3.vocab * (smol3.d_model + 4)                                 # per-row INT8 embeddings (tied head)
     assert qm.model_bytes(smol3) == pytest.approx(want)
+
+
+@needs_model
+def test_edgeflow_exact_metric_allocates_like_closed_form_at_high_bits(smol3, smol_weights, calib):
+    base = {**TOY, "alpha_steps": 1}
+    ex = METHODS["edgeflow"](QuantSettings(**base, metric="exact")).build(smol_weights, smol3, calib, 6, 6.0)
+    cf = METHODS["edgeflow"](QuantSettings(**base)).build(smol_weights, smol3, calib, 6, 6.0)
+    for n in cf.layers:
+        assert ex.layers[n].bits.mean() == pytest.approx(6.0, abs=1e-3)
+        assert np.mean(ex.layers[n].bits == cf.layers[n].bits) > 0.8          # the two metrics mostly agree

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 from quant.allocate import allocate
 from quant.quantize import fake_quant_rows

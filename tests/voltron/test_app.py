@@ -59,3 +59,14 @@ def test_cli_writes_metrics_and_timeline(tmp_path):
                           f"hydra.run.dir={tmp_path / 'bad'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
     assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "qos_tpot_s" in bad.stderr
     assert not (tmp_path / "bad" / "metrics.json").exists()
+
+
+@pytest.mark.parametrize("arg", ["cluster=nope", "planner=voltron,nope", "trace=nope", "model=nope"])
+def test_unknown_group_option_one_line(arg, capsys):
+    from experiments.multidevice import check_group_choices
+
+    with pytest.raises(SystemExit) as e:
+        check_group_choices(["turns=1", arg])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "nope" in err and "use one of" in err
+    check_group_choices(["cluster=car,office", "planner=mp", "trace=walk_away", "model=qwen2_5_3b"])   # valid: no exit

@@ -61,6 +61,12 @@ def test_disconnect_continues_with_smaller_plan_and_restores():
     lowered = (during.n_int4.mean() > before.n_int4.mean()) or (during.pruned_shards.mean() > 0)
     assert lowered                                                               # smaller / quantized plan
     assert after.accuracy.mean() > during.accuracy.mean()                        # restored when the tablet is back
+    # the tablet's share of the context KV cache left with it: the context is re-prefilled on the new plan, and
+    # that time is a stall of the first step run without the tablet
+    assert m["kv_lost_events"] >= 1 and m["kv_recompute_s_total"] > 0.5
+    first_without = dec[dec.connected == 2].iloc[0]
+    assert first_without.stall_s >= m["kv_recompute_s_total"] / m["kv_lost_events"] * 0.5
+    assert _run("steady_strong", turns=2)[0]["kv_lost_events"] == 0
 
 
 def test_deterministic():

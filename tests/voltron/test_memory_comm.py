@@ -68,7 +68,7 @@ def test_all_weights_accounted():
 
 
 def test_tp_and_mp_communication_formula():
-    """TP layer = Σ_remote 2·bytes/goodput + 2·max latency (broadcast + aggregate); MP boundary = one hop each way."""
+    """TP layer = Σ_remote 2·bytes/goodput + 2·max latency (broadcast + aggregate); MP boundary = a hop per side."""
     pol = policy("qwen2_5_14b")
     lk = links(-45, -70)                     # MCS 9 (≥ −54 dBm) and MCS 3 (≥ −71 dBm) on a 40 MHz channel
     gp = np.array([360, 108]) * 1e6 / 8 * 0.6                 # bytes/s (VHT40 2SS rates × MAC efficiency)
