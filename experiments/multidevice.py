@@ -8,15 +8,14 @@ run directory.
 """
 from __future__ import annotations
 
-import re
 import sys
-from pathlib import Path
 
 import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import ConfigError, one_line_errors, register_common, run_dir, typed, write_run_outputs
+from experiments.common import (ConfigError, check_group_choices, one_line_errors, register_common, run_dir, typed,
+                                write_run_outputs)
 
 
 def register() -> None:
@@ -59,23 +58,7 @@ def run(cfg: DictConfig):
 
 register()
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = ("cluster", "model", "planner", "trace")
-
-
-def check_group_choices(argv: list[str]) -> None:
-    """One-line error (exit 2) for an unknown option of a config group (`cluster=nope`, also inside a `-m` list),
-    before Hydra composes (Hydra's own report spans a dozen lines). Plain `group=a,b` overrides only."""
-    for arg in argv:
-        m = re.fullmatch(rf"({'|'.join(GROUPS)})=([\w.,-]+)", arg)
-        if not m:
-            continue
-        group, values = m.groups()
-        options = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-        for v in values.split(","):
-            if v not in options:
-                print(f"error: {group}={v} is not a {group} config; use one of: {', '.join(options)}", file=sys.stderr)
-                raise SystemExit(2)
+GROUPS = {"cluster": None, "model": None, "planner": None, "trace": None}   # for check_group_choices
 
 
 @hydra.main(config_path="../conf", config_name="multidevice", version_base="1.3")
@@ -101,5 +84,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_group_choices(sys.argv[1:])
+    check_group_choices(sys.argv[1:], GROUPS)
     main()

@@ -4,30 +4,37 @@ Lives in `quant/` because it is the lowest Python layer every other package may 
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO, Iterator
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+@contextlib.contextmanager
+def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
+    """Binary file handle on a temp file beside `path`; on a clean exit it is fsynced and renamed onto `path`,
+    on any exception it is removed and `path` is untouched."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "wb") as f:
-            f.write(data)
+            yield f
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
-    return path
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> Path:
+    with atomic_open(path) as f:
+        f.write(data)
+    return Path(path)
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> Path:

@@ -26,13 +26,13 @@ import json
 import os
 import stat
 import struct
-import tempfile
 import zlib
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from quant.atomic import atomic_open
 from quant.pack.formats import BY_CODE, F32_CODE, FORMATS, blob_layout, get_format
 from quant.pack.layout import PackError, bits_array, check_codes, pack_bits3, unpack_bits3
 from quant.pack.weightlet import DEFAULT_GROUP
@@ -127,44 +127,32 @@ def write_packed_model(path, tensors: dict, fmt: str = "weightlet", meta: dict |
     pos = _align(meta_off + len(meta_b), alignment)
 
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(b"\0" * pos)                       # header + index + meta, rewritten at the end
-            entries = []
-            for i, n in enumerate(names):
-                code, g, C, D, parts, size, sc, pl, psize = _encode(n, tensors[n], fmt, group)
-                fh.seek(pos)
-                crc, at = 0, 0
-                for rel, data in parts:                 # sections with zero padding between them
-                    if rel > at:
-                        pad = b"\0" * (rel - at)
-                        fh.write(pad)
-                        crc = zlib.crc32(pad, crc)
-                    mv = memoryview(np.ascontiguousarray(data)).cast("B")
-                    fh.write(mv)
-                    crc = zlib.crc32(mv, crc)
-                    at = rel + mv.nbytes
-                assert at == size
-                entries.append(ENTRY.pack(n.encode("utf-8"), code, g, C, D, pos, size, 0, sc, pl, psize, crc, 0))
-                pos = _align(pos + size, alignment)
-            end = fh.tell()
-            index = b"".join(entries)
-            head = HEADER.pack(MAGIC, VERSION, HEADER.size, len(names), alignment, index_off, meta_off, len(meta_b),
-                               end, zlib.crc32(meta_b, zlib.crc32(index)), 0)
-            head = head[:60] + struct.pack("<I", zlib.crc32(head[:60]))
-            fh.seek(0)
-            fh.write(head + index + meta_b)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
+    with atomic_open(path) as fh:
+        fh.write(b"\0" * pos)                       # header + index + meta, rewritten at the end
+        entries = []
+        for i, n in enumerate(names):
+            code, g, C, D, parts, size, sc, pl, psize = _encode(n, tensors[n], fmt, group)
+            fh.seek(pos)
+            crc, at = 0, 0
+            for rel, data in parts:                 # sections with zero padding between them
+                if rel > at:
+                    pad = b"\0" * (rel - at)
+                    fh.write(pad)
+                    crc = zlib.crc32(pad, crc)
+                mv = memoryview(np.ascontiguousarray(data)).cast("B")
+                fh.write(mv)
+                crc = zlib.crc32(mv, crc)
+                at = rel + mv.nbytes
+            assert at == size
+            entries.append(ENTRY.pack(n.encode("utf-8"), code, g, C, D, pos, size, 0, sc, pl, psize, crc, 0))
+            pos = _align(pos + size, alignment)
+        end = fh.tell()
+        index = b"".join(entries)
+        head = HEADER.pack(MAGIC, VERSION, HEADER.size, len(names), alignment, index_off, meta_off, len(meta_b),
+                           end, zlib.crc32(meta_b, zlib.crc32(index)), 0)
+        head = head[:60] + struct.pack("<I", zlib.crc32(head[:60]))
+        fh.seek(0)
+        fh.write(head + index + meta_b)
     return path
 
 

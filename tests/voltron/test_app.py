@@ -63,10 +63,11 @@ def test_cli_writes_metrics_and_timeline(tmp_path):
 
 @pytest.mark.parametrize("arg", ["cluster=nope", "planner=voltron,nope", "trace=nope", "model=nope"])
 def test_unknown_group_option_one_line(arg, capsys):
-    from experiments.multidevice import check_group_choices
+    from experiments.common import check_group_choices
+    from experiments.multidevice import GROUPS
 
     with pytest.raises(SystemExit) as e:
-        check_group_choices(["turns=1", arg])
+        check_group_choices(["turns=1", arg], GROUPS)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "nope" in err and "use one of" in err
-    check_group_choices(["cluster=car,office", "planner=mp", "trace=walk_away", "model=qwen2_5_3b"])   # valid: no exit
+    check_group_choices(["cluster=car,office", "planner=mp", "trace=walk_away", "model=qwen2_5_3b"], GROUPS)  # valid
