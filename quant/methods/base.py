@@ -90,22 +90,34 @@ class QuantizedModel(LinearHook):
         return lin + norms + emb
 
 
-def make_qlinear(w: np.ndarray, bits: np.ndarray, x_calib: np.ndarray, s_in: np.ndarray | None = None,
-                 s_out: np.ndarray | None = None) -> QLinear:
-    """Quantize W' = W·s_in/s_out with per-channel `bits`; static act scale from max |x/s_in| on calibration data."""
+def make_qlinear(w: np.ndarray, bits: np.ndarray, x_calib: np.ndarray | None, s_in: np.ndarray | None = None,
+                 s_out: np.ndarray | None = None, *, wp: np.ndarray | None = None,
+                 x_max: np.ndarray | None = None) -> QLinear:
+    """Quantize W' = W·s_in/s_out with per-channel `bits`; static act scale from max |x/s_in| on calibration data.
+
+    Shortcuts for callers that already have them (results are bit-identical): `wp` = smooth_weight(w, s_in, s_out);
+    `x_max` (D,) float32 = max_t |x_calib[t]| (then x_calib is not read: s_in > 0 and correctly rounded division is
+    monotone, so max_t |x/s| == max_t|x| / s exactly)."""
     from quant.smoothing import smooth_weight
 
-    wp = smooth_weight(w, s_in, s_out)
+    if wp is None:
+        wp = smooth_weight(w, s_in, s_out)
     q, scale = quantize_rows(wp, bits)
-    xs = x_calib / s_in[None, :] if s_in is not None else x_calib
+    if x_max is None:
+        xs = x_calib / s_in[None, :] if s_in is not None else x_calib
+        a_max = float(np.abs(xs).max())
+    else:
+        a_max = float((x_max / s_in).max() if s_in is not None else x_max.max())
     return QLinear(bits=np.asarray(bits, dtype=np.int8).copy(), q=q, scale=scale,
-                   act_scale=act_scale(float(np.abs(xs).max())), s_in=s_in, s_out=s_out)
+                   act_scale=act_scale(a_max), s_in=s_in, s_out=s_out)
 
 
-def relative_output_error(layer: QLinear, x: np.ndarray, y_ref: np.ndarray) -> float:
-    """||Y - Ŷ||² / ||Y||² of one layer on calibration inputs."""
-    d = layer(x) - y_ref
-    den = float(np.sum(y_ref.astype(np.float64) ** 2))
+def relative_output_error(layer: QLinear, x: np.ndarray, y_ref: np.ndarray, y_hat: np.ndarray | None = None,
+                          den: float | None = None) -> float:
+    """||Y - Ŷ||² / ||Y||² of one layer on calibration inputs (`y_hat` = layer(x) and `den` = ||Y||² if known)."""
+    d = (layer(x) if y_hat is None else y_hat) - y_ref
+    if den is None:
+        den = float(np.sum(y_ref.astype(np.float64) ** 2))
     return float(np.sum(d.astype(np.float64) ** 2)) / den if den > 0 else 0.0
 
 

@@ -15,6 +15,7 @@ from quant.allocate import allocate
 from quant.arch import ModelSpec
 from quant.calibrate import Calibration
 from quant.methods.base import Method, QLinear, QuantizedModel, make_qlinear, relative_output_error
+from quant.quantize import fake_quant_act
 from quant.relerr import channel_stats, re_exact_table
 from quant.settings import BudgetScope, QuantSettings, ReMetric
 from quant.smoothing import group_in_max, input_scale, output_scale, smooth_weight, smoothing_groups
@@ -38,25 +39,29 @@ def search_group(names: list[str], weights: dict[str, np.ndarray], spec: ModelSp
     else:
         x_fit, x_err = x, x[:settings.search_tokens]
         in_max = calib.in_max
+    x_max_fit = np.abs(x_fit).max(axis=0)                                        # (D,) for the static act scale
     y_ref = {n: x_err @ weights[n].T for n in names}                             # (Ts, C)
+    den = {n: float(np.sum(y_ref[n].astype(np.float64) ** 2)) for n in names}
     s_max = group_in_max(names, in_max, spec)
     s_out = {n: output_scale(calib.out_max[n], beta) if beta > 0 else None for n in names}
     best: tuple[float, float] | None = None
     for a in alphas:
         s_in = input_scale(s_max, float(a)) if a > 0 else None
-        err = 0.0
+        err, xq = 0.0, None
         for n in names:
-            w = weights[n]
-            bits = bits_fn(smooth_weight(w, s_in, s_out[n]))
-            err += relative_output_error(make_qlinear(w, bits, x_fit, s_in, s_out[n]), x_err, y_ref[n])
+            wp = smooth_weight(weights[n], s_in, s_out[n])
+            layer = make_qlinear(weights[n], bits_fn(wp), None, s_in, s_out[n], wp=wp, x_max=x_max_fit)
+            if xq is None:       # members share the input, its smoothing and its act scale: quantize it once
+                xq = fake_quant_act(x_err / s_in[None, :] if s_in is not None else x_err, layer.act_scale)
+            err += relative_output_error(layer, x_err, y_ref[n], y_hat=xq @ layer.w_hat.T, den=den[n])
         if best is None or err < best[0]:
             best = (err, float(a))
     alpha = best[1]
     s_in = input_scale(group_in_max(names, calib.in_max, spec), alpha) if alpha > 0 else None
     layers = {}
     for n in names:
-        w = weights[n]
-        layers[n] = make_qlinear(w, bits_fn(smooth_weight(w, s_in, s_out[n])), x, s_in, s_out[n])
+        wp = smooth_weight(weights[n], s_in, s_out[n])
+        layers[n] = make_qlinear(weights[n], bits_fn(wp), x, s_in, s_out[n], wp=wp)
     return alpha, layers
 
 

