@@ -40,6 +40,14 @@ class QuantizeConfig:
             raise ValueError(f"bits must be in 1..8 (got {self.bits})")
         if self.budget is not None and not (self.quant.min_bits <= self.budget <= 8):
             raise ValueError(f"budget must be in {self.quant.min_bits}..8 bits (got {self.budget})")
+        if self.budget is not None and self.method != "edgeflow":
+            raise ValueError(f"budget is EdgeFlow's average bit budget; method={self.method} uses bits "
+                             f"(got budget={self.budget:g}); drop budget or use method=edgeflow")
+        lo, hi = self.quant.min_bits, self.quant.max_bits
+        if self.method == "edgeflow" and not lo <= self.effective_budget <= hi:
+            key = "bits" if self.budget is None else "budget"
+            raise ValueError(f"{key}={self.effective_budget:g}: method=edgeflow allocates within quant.min_bits.."
+                             f"quant.max_bits = {lo}..{hi} bits, so its budget must lie in that range")
         if self.pack:
             from quant.pipeline import pack_available
 

@@ -70,6 +70,11 @@ def gain_table(max_abs, mean_sq, min_bits: int = 1, max_bits: int = 8, re: np.nd
     return convex_gains(re)
 
 
+def _extra_budget(budget: float, min_bits: int, total: float) -> float:
+    """Storage allowed above min_bits everywhere; ONE expression for both forms, so they agree to the last ulp."""
+    return (budget - min_bits) * total + BUDGET_EPS
+
+
 def _costs(cost, C: int) -> np.ndarray | None:
     if cost is None:
         return None
@@ -79,20 +84,26 @@ def _costs(cost, C: int) -> np.ndarray | None:
     return None if (c == 1).all() else c
 
 
+def _setup(max_abs, mean_sq, budget, min_bits, max_bits, cost, re):
+    """Shared start of both forms: (bits at min_bits (C,) int8, gains (C, n-1) or None if nothing to do, costs)."""
+    m, s = _check(max_abs, mean_sq, budget, min_bits, max_bits)
+    bits = np.full(m.size, min_bits, dtype=np.int8)
+    if m.size == 0 or max_bits == min_bits:
+        return bits, None, None
+    return bits, gain_table(m, s, min_bits, max_bits, re), _costs(cost, m.size)           # (C,), (C, n-1), (C,)|None
+
+
 def allocate_heap(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *,
                   cost=None, re: np.ndarray | None = None) -> np.ndarray:
     """Algorithm 1 (max-heap). Returns bits (C,) int8 with Σ c_i B_i <= budget Σ c_i."""
-    m, s = _check(max_abs, mean_sq, budget, min_bits, max_bits)
-    C = m.size
-    bits = np.full(C, min_bits, dtype=np.int8)
-    if C == 0 or max_bits == min_bits:
+    bits, g, c = _setup(max_abs, mean_sq, budget, min_bits, max_bits, cost, re)
+    if g is None:
         return bits
-    g = gain_table(m, s, min_bits, max_bits, re)                                      # (C, n-1)
-    c = _costs(cost, C)
+    C = bits.size
     cw = np.ones(C) if c is None else c
     key = g / cw[:, None]                                                             # gain per unit of storage
     total = cw.sum()
-    remain = budget * total - min_bits * total + BUDGET_EPS                           # extra storage allowed
+    remain = _extra_budget(budget, min_bits, total)                                   # extra storage allowed
     steps = g.shape[1]
     heap = [(-key[i, 0], i, 0) for i in range(C)]
     heapq.heapify(heap)
@@ -114,16 +125,13 @@ def allocate_heap(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: 
 def allocate_vectorized(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *,
                         cost=None, re: np.ndarray | None = None) -> np.ndarray:
     """Same allocation as `allocate_heap`, computed with a threshold on the gains (scales to ~1.5M channels)."""
-    m, s = _check(max_abs, mean_sq, budget, min_bits, max_bits)
-    C = m.size
-    bits = np.full(C, min_bits, dtype=np.int8)
-    if C == 0 or max_bits == min_bits:
+    bits, g, c = _setup(max_abs, mean_sq, budget, min_bits, max_bits, cost, re)
+    if g is None:
         return bits
-    g = gain_table(m, s, min_bits, max_bits, re)                                      # (C, n-1)
-    c = _costs(cost, C)
+    C = bits.size
     steps = g.shape[1]
     if c is None:
-        k_max = int(np.floor((budget - min_bits) * C + BUDGET_EPS))                   # unit steps allowed
+        k_max = int(np.floor(_extra_budget(budget, min_bits, float(C))))               # unit steps allowed
         flat = (-g).ravel()                                                           # key order = (flat value, index)
         n_pos = int(np.count_nonzero(flat < 0.0))                                     # steps with gain > 0
         k = min(k_max, n_pos)
@@ -142,7 +150,7 @@ def allocate_vectorized(max_abs, mean_sq, budget: float, min_bits: int = 1, max_
         order = np.argsort(key, kind="stable")                                        # ties by flat index = (i, B)
         gpos = g.ravel()[order] > 0.0
         cost_steps = np.repeat(c, steps)[order]
-        remain = budget * c.sum() - min_bits * c.sum() + BUDGET_EPS
+        remain = _extra_budget(budget, min_bits, float(c.sum()))
         fits = np.cumsum(cost_steps) <= remain
         stop = np.flatnonzero(~(gpos & fits))
         k = int(stop[0]) if stop.size else order.size

@@ -20,10 +20,13 @@ from quant.llama import LinearHook, forward_logits
 class _Recorder(LinearHook):
     def __init__(self) -> None:
         self.inputs: dict[str, np.ndarray] = {}
+        self.out_max: dict[str, np.ndarray] = {}
 
     def __call__(self, name: str, x: np.ndarray, w: np.ndarray) -> np.ndarray:
         self.inputs[name] = x
-        return x @ w.T
+        y = x @ w.T
+        self.out_max[name] = np.abs(y).max(axis=0)          # S_O from the forward's own output (no second matmul)
+        return y
 
 
 @dataclass
@@ -37,8 +40,5 @@ class Calibration:
 def calibrate(weights: dict[str, np.ndarray], spec: ModelSpec, tokens: np.ndarray) -> Calibration:
     rec = _Recorder()
     forward_logits(weights, spec, tokens, rec)
-    in_max, out_max = {}, {}
-    for name, x in rec.inputs.items():
-        in_max[name] = np.abs(x).max(axis=0)
-        out_max[name] = np.abs(x @ weights[name].T).max(axis=0)
-    return Calibration(rec.inputs, in_max, out_max, np.asarray(tokens))
+    in_max = {name: np.abs(x).max(axis=0) for name, x in rec.inputs.items()}
+    return Calibration(rec.inputs, in_max, rec.out_max, np.asarray(tokens))

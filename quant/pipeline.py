@@ -58,7 +58,7 @@ def run_quantization(spec: ModelSpec, method: str, bits: int, budget: float, set
         "method": method,
         "model": spec.name,
         "scope": settings.scope,
-        "budget": float(budget),
+        "budget": float(getattr(m, "fixed_bits", budget)),           # int8/int4 fix their width, ignoring bits
         "ppl": perplexity_from_logits(q_logits, eval_toks),
         "ref_ppl": perplexity_from_logits(ref_logits, eval_toks),
         "kl_mean": kl_mean(ref_logits, q_logits),

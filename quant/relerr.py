@@ -55,8 +55,9 @@ def re_closed_form(max_abs, mean_sq, bits) -> np.ndarray:
 
 def channel_stats(w_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(max|w|, E[w²]) per row of w_rows (C, D), float64 (C,) each: the two statistics the closed form needs."""
-    w = np.asarray(w_rows, dtype=np.float64)
-    return np.abs(w).max(axis=1), np.mean(w * w, axis=1)
+    w = np.asarray(w_rows)
+    w64 = w.astype(np.float64)
+    return np.abs(w).max(axis=1).astype(np.float64), np.mean(w64 * w64, axis=1)   # max is exact in the input dtype
 
 
 def re_exact(w_rows: np.ndarray, bits) -> np.ndarray:

@@ -112,3 +112,45 @@ def test_edgeflow_exact_metric_allocates_like_closed_form_at_high_bits(smol3, sm
     for n in cf.layers:
         assert ex.layers[n].bits.mean() == pytest.approx(6.0, abs=1e-3)
         assert np.mean(ex.layers[n].bits == cf.layers[n].bits) > 0.8          # the two metrics mostly agree
+
+
+def test_smoothquant_scale_is_xiao_eq4(smol):
+    """s_j = max|X_j|^α / max|W_j|^(1-α) over all group members: at α = 0.5 it equalises the smoothed activation and
+    weight ranges per input channel (SmoothQuant's defining property); attn_output's s is tied per GQA group."""
+    from quant.methods.smoothquant import smoothquant_scale
+
+    rng = np.random.default_rng(0)
+    names = ["blk.0.attn_q.weight", "blk.0.attn_k.weight"]
+    w = {n: rng.standard_normal((c, 96)).astype(np.float32) * rng.lognormal(0, 1, 96).astype(np.float32)
+         for n, c in zip(names, (40, 20))}
+    x_max = {names[0]: rng.lognormal(0, 2, 96).astype(np.float32)}
+    s = smoothquant_scale(names, w, x_max, smol, 0.5)
+    w_max = np.maximum(np.abs(w[names[0]]).max(0), np.abs(w[names[1]]).max(0))
+    np.testing.assert_allclose(x_max[names[0]] / s, w_max * s, rtol=1e-5)
+    np.testing.assert_allclose(smoothquant_scale(names, w, x_max, smol, 1.0), x_max[names[0]], rtol=1e-6)
+    o = "blk.0.attn_output.weight"
+    t = smoothquant_scale([o], {o: rng.standard_normal((8, smol.q_dim))}, {o: rng.random(smol.q_dim) + 0.1}, smol, 0.5)
+    t = t.reshape(smol.n_kv_heads, -1, smol.head_dim)
+    assert (t == t[:, :1, :]).all()
+
+
+@needs_model
+@pytest.mark.parametrize("method", ["edgeflow", "smoothquant"])
+def test_zeroed_channels_quantize_without_nan(method, smol3, smol_weights, eval_ref):
+    """Pruned (all-zero) output rows: zero scales, no division by zero in RE, smoothing (S_O = 0, and the dead
+    ffn_down input channels they cause: S_I = 0) or the act scale; the quantized forward stays finite."""
+    w = dict(smol_weights)
+    for k in ("blk.0.ffn_up.weight", "blk.1.attn_q.weight"):
+        w[k] = w[k].copy()
+        w[k][:50] = 0.0
+    cal = calibrate(w, smol3, eval_text_tokens(smol3, 32, 100_000))
+    assert (cal.in_max["blk.0.ffn_down.weight"][:50] == 0).all()              # dead input channels downstream
+    qm = METHODS[method](QuantSettings(**TOY)).build(w, smol3, cal, 4, 4.0)
+    for k in ("blk.0.ffn_up.weight", "blk.1.attn_q.weight"):
+        l = qm.layers[k]
+        assert (l.q[:50] == 0).all() and (l.scale[:50] == 0).all() and np.isfinite(l.w_hat).all()
+        if method == "edgeflow":
+            assert (l.bits[:50] == 1).all() and l.bits.mean() == pytest.approx(4.0, abs=1e-3)
+    assert all(np.isfinite(l.w_hat).all() and np.isfinite(l.act_scale) for l in qm.layers.values())
+    toks, ref = eval_ref
+    assert np.isfinite(kl_mean(ref, forward_logits(w, smol3, toks, qm)))

@@ -15,13 +15,17 @@ from tests.quant.conftest import needs_model
                                           ("budget=-2", "budget"), ("budget=0.5", "budget"),
                                           ("quant.scope=layer", "quant.scope"), ("quant.eval_offset=100000",
                                                                                    "quant.calib_offset"),
-                                          ("model=llama3_8b", "model")])
+                                          ("model=llama3_8b", "model"),
+                                          (["bits=2", "quant.min_bits=4"], "bits=2"),
+                                          (["budget=7.5", "quant.max_bits=6"], "budget=7.5"),
+                                          (["method=cmpq", "budget=5"], "budget")])
 def test_invalid_values_fail_naming_the_key(compose, override, key):
-    cfg = compose("quantize", [override])
+    cfg = compose("quantize", override if isinstance(override, list) else [override])
     with pytest.raises(ConfigError, match=key.replace(".", r"\.")):
         typed(cfg, QuantizeConfig)
 
 
+@needs_model                      # validation checks that the model package is installed
 def test_default_config_is_valid(compose):
     qc = typed(compose("quantize"), QuantizeConfig)
     assert qc.method == "edgeflow" and qc.effective_budget == 4.0 and qc.model.name == "smollm2_135m"

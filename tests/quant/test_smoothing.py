@@ -43,19 +43,24 @@ def test_input_scales_fold_exactly(smol, smol_weights):
     s_qkv = rng.lognormal(0, 0.5, smol.d_model).astype(np.float32)
     s_o = tie_gqa(rng.lognormal(0, 0.5, smol.q_dim), smol).astype(np.float32)
     s_down = rng.lognormal(0, 0.5, smol.d_ffn).astype(np.float32)
+    s_gu = rng.lognormal(0, 0.5, smol.d_model).astype(np.float32)
     # (a) simulated at the linear inputs, as the quantizer does
     hook = _Smoothed({p + "attn_q.weight": s_qkv, p + "attn_k.weight": s_qkv, p + "attn_v.weight": s_qkv,
-                      p + "attn_output.weight": s_o, p + "ffn_down.weight": s_down})
+                      p + "attn_output.weight": s_o, p + "ffn_down.weight": s_down,
+                      p + "ffn_gate.weight": s_gu, p + "ffn_up.weight": s_gu})
     a = forward_logits(smol_weights, smol, toks, hook)
-    # (b) folded into the model: norm weight / s, v rows / s (one KV head serves its query group), up rows / s
+    # (b) folded into the model: norm weights / s (q/k/v, gate/up), v rows / s (one KV head serves its query group),
+    #     up rows / s (down)
     w = dict(smol_weights)
     w[p + "attn_norm.weight"] = smol_weights[p + "attn_norm.weight"] / s_qkv
-    for k, s in (("attn_q", s_qkv), ("attn_k", s_qkv), ("attn_v", s_qkv), ("attn_output", s_o), ("ffn_down", s_down)):
+    w[p + "ffn_norm.weight"] = smol_weights[p + "ffn_norm.weight"] / s_gu
+    for k, s in (("attn_q", s_qkv), ("attn_k", s_qkv), ("attn_v", s_qkv), ("attn_output", s_o), ("ffn_down", s_down),
+                 ("ffn_gate", s_gu), ("ffn_up", s_gu)):
         w[p + k + ".weight"] = smol_weights[p + k + ".weight"] * s[None, :]
     group = smol.n_heads // smol.n_kv_heads
     s_v = s_o.reshape(smol.n_kv_heads, group, smol.head_dim)[:, 0, :].reshape(-1)      # (kv_dim,)
     w[p + "attn_v.weight"] = w[p + "attn_v.weight"] / s_v[:, None]
-    w[p + "ffn_up.weight"] = smol_weights[p + "ffn_up.weight"] / s_down[:, None]
+    w[p + "ffn_up.weight"] = w[p + "ffn_up.weight"] / s_down[:, None]
     b = forward_logits(w, smol, toks)
     ref = forward_logits(smol_weights, smol, toks)
     np.testing.assert_allclose(a, b, rtol=2e-3, atol=2e-3)
