@@ -9,7 +9,7 @@ CROSS_STAMP := $(VENV)/.cross-tools
 NATIVE_SRC := $(wildcard native/src/*.c native/src/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test test-all bench clean cross-tools
+.PHONY: setup demo test bench clean cross-tools
 
 setup: $(STAMP)
 
@@ -38,10 +38,7 @@ demo: setup
 	$(PY) -m experiments.demo
 
 test: setup cross-tools
-	$(PY) -m pytest -q -m "not slow and not bench and not hil" $(PYTEST_ARGS)
-
-test-all: setup cross-tools
-	$(PY) -m pytest -q -m "not hil" $(PYTEST_ARGS)
+	$(PY) -m pytest -q -m "not bench and not hil" $(PYTEST_ARGS)
 
 bench: setup cross-tools
 	$(PY) -m pytest -q -s -m bench tests/bench $(PYTEST_ARGS)
