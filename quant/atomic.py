@@ -42,10 +42,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
 
 
 def atomic_write_json(path: str | os.PathLike, obj: Any) -> Path:
-    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=_json_default) + "\n")
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False, default=json_default) + "\n")
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """`json.dumps(default=...)` for NumPy scalars/arrays and Enums."""
     import numpy as np
 
     if isinstance(o, np.integer):

@@ -32,7 +32,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quant.atomic import atomic_open
+from quant.atomic import atomic_open, json_default
 from quant.pack.formats import BY_CODE, F32_CODE, FORMATS, blob_layout, get_format
 from quant.pack.layout import PackError, bits_array, check_codes, pack_bits3, unpack_bits3
 from quant.pack.weightlet import DEFAULT_GROUP
@@ -121,7 +121,7 @@ def write_packed_model(path, tensors: dict, fmt: str = "weightlet", meta: dict |
         if not raw or len(raw) >= NAME_LEN or b"\0" in raw:
             raise PackError(f"tensor name {n!r} must be 1..{NAME_LEN - 1} UTF-8 bytes without NUL")
     meta_all = {"format": fmt, "group": group, **(meta or {})}
-    meta_b = json.dumps(meta_all, sort_keys=True, default=_json_default).encode("utf-8")
+    meta_b = json.dumps(meta_all, sort_keys=True, default=json_default).encode("utf-8")
     index_off = HEADER.size
     meta_off = index_off + ENTRY.size * len(names)
     pos = _align(meta_off + len(meta_b), alignment)
@@ -154,16 +154,6 @@ def write_packed_model(path, tensors: dict, fmt: str = "weightlet", meta: dict |
         fh.seek(0)
         fh.write(head + index + meta_b)
     return path
-
-
-def _json_default(o):
-    if isinstance(o, np.integer):
-        return int(o)
-    if isinstance(o, np.floating):
-        return float(o)
-    if isinstance(o, np.ndarray):
-        return o.tolist()
-    raise TypeError(f"metadata value not JSON serialisable: {type(o).__name__}")
 
 
 # ==================================================== reader ==========================================================
