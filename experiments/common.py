@@ -3,7 +3,8 @@ the run directory, and the metrics writer that labels every number as measured o
 
 Conventions every app follows (SPEC §6):
 - `metrics.json` in the run directory: flat keys; `measured_keys` / `modelled_keys` list which numbers were measured on
-  this machine and which come out of a model (simulation, cost model, size estimate).
+  this machine and which come out of a model (simulation, cost model, size estimate); `input_keys` are settings of the
+  run echoed for convenience (e.g. the bit budget), neither measured nor modelled.
 - `config.yaml`: the resolved config of the run.
 - Bad input: one line `error: ...` on stderr naming the key, exit status 2, nothing written.
 """
@@ -60,16 +61,17 @@ def run_dir() -> Path:
 
 
 def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any],
-                      measured: list[str], modelled: list[str]) -> Path:
-    """Write `metrics.json` (+ the resolved `config.yaml`) atomically; every metric key must be labelled."""
-    labelled = set(measured) | set(modelled)
-    unlabelled = [k for k in metrics if k not in labelled and k not in ("method", "model", "framework", "device",
-                                                                       "planner", "cluster", "trace", "workload")]
-    if unlabelled and not all(isinstance(metrics[k], str) for k in unlabelled):
-        raise ValueError(f"metrics without a measured/modelled label: {unlabelled}")
+                      measured: list[str], modelled: list[str], inputs: list[str] = ()) -> Path:
+    """Write `metrics.json` (+ the resolved `config.yaml`) atomically. Every numeric key must be labelled: measured on
+    this machine, modelled (simulation / cost model / estimate), or an input echoed from the run's settings."""
+    labelled = set(measured) | set(modelled) | set(inputs)
+    unlabelled = [k for k, v in metrics.items() if k not in labelled and not isinstance(v, str)]
+    if unlabelled:
+        raise ValueError(f"metrics without a measured/modelled/input label: {unlabelled}")
     doc = dict(metrics)
     doc["measured_keys"] = sorted(k for k in measured if k in metrics)
     doc["modelled_keys"] = sorted(k for k in modelled if k in metrics)
+    doc["input_keys"] = sorted(k for k in inputs if k in metrics)
     if cfg is not None:
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     return atomic_write_json(out / "metrics.json", doc)

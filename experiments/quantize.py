@@ -79,7 +79,7 @@ register()
 
 def main_task(cfg: DictConfig) -> dict[str, Any]:
     qc = typed(cfg, QuantizeConfig)
-    from quant.pipeline import MEASURED_KEYS, MODELLED_KEYS, run_quantization
+    from quant.pipeline import INPUT_KEYS, MEASURED_KEYS, MODELLED_KEYS, run_quantization
 
     def progress(done: int, total: int) -> None:
         if done == total or done % 5 == 0:
@@ -99,7 +99,7 @@ def main_task(cfg: DictConfig) -> dict[str, Any]:
     m = res.metrics
     log.info("%s bits=%s budget=%.2f: ppl %.3f (ref %.3f), KL %.4f, avg bits %.3f, %.1f MB", qc.method, qc.bits,
              qc.effective_budget, m["ppl"], m["ref_ppl"], m["kl_mean"], m["avg_bits"], m["model_mb"])
-    write_run_outputs(out, cfg, m, measured=measured, modelled=modelled)
+    write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=INPUT_KEYS)
     return m
 
 

@@ -21,7 +21,8 @@ from quant.settings import QuantSettings
 from quant.twin import bits_histogram
 
 MEASURED_KEYS = ["ppl", "ref_ppl", "kl_mean", "avg_bits", "avg_bits_channel", "bits_histogram", "alpha_mean",
-                 "quantize_s", "eval_s", "eval_tokens", "calib_tokens", "budget", "n_linear_weights"]
+                 "quantize_s", "eval_s", "n_linear_weights"]
+INPUT_KEYS = ["eval_tokens", "calib_tokens", "budget"]    # settings echoed into metrics.json
 MODELLED_KEYS = ["model_bytes", "model_mb", "weight_bytes_linear", "compression_vs_fp16", "stored_bits_per_weight"]
 
 
