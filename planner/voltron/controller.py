@@ -15,6 +15,10 @@
   communication: quantize the transferred activations of the least important layers first (FP16 → INT8 → INT4, again
   by binary search, re-planning each step); if not enough, prune the remote shards (and their activations) of TP layers,
   least important first, until the estimate meets QoS.
+- Disconnects (`disconnect_kv=prune`, default; paper §4.3): the share of the running plan's ATTN shards a departed
+  device held (their KV left with it) becomes a floor on the search's pruned fraction until the device is back, so
+  generation continues without recomputing KV; the search may prune more (`compute_pruning`) or lower precision to
+  meet the TPOT QoS on the remaining devices, and restores the shards (background reload) when the device returns.
 - Reloads: a new plan returns the bytes each device must load from flash; with `overlap_reload` the simulator hides
   them behind compute (§4.3 "Overhead Mitigation").
 
@@ -28,6 +32,7 @@ import numpy as np
 
 from planner.voltron.comm import LinkState
 from planner.voltron.hybrid import PhaseEnv
+from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from planner.voltron.plan import TP, PhasePlan
 from planner.voltron.policy import Decision, Policy, PolicyContext, timed
 from planner.voltron.precision import PrecisionSearch
@@ -40,7 +45,12 @@ class VoltronPolicy(Policy):
         super().__init__(ctx)
         self.overlap_reload = ctx.cfg.overlap_reload
         self.order = ctx.importance.order()
-        self.search = PrecisionSearch(self.hp, ctx.importance.per_sublayer, prune_steps=ctx.cfg.prune_steps)
+        self.search = PrecisionSearch(self.hp, ctx.importance.per_sublayer, prune_steps=ctx.cfg.prune_steps,
+                                      compute_pruning=ctx.cfg.compute_pruning)
+        tb = ctx.table
+        self._attn = np.isin(tb.type_of, [ATTN_MHA, ATTN_GQA, ATTN_SWA])       # sublayers holding KV
+        self._lost: dict[int, float] = {}       # departed device -> share of the ATTN shards (KV) it held
+        self._floor = 0.0                       # pruned fraction forced by departed devices (disconnect_kv=prune)
         self._cache: dict = {}
         self._last_m: int | None = None          # previous search result: warm start of the next search
 
@@ -125,13 +135,34 @@ class VoltronPolicy(Policy):
 
         return dataclasses.replace(plan, freq=freq, est_time_s=comp / freq.min() + plan.est_comm_s)
 
+    # ---- disconnects (§4.3: "the loss of connectivity prunes the weight tensors assigned to the disconnected device")
+    def _update_lost(self, links: LinkState) -> None:
+        """disconnect_kv=prune: a device that leaves while holding ATTN shards of the running plan takes their KV
+        cache with it; that share of the ATTN shards is pruned (as the same fraction of every layer's shards, the
+        paper's uniform pruning, so the accuracy proxy charges it through the importance-weighted pruned share) until
+        the device is reachable again (its shards are then reloaded in the background and the search restores them)."""
+        if self.ctx.cfg.disconnect_kv != "prune":
+            return
+        conn = links.connected
+        for d in range(1, conn.size):
+            if conn[d]:
+                self._lost.pop(d, None)
+            elif d not in self._lost and self.current is not None:
+                tb = self.ctx.table
+                held = self.current.shards[self._attn, d].sum()
+                if held > 0:
+                    total = (tb.shards[tb.type_of[self._attn]] - self.current.pruned[self._attn]).sum()
+                    self._lost[d] = float(held / max(total, 1))
+        self._floor = min(sum(self._lost.values()), 1.0)
+
     # ---- the contract ---------------------------------------------------------------------------------------------
     def _plan_turn(self, links, budgets, n_in, kv_len):
         cfg = self.ctx.cfg
         pre = self.env(0, n_in, kv_len, links, budgets)
         dec = self.env(1, 1, kv_len + n_in, links, budgets)
         keep = 1 - cfg.qos_margin
-        res = self.search.search([(pre, cfg.qos_ttft_s * keep), (dec, self.tpot_target())], hint=self._last_m)
+        res = self.search.search([(pre, cfg.qos_ttft_s * keep), (dec, self.tpot_target())], hint=self._last_m,
+                                 min_prune=self._floor)
         self._last_m = res.m
         decode = self.dvfs(self.comm_scale(dec, res.plans[1], res.prune_frac))
         return res, res.plans[0], decode
@@ -163,6 +194,7 @@ class VoltronPolicy(Policy):
         return keep if cost_b < cost_a else prefill
 
     def start_turn(self, links: LinkState, budgets: np.ndarray, n_in: int, kv_len: int) -> Decision:
+        self._update_lost(links)
         (res, prefill, decode), ms = timed(self._plan_turn, links, budgets, n_in, kv_len)
         if not res.fits:
             return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True, searched=True)
@@ -177,12 +209,12 @@ class VoltronPolicy(Policy):
     def replan_decode(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> tuple[PhasePlan, bool]:
         """Decode-phase re-plan (precision search + comm scaling) for the current observation; (plan, fits)."""
         dec = self.env(1, 1, kv_len, links, budgets)
-        key = (dec.kv_plan, links.mcs_key, tuple(dec.budgets.tolist()))
+        key = (dec.kv_plan, links.mcs_key, tuple(dec.budgets.tolist()), self._floor)
         hit = self._cache.get(key)
         self._searched = hit is None
         if hit is not None:
             return hit
-        res = self.search.search([(dec, self.tpot_target())], hint=self._last_m)
+        res = self.search.search([(dec, self.tpot_target())], hint=self._last_m, min_prune=self._floor)
         self._last_m = res.m
         plan = self.dvfs(self.comm_scale(dec, res.plans[0], res.prune_frac))
         out = (plan, res.fits)
@@ -192,8 +224,10 @@ class VoltronPolicy(Policy):
         return out
 
     def step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
+        self._update_lost(links)
         b = self.ctx.cfg.kv_bucket
-        key = (int(np.ceil((kv_len + 2) / b)), links.mcs_key, tuple(np.where(links.connected, budgets, 0).tolist()))
+        key = (int(np.ceil((kv_len + 2) / b)), links.mcs_key, tuple(np.where(links.connected, budgets, 0).tolist()),
+               self._floor)
         first = self.__dict__.pop("_first_decode", None)
         if first is not None and first[1] == kv_len:
             # first token of a turn: the decode plan searched with the prefill (same precisions); its shards were

@@ -40,6 +40,11 @@ class PlannerConfig:
     head_precision: int = 1            # LM head precision id (1 = INT8 / Q8_0, llama.cpp's usual output.weight type)
     comm_scaling: bool = True          # voltron: activation quantization / pruning when comm breaks QoS (§4.3.2)
     overlap_reload: bool = True        # voltron: shard reloads overlap with compute (§4.3 "Overhead Mitigation")
+    disconnect_kv: str = "prune"       # voltron, a device holding ATTN shards leaves: prune (its shards + their KV are
+                                       # pruned until it is back, paper §4.3) | recompute (re-prefill the context: an
+                                       # upper bound). The static baselines always recompute.
+    compute_pruning: bool = True       # voltron: prune shards (uniform fraction, ≤ prune_steps) when compute breaks
+                                       # the TPOT QoS even at all-INT4 (trades accuracy for QoS, paper §4.3.1)
     energy_mode: bool = False          # voltron: spend the TPOT QoS slack on lower DVFS levels (§4.4)
     energy_margin: float = 0.1         # energy mode keeps this fraction of the TPOT QoS as headroom
     energy_scaling: float = 0.2        # energy mode first plans decode to (1 - this) × its target (lower precision)
@@ -63,6 +68,8 @@ class PlannerConfig:
             raise ValueError(f"planner.energy_margin must be in [0, 1) (got {self.energy_margin})")
         if self.kv_bucket < 1 or self.prune_steps < 2 or self.ffn_shards < 1:
             raise ValueError("planner.kv_bucket >= 1, planner.prune_steps >= 2, planner.ffn_shards >= 1 required")
+        if self.disconnect_kv not in ("prune", "recompute"):
+            raise ValueError(f"planner.disconnect_kv must be prune|recompute (got {self.disconnect_kv!r})")
         if self.head_precision not in (0, 1, 2):
             raise ValueError(f"planner.head_precision must be 0, 1 or 2 (got {self.head_precision})")
         if self.profile_points < 8 or self.profile_noise < 0:

@@ -6,7 +6,10 @@ monotonically with m (paper §3.2.2), so the smallest m whose plan fits every de
 found by binary search in ⌈log2(2N + 1)⌉ steps; every step re-runs the hybrid MP/TP planner on the candidate precisions
 ("re-search the parallel plan after precision changes"). A phase whose QoS target is missed even at m = 2N is left to best
 effort: an unreachable TPOT target → the fastest configuration (m = 2N); an unreachable TTFT target is dropped from
-the predicate (accuracy is not sacrificed for a one-off target that cannot be met). If m = 2N does not fit, the same fraction of shards is pruned from every layer (least important shards
+the predicate (accuracy is not sacrificed for a one-off target that cannot be met). With `compute_pruning`, a TPOT
+target missed at m = 2N because of computation is first tried with more pruned shards (the same fraction from every
+layer, least important first, up to (prune_steps − 1)/prune_steps; accuracy traded for QoS as in the paper's
+controller), and only if even that misses it is the target served best effort. If m = 2N does not fit, the same fraction of shards is pruned from every layer (least important shards
 first; paper: "prunes the same number of shards from all layers"), again by binary search over k/`prune_steps`, and m
 is searched once more under that pruning.
 
@@ -35,8 +38,10 @@ class SearchResult:
 
 
 class PrecisionSearch:
-    def __init__(self, hp: HybridPlanner, importance: np.ndarray, prune_steps: int = 16, max_precision: int = 2):
+    def __init__(self, hp: HybridPlanner, importance: np.ndarray, prune_steps: int = 16, max_precision: int = 2,
+                 compute_pruning: bool = False):
         self.hp = hp
+        self.compute_pruning = compute_pruning                              # prune when compute breaks the TPOT QoS
         self.N = hp.table.n
         self.order = np.argsort(importance, kind="stable")                 # ascending importance
         self.prune_steps = prune_steps
@@ -79,12 +84,17 @@ class PrecisionSearch:
         return lo
 
     def search(self, envs: list[tuple[PhaseEnv, float]], act: np.ndarray | None = None,
-               hint: int | None = None) -> SearchResult:
+               hint: int | None = None, min_prune: float = 0.0) -> SearchResult:
         """envs: (phase env, QoS time budget in s) pairs that must hold together (e.g. prefill + decode).
 
         `hint`: the previous solution; the search then gallops outward from it (1, 2, 4 … away) before bisecting,
-        so a small change of conditions costs O(log |Δm|) plan evaluations instead of O(log N)."""
+        so a small change of conditions costs O(log |Δm|) plan evaluations instead of O(log N).
+
+        `min_prune`: a floor on the pruned fraction (shards lost with a departed device, see controller.py)."""
         steps = 0
+        top = self.prune_steps - 1
+        k0 = min(int(np.ceil(min_prune * self.prune_steps - 1e-9)), top) if min_prune > 0 else 0
+        p0 = k0 / self.prune_steps
         self._opts: dict = {}
         self._probe = None
 
@@ -107,27 +117,43 @@ class PrecisionSearch:
             qos_ok = all(p.fits and p.est_time_s <= q for p, (_, q) in zip(plans, envs))
             return SearchResult(m, prune, prec, plans, True, qos_ok, steps)
 
-        if hint is not None and 0 <= hint <= self.m_max and all(ev(hint, 0.0)):
+        if hint is not None and 0 <= hint <= self.m_max and all(ev(hint, p0)):
             # fast path (token-level re-plans): the previous answer still works → gallop down from it
             hi, step = hint, 1
-            while hi - step >= 0 and all(ev(hi - step, 0.0)):
+            while hi - step >= 0 and all(ev(hi - step, p0)):
                 hi -= step
                 step *= 2
             lo = max(hi - step + 1, 0)
-            return finish(self._smallest(lambda m: all(ev(m, 0.0)), lo, hi), 0.0, envs)
+            return finish(self._smallest(lambda m: all(ev(m, p0)), lo, hi), p0, envs)
 
-        prune = 0.0
-        fits_max, qos_max = ev(self.m_max, 0.0)
+        prune = p0
+        fits_max, qos_max = ev(self.m_max, p0)
         if not fits_max:
             # pruning: smallest k/prune_steps that fits at all-lowest precision
-            top = self.prune_steps - 1
-            if not ev(self.m_max, top / self.prune_steps)[0]:
+            if k0 >= top or not ev(self.m_max, top / self.prune_steps)[0]:
                 prec = self.precision_at(self.m_max)
                 plans = [self.hp.plan(e, prec, top / self.prune_steps, act) for e, _ in envs]
                 return SearchResult(self.m_max, top / self.prune_steps, prec, plans, False, False, steps)
-            k = self._smallest(lambda k: ev(self.m_max, k / self.prune_steps)[0], 1, top)
+            k = self._smallest(lambda k: ev(self.m_max, k / self.prune_steps)[0], max(1, k0 + 1), top)
             prune = k / self.prune_steps
             fits_max, qos_max = ev(self.m_max, prune)
+        if not qos_max and self.compute_pruning and any(e.phase == 1 for e, _ in envs):
+            # computation breaks the TPOT target even at all-INT4: prune more shards (the same fraction from every
+            # layer, least important shards first) up to (prune_steps - 1)/prune_steps, if that reaches the target
+            # (accuracy traded for QoS, paper §4.3.1); an unreachable target stays best effort below
+            dec_only = [(e, q if e.phase == 1 else np.inf) for e, q in envs]
+
+            def dec_ok(k):
+                nonlocal steps
+                steps += 1
+                f, q = self._eval(dec_only, self.m_max, k / self.prune_steps, act)
+                return f and q
+
+            k_cur = int(round(prune * self.prune_steps))
+            if k_cur < top and dec_ok(top):
+                k = self._smallest(dec_ok, k_cur + 1, top)
+                prune = k / self.prune_steps
+                fits_max, qos_max = ev(self.m_max, prune)
         if not qos_max:
             # a QoS target unreachable even at the lowest precision: a decode (TPOT) target is then served best
             # effort by the fastest configuration (m = 2N); an unreachable prefill (TTFT) target is dropped so that

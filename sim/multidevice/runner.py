@@ -7,7 +7,10 @@ thinks for `think_s` while the trace keeps moving. Weight reloads a new plan nee
 are exposed in full for policies without overlap, and only beyond the step's own time for policies that overlap them
 with compute (Voltron §4.3 "Overhead Mitigation"). A policy answering OOM ends the run (`oom` = true).
 
-KV cache lost with a device: the KV cache of the ATTN shards a departed device held is gone, and recomputing it needs
+KV cache lost with a device (`planner.disconnect_kv`): with `prune` (Voltron's default, paper §4.3) the ATTN shards a
+departed device held are pruned by the controller together with their KV cache, so nothing is recomputed (the event is
+counted in `kv_lost_events`, the accuracy cost shows in the accuracy proxy). With `recompute` (and always for the static
+baselines) the KV cache of the ATTN shards a departed device held is gone, and recomputing it needs
 the hidden states of every earlier layer, so the cluster re-runs the prefill of the whole cached context on the plan
 that replaces it (an upper bound: a system that kept per-layer hidden states could stop at the last lost layer). The
 re-prefill time (device roofline, no jitter) is added to the stall of the step that first runs without the device.
@@ -59,6 +62,7 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
           "energy_decode": 0.0, "turns_done": 0, "kv_lost": 0, "kv_recompute_s": 0.0}
     attn = np.isin(table.type_of, [ATTN_MHA, ATTN_GQA, ATTN_SWA])                # (N,) sublayers holding KV
     kv_on = np.zeros(cluster.n, dtype=bool)                                         # devices holding context KV
+    prune_kv = policy.name == "voltron" and getattr(cfg, "disconnect_kv", "recompute") == "prune"
 
     def kv_recompute_s(plan, links, kv: int) -> float:
         """Seconds to rebuild context KV lost with a departed device (re-prefill of `kv` tokens on `plan`), and
@@ -67,6 +71,9 @@ def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi:
         lost = kv > 0 and bool((kv_on & ~links.connected).any())
         kv_on = (plan.shards[attn] > 0).any(axis=0)
         if not lost:
+            return 0.0
+        if prune_kv:
+            st["kv_lost"] += 1          # the policy pruned the departed shards (and their KV): no recompute
             return 0.0
         t, _, _ = step_time(plan, table, cluster, kv, 0, links, rng, 0.0, cfg.head_precision)
         st["kv_lost"] += 1

@@ -1,11 +1,14 @@
 """Elastic controller, simulated token by token under the shipped RSSI traces (Voltron §4.3; SPEC §4 "Done when")."""
 from __future__ import annotations
 
+import dataclasses
 from functools import lru_cache
 
 import numpy as np
 import pandas as pd
 
+from planner.voltron.precision import PrecisionSearch
+from planner.voltron.registry import make_policy
 from planner.voltron.rssi import RssiTable
 from sim.multidevice.runner import run_conversation
 from sim.multidevice.workload import WorkloadConfig
@@ -13,9 +16,13 @@ from sim.wireless import RssiTrace, TraceConfig
 from tests.voltron.helpers import context, links, policy
 
 
-@lru_cache(maxsize=8)
-def _run(trace: str, name: str = "voltron", turns: int = 4, think: float = 20.0, model: str = "qwen2_5_14b"):
+@lru_cache(maxsize=12)
+def _run(trace: str, name: str = "voltron", turns: int = 4, think: float = 20.0, model: str = "qwen2_5_14b",
+         **cfg):
     pol = policy(model, name=name)
+    if cfg:                                  # PlannerConfig overrides (disconnect_kv, compute_pruning)
+        ctx = dataclasses.replace(pol.ctx, cfg=dataclasses.replace(pol.ctx.cfg, **cfg))
+        pol = make_policy(ctx)
     res = run_conversation(pol, pol.ctx, RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv")), RssiTable(),
                            WorkloadConfig(turns=turns, think_s=think), seed=0)
     _PLANS[(trace, name, turns, think, model)] = res.plans
@@ -61,12 +68,79 @@ def test_disconnect_continues_with_smaller_plan_and_restores():
     lowered = (during.n_int4.mean() > before.n_int4.mean()) or (during.pruned_shards.mean() > 0)
     assert lowered                                                               # smaller / quantized plan
     assert after.accuracy.mean() > during.accuracy.mean()                        # restored when the tablet is back
-    # the tablet's share of the context KV cache left with it: the context is re-prefilled on the new plan, and
-    # that time is a stall of the first step run without the tablet
+    assert _run("steady_strong", turns=2)[0]["kv_lost_events"] == 0
+
+
+def _phases(df):
+    dec = df[df.phase == "decode"]
+    before = dec[(dec.connected == 3) & (dec.time_s < 200)]
+    # the long disconnect (the link flaps around -80 dBm first): the longest run of rows without the tablet
+    run = (dec.connected != dec.connected.shift()).cumsum()
+    runs = dec[dec.connected == 2].groupby(run[dec.connected == 2])
+    during = max((g for _, g in runs), key=len)
+    after = dec[(dec.connected == 3) & (dec.time_s > during.time_s.max())]
+    return before, during, after
+
+
+def test_disconnect_prunes_departed_shards_without_kv_recompute():
+    """disconnect_kv=prune (default, paper §4.3): the tablet's ATTN shards and their KV are pruned — no re-prefill
+    stall, pruned shards > 0 and a lower accuracy proxy while it is away; shards and accuracy come back with it."""
+    m, df = _run("walk_away_disconnect", turns=5, think=60.0)
+    before, during, after = _phases(df)
+    assert len(before) > 50 and len(during) > 50 and len(after) > 10
+    assert m["kv_lost_events"] >= 1 and m["kv_recompute_s_total"] == 0.0
+    assert during.stall_s.max() < 5.0                                   # weight reload only, no context re-prefill
+    assert (during.pruned_shards > 0).all()
+    assert during.accuracy.mean() < before.accuracy.mean() - 0.5
+    assert after.pruned_shards.iloc[-1] < during.pruned_shards.min()
+    assert after.accuracy.iloc[-1] > during.accuracy.max()
+    assert after.accuracy.iloc[-1] >= before.accuracy.mean() - 0.5        # restored once the shards are reloaded
+    # TPOT while the tablet is away meets the QoS (stalls of the switch itself excluded)
+    tpot = during.step_s - during.stall_s
+    assert (tpot > 0.4).mean() < 0.05 and tpot.median() <= 0.4
+    assert m["qos_tpot_violation_rate"] < 0.05
+
+
+def test_disconnect_recompute_option_charges_reprefill():
+    """disconnect_kv=recompute keeps the old upper bound: the context KV the tablet held is re-prefilled, and that
+    time is a stall of the first step run without the tablet."""
+    m, df = _run("walk_away_disconnect", turns=5, think=60.0, disconnect_kv="recompute")
+    mp, _ = _run("walk_away_disconnect", turns=5, think=60.0)
     assert m["kv_lost_events"] >= 1 and m["kv_recompute_s_total"] > 0.5
+    dec = df[df.phase == "decode"]
     first_without = dec[dec.connected == 2].iloc[0]
     assert first_without.stall_s >= m["kv_recompute_s_total"] / m["kv_lost_events"] * 0.5
-    assert _run("steady_strong", turns=2)[0]["kv_lost_events"] == 0
+    assert mp["stall_s_total"] < m["stall_s_total"] - 10
+    assert not m["oom"] and m["tokens_generated"] == m["tokens_requested"]
+
+
+def test_compute_pruning_meets_tpot_on_phone_and_watch():
+    """Compute (not memory, not links) breaks the 400 ms TPOT of Qwen2.5-14B on phone + watch even at all-INT4: the
+    search prunes shards (≤ prune_steps) to meet it; without compute pruning it serves the fastest config instead."""
+    pol = policy("qwen2_5_14b")
+    dec = pol.env(1, 1, 600, links(-90.0, -40.0), pol.ctx.cluster.budgets())
+    res = {}
+    for cp in (False, True):
+        s = PrecisionSearch(pol.hp, pol.ctx.importance.per_sublayer, prune_steps=16, compute_pruning=cp)
+        res[cp] = s.search([(dec, pol.tpot_target())])
+    off, on = res[False], res[True]
+    assert off.fits and not off.qos_ok and off.prune_frac == 0.0 and off.plans[0].est_time_s > 0.4
+    assert on.fits and on.qos_ok and 0 < on.prune_frac < 1 and on.plans[0].est_time_s <= pol.tpot_target()
+    assert pol.accuracy(on.plans[0]) < pol.accuracy(off.plans[0])      # accuracy traded for QoS
+    # with disconnect_kv=recompute nothing else prunes, so compute pruning alone must hold TPOT without the tablet
+    _, df = _run("walk_away_disconnect", turns=5, think=60.0, disconnect_kv="recompute")
+    _, during, _ = _phases(df)
+    tpot = during.step_s - during.stall_s
+    assert (during.pruned_shards > 0).mean() > 0.9 and tpot.median() <= 0.4
+
+
+def test_disconnect_kv_validation():
+    import pytest
+
+    from planner.voltron.policy import PlannerConfig
+
+    with pytest.raises(ValueError, match="disconnect_kv"):
+        PlannerConfig(disconnect_kv="keep")
 
 
 def test_deterministic():
