@@ -23,3 +23,16 @@ def test_atomic_open_writes_on_success(tmp_path):
         f.write(b"abc")
     assert p.read_bytes() == b"abc"
     assert [x.name for x in p.parent.iterdir()] == ["x.bin"]
+
+
+def test_atomic_files_get_umask_permissions(tmp_path):
+    import os
+
+    mask = os.umask(0o022)
+    try:
+        p = tmp_path / "y.bin"
+        with atomic_open(p) as f:
+            f.write(b"x")
+        assert p.stat().st_mode & 0o777 == 0o644
+    finally:
+        os.umask(mask)
