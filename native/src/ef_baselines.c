@@ -13,15 +13,7 @@
 #include <string.h>
 
 #include "ef.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#define EF_X86 1
-#include <immintrin.h>
-#endif
-#if defined(__aarch64__)
-#define EF_NEON 1
-#include <arm_neon.h>
-#endif
+#include "ef_simd.h"
 
 
 static int check_range(int isa, int64_t C, int64_t D, int64_t c0, int64_t c1) {

@@ -25,15 +25,7 @@
 #include <string.h>
 
 #include "ef.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#define EF_X86 1
-#include <immintrin.h>
-#endif
-#if defined(__aarch64__)
-#define EF_NEON 1
-#include <arm_neon.h>
-#endif
+#include "ef_simd.h"
 
 #define EF_INLINE static inline __attribute__((always_inline))
 #define EF_MAXR 512
