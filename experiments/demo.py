@@ -48,6 +48,7 @@ class DemoMultidevice:
     trace: str = "walk_away_disconnect"
     planners: list[str] = field(default_factory=lambda: ["voltron", "mp", "tp", "single"])
     turns: int = 3
+    think_s: float = 20.0              # s between turns (LMSYS-like default 20 s)
 
 
 @dataclass
@@ -62,6 +63,8 @@ class DemoConfig:
             raise ValueError(f"quantize.bits must be in 1..8 (got {self.quantize.bits})")
         if self.multidevice.turns < 1:
             raise ValueError(f"multidevice.turns must be >= 1 (got {self.multidevice.turns})")
+        if self.multidevice.think_s < 0:
+            raise ValueError(f"multidevice.think_s must be >= 0 (got {self.multidevice.think_s})")
 
 
 ConfigStore.instance().store(name="demo_schema", node=DemoConfig)
@@ -139,13 +142,13 @@ def run_demo(cfg: DemoConfig) -> dict:
     for p in d.planners:
         met = _app("experiments.multidevice", out / "multidevice" / p,
                    [f"cluster={d.cluster}", f"model={d.model}", f"planner={p}", f"trace={d.trace}",
-                    f"turns={d.turns}"])
+                    f"turns={d.turns}", f"workload.think_s={d.think_s}"])
         mrows.append([p, met["ttft_s"], met["qos_ttft_ok"], met["tpot_ms_p50"], met["tpot_ms_p99"],
                       met["qos_tpot_violation_rate"], met["accuracy_proxy"], met["replans"], met["oom"]])
         summary[f"multidevice.{p}"] = met
     from sim.multidevice.report import figure
 
-    fig2 = Path(figure(d.trace, d.cluster, d.model, d.turns, out)["figure"])
+    fig2 = Path(figure(d.trace, d.cluster, d.model, d.turns, out, think_s=d.think_s)["figure"])
     report += [f"## 3. {d.model} on the {d.cluster} cluster under RSSI trace `{d.trace}` (modelled)", "",
                "QoS: TTFT ≤ 10 s, TPOT ≤ 400 ms. All values simulated; accuracy is a proxy (docs/multidevice.md).", "",
                _md_table(["planner", "TTFT s", "TTFT QoS ok", "TPOT p50 ms", "TPOT p99 ms", "TPOT QoS violations",

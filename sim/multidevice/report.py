@@ -109,8 +109,9 @@ def markdown(rows: list[dict], trace: str, turns: int) -> str:
     return "\n".join(out) + "\n"
 
 
-def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0) -> dict:
-    """TPOT over time for every planner under one trace, with the RSSI of each link (PNG) — paper Fig. 8 style."""
+def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0, think_s: float | None = None) -> dict:
+    """TPOT over time for every planner under one trace, with the RSSI of each link (PNG) — paper Fig. 8 style.
+    `think_s` overrides the workload's pause between turns (longer pauses stretch the run over more of the trace)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -123,7 +124,7 @@ def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0)
     summary = {}
     for pname, style in (("voltron", "-"), ("mp", "--"), ("tp", ":")):
         ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname))
-        res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed), seed=seed)
+        res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s})), seed=seed)
         df = pd.DataFrame(res.timeline)
         summary[pname] = res.metrics
         if len(df):
