@@ -100,6 +100,7 @@ class HybridPlanner:
         self.tpos[self.types] = np.arange(self.T)
         self._cache: dict = {}
         self._compute_cache: dict = {}
+        self._prop_cache: dict = {}
         self._zeros = np.zeros(table.n, dtype=np.int64)
         self._cls_base = self.tpos[table.type_of] * P * len(ACT_BYTES)       # (N,) class index at fp16 / fp16 acts
         self._ranks = np.arange(self.D + len(self.subsets) + 1)[None, :].repeat(self.T * P * len(ACT_BYTES), 0)
@@ -128,7 +129,7 @@ class HybridPlanner:
             if len(self._compute_cache) > 1024:
                 self._compute_cache.clear()
             part = self._compute_cache[ckey] = self._build_compute(env, prune_frac)
-        comp, mem, shards, used, b, u, unit, w_unit, pruned, reserve, head_time, run_len = part
+        comp, used, b, u, unit, w_unit, pruned, reserve, head_time, run_len, comp_c, mem_c, shards_c = part
         act_bytes = env.n_tokens * tb.act_width * ACT_BYTES                 # (A,)
         hop = env.links.hop(act_bytes)                                      # (A, D)
         A = len(ACT_BYTES)
@@ -143,11 +144,7 @@ class HybridPlanner:
         if env.phase == 0:
             comm_run = comm.copy()
             comm_run[:, :, :, :D] = 2 * hop[None, None, :, :] / run_len[:, :, None, :]
-        # classes c = (t, p, a)
-        comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
-        comm_c = comm.reshape(-1, O)
-        mem_c = np.broadcast_to(mem[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
-        shards_c = np.broadcast_to(shards[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        comm_c = comm.reshape(-1, O)                                        # classes c = (t, p, a)
         total = comp_c + comm_c
         total = np.where(np.isfinite(total), total, np.inf)
         order = np.argsort(total, axis=1, kind="stable")
@@ -198,31 +195,29 @@ class HybridPlanner:
         fin = b.T[None, :, :, None] + np.transpose(u, (2, 1, 0))[..., None] * k           # (T, P, D, K)
         fin = fin + np.arange(D)[None, None, :, None] * 1e-12                               # deterministic ties
         fin = np.where(k[None, None, None, :] <= Sk[:, None, None, None], fin, np.inf)
-        for s, members in enumerate(self.subsets):
-            if not alive[members].all():
-                continue
-            f = np.where(members[None, None, :, None], fin, np.inf).reshape(T, P, D * K)
+        # (all subsets of live devices at once: the same per-subset arithmetic, batched along a leading axis)
+        subs = np.flatnonzero(~(self.subsets & ~alive[None, :]).any(axis=1))
+        if subs.size:
+            members = self.subsets[subs]                                                    # (s, D)
+            ns = len(subs)
+            f = np.where(members[:, None, None, :, None], fin[None], np.inf).reshape(ns, T, P, D * K)
             srt = np.sort(f, axis=-1)
-            thr = np.take_along_axis(srt, (Sk - 1)[:, None, None].repeat(P, 1), axis=-1)   # (T, P, 1)
-            cnt = (fin <= thr[..., None]) & members[None, None, :, None]
-            kd = cnt.sum(axis=-1)                                                           # (T, P, D)
+            thr = srt[:, np.arange(T)[:, None], np.arange(P)[None, :], (Sk - 1)[:, None]]  # (s, T, P)
+            cnt = (fin[None] <= thr[..., None, None]) & members[:, None, None, :, None]
+            kd = cnt.sum(axis=-1)                                                           # (s, T, P, D)
             used = kd > 0
-            t_dev = np.where(used, b.T[None] + kd * np.transpose(u, (2, 1, 0)), 0.0)
-            o = D + s
-            comp[:, :, o] = t_dev.max(axis=-1)
-            mem[:, :, o, :] = kd * unit[:, :, None]
-            shards[:, :, o, :] = kd
-            used_all[:, :, o, :] = used
+            t_dev = np.where(used, b.T[None, None] + kd * np.transpose(u, (2, 1, 0))[None], 0.0)
+            o = D + subs
+            comp[:, :, o] = np.moveaxis(t_dev.max(axis=-1), 0, -1)
+            mem[:, :, o, :] = np.moveaxis(kd * unit[None, :, :, None], 0, 2)
+            shards[:, :, o, :] = np.moveaxis(kd, 0, 2)
+            used_all[:, :, o, :] = np.moveaxis(used, 0, 2)
         # memory-proportional TP over all live devices: fills every device at the same rate, so memory left over by
         # the speed-balanced options is not stranded in fragments no whole layer fits into (fallback option)
         free = np.where(alive, np.maximum(env.budgets - self._reserve(env, alive), 0.0), 0.0)      # (D,) bytes
         if alive.sum() >= 2 and free.sum() > 0:
             o = D + Sub
-            for ti in range(T):
-                share = Sk[ti] * free / free.sum()
-                kd = np.floor(share).astype(np.int64)
-                for j in np.argsort(-(share - kd), kind="stable")[:int(Sk[ti] - kd.sum())]:
-                    kd[j] += 1
+            for ti, kd in enumerate(self._proportional(free, Sk)):
                 used = kd > 0
                 t_dev = np.where(used[None, :], b.T + kd[None, :] * u[:, :, ti].T, 0.0)    # (P, D)
                 comp[ti, :, o] = t_dev.max(axis=1)
@@ -234,7 +229,30 @@ class HybridPlanner:
         w_unit = tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None]
         layer_bytes = np.maximum(Sk[:, None] * unit, 1.0)                                  # (T, P)
         run_len = np.clip(free[None, None, :] / layer_bytes[:, :, None], 1.0, tb.n)         # (T, P, D) sublayers
-        return comp, mem, shards, used_all, b, u, unit, w_unit, pruned, reserve, head_time, run_len
+        # per class c = (t, p, a): the compute side does not depend on the activation precision
+        A = len(ACT_BYTES)
+        comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
+        mem_c = np.broadcast_to(mem[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        shards_c = np.broadcast_to(shards[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        return comp, used_all, b, u, unit, w_unit, pruned, reserve, head_time, run_len, comp_c, mem_c, shards_c
+
+    def _proportional(self, free: np.ndarray, Sk: np.ndarray) -> list[np.ndarray]:
+        """Per type: shards per device ∝ free memory (largest remainder). Depends on memory only, not on the KV
+        length or the links, so it is cached across the token-level re-plans."""
+        key = (free.tobytes(), Sk.tobytes())
+        hit = self._prop_cache.get(key)
+        if hit is None:
+            if len(self._prop_cache) > 1024:
+                self._prop_cache.clear()
+            hit = []
+            for sk in Sk:
+                share = sk * free / free.sum()
+                kd = np.floor(share).astype(np.int64)
+                for j in np.argsort(-(share - kd), kind="stable")[:int(sk - kd.sum())]:
+                    kd[j] += 1
+                hit.append(kd)
+            self._prop_cache[key] = hit
+        return hit
 
     def _reserve(self, env: PhaseEnv, alive: np.ndarray) -> np.ndarray:
         """(D,) bytes reserved before layers: activation workspace on every live device (two buffers of the widest
@@ -259,20 +277,47 @@ class HybridPlanner:
         if (rem < 0).any():
             return chosen, False
         ranks = self._ranks if self._ranks.shape == opt.valid.shape else np.arange(opt.valid.shape[1])[None, :]
-        ptr = np.zeros(opt.valid.shape[0], dtype=np.int64)
         pos = 0
-        while True:
-            # every class moves to its first option (from its current one on) that still fits the remaining memory;
-            # memory only shrinks, so an option that does not fit now never will again
-            fit = opt.valid & (opt.sorted_mem <= rem * (1 + 1e-12)).all(axis=2) & (ranks >= ptr[:, None])
+        mem, order, n_opt = opt.mem, opt.order, opt.valid.shape[1]
+        sm_d = opt.__dict__.get("_sm_d")                                     # sorted_mem split per device:
+        if sm_d is None:                                                      # D compares beat one 3-D all()
+            sm_d = opt.__dict__["_sm_d"] = [opt.sorted_mem[:, :, d].copy() for d in range(opt.sorted_mem.shape[2])]
+
+        def fitting(cap):                                                     # (C, O): option fits on every device
+            cap = cap.tolist()
+            fit = sm_d[0] <= cap[0]
+            for d in range(1, len(sm_d)):
+                fit &= sm_d[d] <= cap[d]
+            return fit
+
+        # the first round depends only on the table and the budgets, not on the precisions: computed once per table
+        # and reused by every step of the precision search
+        key = rem.tobytes()
+        first = opt.__dict__.get("_first")
+        if first is None or first[0] != key:
+            fit = fitting(rem * (1 + 1e-12)) & opt.valid
             has = fit.any(axis=1)
-            c_rest = cls[pos:]
+            first = opt.__dict__["_first"] = (key, has, np.where(has, fit.argmax(axis=1), n_opt))
+        while True:
+            cap = rem * (1 + 1e-12)                                          # same tolerance for both tests below
+            c_rest = cls[pos:] if pos else cls
+            if pos == 0 and first is not None:
+                _, has, ptr = first
+                ptr = ptr.copy()
+                first = None
+            else:
+                # every class moves to its first option (from its current one on) that still fits the remaining
+                # memory; memory only shrinks, so an option that does not fit now never will again
+                fit = fitting(cap)
+                fit &= opt.valid
+                fit &= ranks >= ptr[:, None]
+                has = fit.any(axis=1)
+                ptr = np.where(has, fit.argmax(axis=1), n_opt)
             if not has[c_rest].all():
                 return chosen, False
-            ptr = np.where(has, fit.argmax(axis=1), fit.shape[1])
-            cur = opt.order[c_rest, ptr[c_rest]]                             # (n_rem,)
-            cum = np.cumsum(opt.mem[c_rest, cur], axis=0)                    # (n_rem, D)
-            over = (cum > rem * (1 + 1e-12)).any(axis=1)
+            cur = order[c_rest, ptr[c_rest]]                                 # (n_rem,)
+            cum = mem[c_rest, cur].cumsum(axis=0)                            # (n_rem, D)
+            over = (cum > cap).any(axis=1)
             i = int(over.argmax())
             if not over[i]:
                 chosen[pos:] = cur
@@ -292,7 +337,10 @@ class HybridPlanner:
         (the common case), so it costs nothing then."""
         D = self.D
         home = np.where(chosen < D, chosen, 0)
-        if np.count_nonzero(np.diff(np.concatenate([[0], home, [0]]))) <= 2:
+        if not home.any():                                                    # all on the main device: no boundary
+            return chosen
+        n_bound = np.count_nonzero(home[1:] != home[:-1]) + (home[0] != 0) + (home[-1] != 0)
+        if n_bound <= 2:
             return chosen
         hop = opt.hop[0]                                                      # (D,) FP16 activations
         comp, mem = opt.comp, opt.mem
@@ -307,7 +355,7 @@ class HybridPlanner:
         old = comp[c, chosen[starts]] + hop[pv] + hop[h] + np.where(h != nx, hop[h] + hop[nx], 0.0)
         new = comp[c, pv] + np.where(pv != nx, hop[pv] + hop[nx], 0.0)
         cand = starts[np.isfinite(new) & (new < old)]
-        rem = rem.copy()
+        rem = rem.tolist()                                                    # plain floats: same IEEE arithmetic
         for i in cand.tolist():                                               # few: apply in order, re-checking
             h = home[i]
             prev = home[i - 1] if i else 0
@@ -315,22 +363,23 @@ class HybridPlanner:
                 continue
             nxt = home[i + 1] if i + 1 < N else 0
             c = cls[i]
-            dmem = mem[c, prev] - mem[c, chosen[i]]
-            if (dmem > rem).any():
+            dmem = (mem[c, prev] - mem[c, chosen[i]]).tolist()
+            if any(x > r for x, r in zip(dmem, rem)):
                 continue
             old = comp[c, chosen[i]] + hop[prev] + hop[h] + (hop[h] + hop[nxt] if h != nxt else 0.0)
             new = comp[c, prev] + (hop[prev] + hop[nxt] if prev != nxt else 0.0)
             if new < old:
                 chosen[i] = prev
                 home[i] = prev
-                rem -= dmem
+                rem = [r - x for r, x in zip(rem, dmem)]
         return chosen
 
     def _estimate(self, opt: OptionTable, cls: np.ndarray, chosen: np.ndarray, act: np.ndarray) -> tuple[float, float]:
         """(estimated step time, of which communication) for a complete assignment."""
-        comp = opt.comp[cls, chosen]
+        idx = cls * opt.comp.shape[1] + chosen                               # flat (class, option) index
+        comp = opt.comp.ravel().take(idx)
         strategy = np.where(chosen < self.D, chosen, TP)
-        tp_comm = opt.comm[cls, chosen][strategy == TP].sum()
+        tp_comm = opt.comm.ravel().take(idx)[strategy == TP].sum()
         comm = float(tp_comm) + self.boundary_comm(strategy, act, opt.hop)
         return float(comp.sum()) + comm + opt.head_time, comm
 
