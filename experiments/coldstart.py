@@ -26,15 +26,8 @@ from quant.atomic import atomic_write_json
 def register_coldstart() -> None:
     register_common()
     cs = ConfigStore.instance()
-    cs.store(group="device", name="soc_schema", node=SocProfile)
     cs.store(group="framework", name="framework_schema", node=FrameworkSpec)
     cs.store(group="workload", name="workload_schema", node=WorkloadSpec)
-    try:   # so `device=<multi-device profile>` composes and gets a clear error below instead of a Hydra trace
-        from planner.voltron.devices import EdgeDevice
-
-        cs.store(group="device", name="edge_device_schema", node=EdgeDevice)
-    except ImportError:
-        pass
 
 
 CONF = Path(__file__).resolve().parents[1] / "conf"

@@ -32,8 +32,16 @@ class ConfigError(ValueError):
 
 
 def register_common() -> None:
-    """Schemas shared by several apps (idempotent)."""
-    ConfigStore.instance().store(group="model", name="model_schema", node=ModelSpec)
+    """Schemas of the groups several apps share (idempotent): `model`, and both kinds of `device` profile — a
+    single-SoC cold-start profile (`soc_schema`) and a multi-device cluster member (`edge_device_schema`) — so any
+    app can compose any device file and reject the wrong kind with a clear error."""
+    from planner.device import SocProfile
+    from planner.voltron.devices import EdgeDevice
+
+    cs = ConfigStore.instance()
+    cs.store(group="model", name="model_schema", node=ModelSpec)
+    cs.store(group="device", name="soc_schema", node=SocProfile)
+    cs.store(group="device", name="edge_device_schema", node=EdgeDevice)
 
 
 def typed(node: Any, cls: type[T], key: str = "") -> T:

@@ -20,13 +20,12 @@ from experiments.common import (ConfigError, check_group_choices, one_line_error
 
 def register() -> None:
     """Schemas of the multi-device config groups (idempotent)."""
-    from planner.voltron.devices import ClusterSpec, EdgeDevice
+    from planner.voltron.devices import ClusterSpec
     from planner.voltron.policy import PlannerConfig
     from sim.wireless import TraceConfig
 
     register_common()
     cs = ConfigStore.instance()
-    cs.store(group="device", name="edge_device_schema", node=EdgeDevice)
     cs.store(group="cluster", name="cluster_schema", node=ClusterSpec)
     cs.store(group="planner", name="planner_schema", node=PlannerConfig)
     cs.store(group="trace", name="trace_schema", node=TraceConfig)
