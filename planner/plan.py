@@ -14,6 +14,13 @@ Resources (`Task.resource`):
 - `npu`    : the NPU queue (one op at a time).
 - `graph`  : the thread that sets up / composes / optimises / prepares NPU graphs (fixed durations).
 - `join`   : a zero-time barrier (e.g. "layer ready" = weights unpacked and graph restored); uses no resource.
+
+Executable plans (docs/hil.md): a plan names what it moves and computes, so a runner needs no side table.
+- `Task.tensors`: load tasks list the container tensors (`TensorRef`: blob name, byte offset, byte count) they read;
+  unpack tasks the tensors they unpack; compute tasks the layer tensors their ops use. Builders fill the names;
+  `planner.pipeline.bind.bind_plan` fills offsets and sizes from a real packed file (and sets `read_bytes` to them).
+- `Task.ops`: the backbone op names a compute task runs, in order (`planner.pipeline.dag`, e.g. `["q_proj"]`, or a
+  coarse subgraph `["attn_norm", "quant_attn", ...]`); `embed`, `final_norm`, `lm_head` outside layers.
 """
 from __future__ import annotations
 
@@ -39,6 +46,8 @@ class OpWork:
     simd_instr: float = 0.0    # unpack: SIMD instructions (weightlet/mixed formats)
     cycles: float = 0.0        # unpack: scalar-heavy cycles (K-quant)
     wfmt: str = "int8"         # matmul weight format on the CPU: int8 | kquant
+    fmt: str = ""              # unpack: packed format (weightlet | mixed | kquant)
+    bits_weights: list[int] = field(default_factory=list)   # unpack: weights per bit width, index = bits (0..8)
 
     @property
     def flops(self) -> float:
@@ -47,6 +56,14 @@ class OpWork:
         if self.kind == "attention":
             return 4.0 * self.m * self.ctx * self.heads * self.head_dim
         return 0.0
+
+
+@dataclass
+class TensorRef:
+    """A tensor a task moves or uses: container blob name and, once bound to a file, its byte range."""
+    name: str                  # container / GGUF tensor name, e.g. "blk.3.attn_q.weight"
+    offset: int = 0            # B, start of the blob in the packed file (0 = unbound)
+    nbytes: int = 0            # B, blob size (0 = unbound)
 
 
 @dataclass
@@ -68,6 +85,8 @@ class Task:
     mem_alloc: int = 0                     # B allocated when the task starts
     mem_free: int = 0                      # B freed when the task ends
     phase: str = ""                        # setup | load | unpack | graph | prefill (for the breakdown)
+    tensors: list[TensorRef] = field(default_factory=list)   # what the task reads / unpacks / computes with
+    ops: list[str] = field(default_factory=list)              # compute tasks: backbone op names, in order
 
     def __post_init__(self) -> None:
         if self.resource not in RESOURCES:
@@ -78,6 +97,7 @@ class Task:
         if self.read_bytes > 0 and self.request_bytes <= 0:   # else the flash model would read 1-byte requests
             raise ValueError(f"task {self.name}: read_bytes > 0 needs request_bytes > 0")
         self.works = [w if isinstance(w, OpWork) else OpWork(**w) for w in self.works]
+        self.tensors = [r if isinstance(r, TensorRef) else TensorRef(**r) for r in self.tensors]
 
 
 @dataclass

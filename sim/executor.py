@@ -14,38 +14,14 @@ order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip th
 """
 from __future__ import annotations
 
-import heapq
-from dataclasses import dataclass, field
-
 import simpy
 
 from planner.cost.base import CostModel
 from planner.device import SocProfile
+from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan
+from planner.timeline import Span, Timeline
 from sim.flash import Flash
-
-
-@dataclass
-class Span:
-    task: int
-    resource: str        # resource whose worker ran it ("cpu" for stolen NPU ops)
-    worker: int
-    start: float         # s
-    end: float           # s
-    unit: str            # cpu | npu | io | graph
-    stolen: bool = False
-    cpu_s: float = 0.0   # s of CPU work inside a load task (copy / deserialize)
-
-
-@dataclass
-class Timeline:
-    plan: Plan
-    spans: list[Span]
-    end_s: float
-    bytes_read: int
-    peak_mem_bytes: int
-    flash_samples: list[tuple[float, float]] = field(default_factory=list)
-    mem_samples: list[tuple[float, int]] = field(default_factory=list)   # (time s, allocated B) at every change
 
 
 class PlanExecutor:
@@ -54,68 +30,19 @@ class PlanExecutor:
         self.preloaded = int(preloaded_bytes)   # B of weights already in memory (Fig. 2): served without flash reads
         self.env = simpy.Environment()
         self.flash = Flash(self.env, dev)
-        n = len(plan.tasks)
-        self.left = [len(t.deps) for t in plan.tasks]
-        self.children: list[list[int]] = [[] for _ in range(n)]
-        for t in plan.tasks:
-            for d in t.deps:
-                self.children[d].append(t.id)
-        self.queues: dict[str, list] = {r: [] for r in ("load", "unpack", "cpu", "npu", "graph")}
-        self.idle: dict[str, list[simpy.Event]] = {r: [] for r in self.queues}
-        self.next_order = {"cpu": 0, "npu": 0}   # static mode: backbone position each unit runs next
-        self.done = 0
+        self.dispatch = Dispatcher(plan)
+        self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
         self.spans: list[Span] = []
         self.mem = 0
         self.peak_mem = 0
         self.mem_samples: list[tuple[float, int]] = [(0.0, 0)]
-        self.position = plan.schedule.priority == "position"
-        self.thr = plan.schedule.steal_threshold
 
-    # ---- dispatch ----------------------------------------------------------------------------------------------
-    def _key(self, tid: int) -> tuple:
-        t = self.plan.tasks[tid]
-        if t.resource in ("cpu", "npu"):
-            return (t.chunk, t.layer, t.topo, tid) if self.position else (t.order,)
-        return (tid,)
-
-    def _push(self, tid: int) -> None:
-        t = self.plan.tasks[tid]
-        if t.resource == "join":
-            self._finish(tid)
-            return
-        heapq.heappush(self.queues[t.resource], (self._key(tid), tid))
-        self._wake(t.resource)
-        if t.resource == "npu" and self.thr and len(self.queues["npu"]) > self.thr:
-            self._wake("cpu")
-
-    def _wake(self, resource: str) -> None:
-        if self.idle[resource]:
-            self.idle[resource].pop(0).succeed()
-
-    def _head_ok(self, resource: str) -> bool:
-        q = self.queues[resource]
-        if not q:
-            return False
-        if self.position or resource not in self.next_order:
-            return True
-        return q[0][0][0] == self.next_order[resource]
-
-    def _take(self, resource: str) -> int:
-        tid = heapq.heappop(self.queues[resource])[1]
-        if not self.position and resource in self.next_order:
-            self.next_order[resource] += 1
-            self._wake(resource)          # the unit's next op may already be waiting in the queue
-        return tid
-
-    def _pop(self, resource: str) -> tuple[int, bool] | None:
-        if self._head_ok(resource):
-            return self._take(resource), False
-        if resource == "cpu" and self.thr:
-            nq = self.queues["npu"]
-            if len(nq) > self.thr and self._head_ok("npu") and self.plan.tasks[nq[0][1]].stealable:
-                return self._take("npu"), True
-        return None
+    # ---- dispatch (rules in planner.pipeline.dispatch, shared with the HIL runner) --------------------------------
+    def _wake(self, resources: list[str]) -> None:
+        for r in resources:
+            if self.idle[r]:
+                self.idle[r].pop(0).succeed()
 
     def _mem(self, delta: int) -> None:
         if delta:
@@ -123,28 +50,25 @@ class PlanExecutor:
             self.peak_mem = max(self.peak_mem, self.mem)
             self.mem_samples.append((self.env.now, self.mem))
 
-    def _finish(self, tid: int) -> None:
-        t = self.plan.tasks[tid]
-        self._mem(-t.mem_free)
-        self.done += 1
-        for c in self.children[tid]:
-            self.left[c] -= 1
-            if self.left[c] == 0:
-                self._push(c)
-        if self.done == len(self.plan.tasks) and not self.all_done.triggered:
+    def _after(self, wake: list[str], joins: list[int]) -> None:
+        for j in joins:
+            self._mem(-self.plan.tasks[j].mem_free)
+        self._wake(wake)
+        if self.dispatch.finished and not self.all_done.triggered:
             self.all_done.succeed()
 
     # ---- workers -----------------------------------------------------------------------------------------------
     def _worker(self, resource: str, idx: int):
         env, plan, cost = self.env, self.plan, self.cost
         while True:
-            got = self._pop(resource)
+            got = self.dispatch.pop(resource)
             if got is None:
                 ev = env.event()
                 self.idle[resource].append(ev)
                 yield ev
                 continue
-            tid, stolen = got
+            tid, stolen, wake = got
+            self._wake(wake)
             t = plan.tasks[tid]
             start = env.now
             self._mem(t.mem_alloc)
@@ -172,23 +96,22 @@ class PlanExecutor:
                 if dur > 0:
                     yield env.timeout(dur)
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
-            self._finish(tid)
+            self._mem(-t.mem_free)
+            self._after(*self.dispatch.complete(tid))
 
     def run(self) -> Timeline:
         env = self.env
-        for r in self.queues:
+        for r in QUEUED:
             for i in range(self.plan.workers(r)):
                 env.process(self._worker(r, i))
-        for t in self.plan.tasks:
-            if not t.deps:
-                self._push(t.id)
+        self._after(*self.dispatch.start())
         if self.plan.tasks:
             try:
                 env.run(until=self.all_done)
             except RuntimeError:        # SimPy: no events left before all_done -> reported below
                 pass
-        if self.done != len(self.plan.tasks):
-            raise RuntimeError(f"plan deadlocked: {self.done}/{len(self.plan.tasks)} tasks ran")
+        if not self.dispatch.finished:
+            raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
         return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples,
                         self.mem_samples)
 

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Callable
 
-from planner.pipeline.dag import MATMULS, _BACKBONE, layer_dag
-from planner.plan import OpWork, PlanBuilder
+from planner.pipeline.dag import MATMULS, _BACKBONE, head_tensor_names, layer_dag, op_tensor_names
+from planner.plan import OpWork, PlanBuilder, TensorRef
 from quant.arch import ModelSpec
 
 
@@ -89,7 +89,8 @@ def add_prefill(b: PlanBuilder, spec: ModelSpec, prompt_tokens: int, chunk_token
                 ids[gi] = b.add(f"L{layer}.c{c}.{'+'.join(g) if len(g) < 4 else g[0] + '..' + g[-1]}", unit,
                                 sorted(deps), layer=layer, chunk=c, topo=gi, works=works,
                                 stealable=(unit == "npu" and len(g) == 1 and g[0] in MATMULS), mem_alloc=kv_bytes,
-                                phase="prefill")
+                                phase="prefill", ops=list(g),
+                                tensors=[TensorRef(n) for n in op_tensor_names(g, layer)])
                 if "kv_append" in g:
                     kv_ids[layer] = ids[gi]
             prev_out[c] = ids[len(groups) - 1]
@@ -97,14 +98,17 @@ def add_prefill(b: PlanBuilder, spec: ModelSpec, prompt_tokens: int, chunk_token
         last_chunk_end = chunk_end
         past += m
     d = spec.d_model
+    norm_name, head_name = head_tensor_names(spec)
     norm = b.add("final_norm", "cpu", [prev_out[-1]], layer=spec.n_layers, chunk=len(sizes) - 1, topo=0,
-                 works=[OpWork("elementwise", m=1, nbytes=4 * d)], phase="prefill")
+                 works=[OpWork("elementwise", m=1, nbytes=4 * d)], phase="prefill", ops=["final_norm"],
+                 tensors=[TensorRef(norm_name)])
     if on_demand is not None:
         ready[spec.n_layers] = on_demand(spec.n_layers, norm)
     head_unit = place("q_proj")
     head = OpWork("lm_head", m=1, k=d, n=spec.vocab, wfmt=cpu_wfmt)
     last = b.add("lm_head", head_unit, [norm, ready[spec.n_layers]], layer=spec.n_layers, topo=1,
-                 chunk=len(sizes) - 1, works=[head], phase="prefill")
+                 chunk=len(sizes) - 1, works=[head], phase="prefill", ops=["lm_head"],
+                 tensors=[TensorRef(head_name)])
     # static backbone order: layer-major, backbone position, then chunk (llm.npu / EdgeFlow §4.3); a framework that
     # runs one chunk (ubatch) through all layers before the next keeps emission order (chunk-major)
     key = (lambda t: t.id) if layer_serial else (lambda t: (t.layer, t.topo, t.chunk, t.id))

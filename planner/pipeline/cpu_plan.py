@@ -15,7 +15,7 @@ from planner.framework import FrameworkSpec
 from planner.pipeline.builder import add_prefill
 from planner.pipeline.dag import place_cpu
 from planner.pipeline.npu_plan import add_embedding
-from planner.pipeline.weights import SCALE_BYTES, ggml_layer_bytes
+from planner.pipeline.weights import SCALE_BYTES, ggml_layer_bytes, layer_refs
 from planner.plan import Plan, PlanBuilder, SchedulePolicy
 from quant.arch import ModelSpec
 
@@ -31,6 +31,7 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
         nbytes = per_layer[layer]
         parts = [nbytes // readers + (1 if r < nbytes % readers else 0) for r in range(readers)]
         ids = [b.add(f"fault.L{layer}.t{r}", "load", [after, emb], layer=layer, read_bytes=p,
+                     tensors=layer_refs(spec, layer),
                      request_bytes=dev.mmap_readahead_bytes, mem_alloc=p, phase="load")
                for r, p in enumerate(parts)]
         return b.add(f"paged.L{layer}", "join", ids, layer=layer)
@@ -51,6 +52,7 @@ def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: 
     per_layer = ([linear + SCALE_BYTES * channels] * spec.n_layers
                  + [spec.vocab * spec.d_model + SCALE_BYTES * spec.vocab])
     loads = [b.add(f"load.L{i}", "load", [], layer=i, read_bytes=n, request_bytes=dev.flash_bulk_request_bytes,
+                   tensors=layer_refs(spec, i),
                    mem_alloc=n, phase="load") for i, n in enumerate(per_layer)]
     done = b.add("loaded", "join", loads + [emb])
     add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, [done] * (spec.n_layers + 1), start=done)

@@ -71,6 +71,32 @@ _BACKBONE = ["attn_norm", "quant_attn", "q_proj", "k_proj", "v_proj", "dq_q", "d
              "dq_up", "silu", "mul", "quant_down", "down", "dq_down", "add_ffn"]
 
 
+# tensors each op uses (GGUF / container names; quantize and dequantize ops use the scales of their matmul's weight)
+_OP_TENSOR = {"attn_norm": "attn_norm", "quant_attn": "attn_q", "q_proj": "attn_q", "k_proj": "attn_k",
+              "v_proj": "attn_v", "dq_q": "attn_q", "dq_k": "attn_k", "dq_v": "attn_v", "quant_o": "attn_output",
+              "o_proj": "attn_output", "dq_o": "attn_output", "ffn_norm": "ffn_norm", "quant_ffn": "ffn_gate",
+              "gate": "ffn_gate", "up": "ffn_up", "dq_gate": "ffn_gate", "dq_up": "ffn_up", "quant_down": "ffn_down",
+              "down": "ffn_down", "dq_down": "ffn_down"}
+LAYER_TENSORS = ("attn_norm", "attn_q", "attn_k", "attn_v", "attn_output", "ffn_norm", "ffn_gate", "ffn_up",
+                 "ffn_down")   # in container (load) order
+
+
+def layer_tensor_names(layer: int) -> list[str]:
+    """Container names of one transformer layer's tensors, in load order."""
+    return [f"blk.{layer}.{t}.weight" for t in LAYER_TENSORS]
+
+
+def head_tensor_names(spec: ModelSpec) -> list[str]:
+    """Container names of the final norm and the LM head (the tied embedding when embeddings are tied)."""
+    return ["output_norm.weight", "token_embd.weight" if spec.tied_embeddings else "output.weight"]
+
+
+def op_tensor_names(ops: list[str], layer: int) -> list[str]:
+    """Distinct container names of the tensors a list of layer ops uses, in first-use order."""
+    names = [f"blk.{layer}.{_OP_TENSOR[op]}.weight" for op in ops if op in _OP_TENSOR]
+    return list(dict.fromkeys(names))
+
+
 def place_fine(op: str) -> str:
     return "npu" if op in MATMULS else "cpu"
 

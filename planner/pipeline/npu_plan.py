@@ -22,8 +22,8 @@ from planner.framework import FrameworkSpec
 from planner.pipeline.builder import add_prefill, chunks
 from planner.pipeline.dag import PLACEMENTS
 from planner.pipeline.granular import steal_threshold
-from planner.pipeline.weights import layer_weights
-from planner.plan import Plan, PlanBuilder, SchedulePolicy
+from planner.pipeline.weights import layer_refs, layer_weights
+from planner.plan import Plan, PlanBuilder, SchedulePolicy, TensorRef
 from quant.arch import ModelSpec
 
 GB = 1e9
@@ -44,7 +44,7 @@ def add_embedding(b: PlanBuilder, spec: ModelSpec, tokens: int, deps: list[int] 
     """Embedding rows of the prompt, paged in through mmap (FP16 rows, one page request each)."""
     nbytes = tokens * spec.d_model * 2
     return b.add("embed_rows", "load", deps or [], read_bytes=nbytes, request_bytes=PAGE_BYTES, mem_alloc=nbytes,
-                 phase="load")
+                 phase="load", tensors=[TensorRef("token_embd.weight")], ops=["embed"])
 
 
 def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, cost: CostModel,
@@ -62,7 +62,8 @@ def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, 
             raise ValueError("online graph construction needs sequential streaming")
         emb = add_embedding(b, spec, tokens, [setup])
         loads = [b.add(f"load.L{i}", "load", [setup], layer=i, read_bytes=w.flash_bytes, copy_bytes=w.direct_bytes,
-                       request_bytes=dev.flash_bulk_request_bytes, mem_alloc=w.flash_bytes, phase="load")
+                       request_bytes=dev.flash_bulk_request_bytes, mem_alloc=w.flash_bytes, phase="load",
+                       tensors=layer_refs(spec, i))
                  for i, w in enumerate(lw)]
         compose = b.add("compose_graph", "graph", loads + [emb], duration_s=dev.npu_compose_s_per_gb * total_i8_gb,
                         phase="graph")
@@ -74,7 +75,8 @@ def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, 
         emb = add_embedding(b, spec, tokens, [setup])
         loads = [b.add(f"load_graph.L{i}", "load", [setup], layer=i, read_bytes=w.flash_bytes,
                        request_bytes=dev.flash_bulk_request_bytes, mem_alloc=w.flash_bytes,
-                       duration_s=w.flash_bytes / (dev.npu_ctx_deserialize_gbps * GB), phase="load")
+                       duration_s=w.flash_bytes / (dev.npu_ctx_deserialize_gbps * GB), phase="load",
+                       tensors=layer_refs(spec, i))
                  for i, w in enumerate(lw)]
         prep = b.add("prepare_graph", "graph", loads + [emb], duration_s=dev.npu_prepare_s_per_gb * total_i8_gb,
                      phase="graph")
@@ -87,14 +89,15 @@ def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, 
             if recipe.graph == "materialized":
                 ld = b.add(f"load_graph.L{i}", "load", [prev], layer=i, read_bytes=w.flash_bytes,
                            request_bytes=dev.flash_bulk_request_bytes, mem_alloc=w.flash_bytes,
-                           duration_s=w.flash_bytes / (dev.npu_ctx_deserialize_gbps * GB), phase="load")
+                           duration_s=w.flash_bytes / (dev.npu_ctx_deserialize_gbps * GB), phase="load",
+                           tensors=layer_refs(spec, i))
             else:
                 ld = b.add(f"load.L{i}", "load", [prev], layer=i, read_bytes=w.flash_bytes,
                            copy_bytes=w.direct_bytes, request_bytes=dev.flash_bulk_request_bytes,
-                           mem_alloc=w.flash_bytes, phase="load")
+                           mem_alloc=w.flash_bytes, phase="load", tensors=layer_refs(spec, i))
                 if w.unpack is not None:
                     ld = b.add(f"unpack.L{i}", "unpack", [ld], layer=i, works=[w.unpack], mem_alloc=w.int8_bytes,
-                               mem_free=w.flash_bytes, phase="unpack")
+                               mem_free=w.flash_bytes, phase="unpack", tensors=layer_refs(spec, i))
             prev = b.add(f"prepare.L{i}", "graph", [ld], layer=i,
                          duration_s=dev.npu_prepare_s_per_gb * w.int8_bytes / GB, phase="graph")
             ready[i] = prev
@@ -104,10 +107,11 @@ def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, 
         add_embedding(b, spec, tokens)
         for i, w in enumerate(lw):
             ld = b.add(f"load.L{i}", "load", [], layer=i, read_bytes=w.flash_bytes, copy_bytes=w.direct_bytes,
-                       request_bytes=dev.flash_bulk_request_bytes, mem_alloc=w.flash_bytes, phase="load")
+                       request_bytes=dev.flash_bulk_request_bytes, mem_alloc=w.flash_bytes, phase="load",
+                       tensors=layer_refs(spec, i))
             if w.unpack is not None:
                 ld = b.add(f"unpack.L{i}", "unpack", [ld], layer=i, works=[w.unpack], mem_alloc=w.int8_bytes,
-                           mem_free=w.flash_bytes, phase="unpack")
+                           mem_free=w.flash_bytes, phase="unpack", tensors=layer_refs(spec, i))
             # weight-less per-layer graphs restored asynchronously on the graph thread(s) (Fig. 6 "Async Restore");
             # cost per byte of the weights the graph binds, as Fig. 1b's prepare step (no separate figure exists)
             rs = b.add(f"restore.L{i}", "graph", [setup], layer=i,

@@ -8,6 +8,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
+import numpy as np
+
 from planner.cost.base import CostModel
 from planner.device import SocProfile
 from planner.formats import bits_histogram, model_bits
@@ -27,6 +29,7 @@ class ColdStartInputs:
     seed: int = 0
     bits_source: str = "auto"   # auto | real | twin | uniform (see planner.formats.model_bits)
     preloaded_bytes: int = 0    # B of weights already in memory before the cold start (Fig. 2)
+    bits_override: dict[str, np.ndarray] | None = None   # per kind (n_layers, C) bits of a real packed file (HIL)
 
     def __post_init__(self) -> None:
         if self.model.is_moe:
@@ -45,6 +48,9 @@ class ColdStartPolicy(ABC):
 
 def ef_bits(x: ColdStartInputs):
     """EdgeFlow's per-channel allocation at the budget, with its provenance and histogram for the metrics."""
-    bits, source = model_bits(x.model, x.bits, x.seed, x.bits_source)
+    if x.bits_override is not None:
+        bits, source = x.bits_override, "file"
+    else:
+        bits, source = model_bits(x.model, x.bits, x.seed, x.bits_source)
     hist = bits_histogram(bits, x.model)
     return bits, {"bits_source": source, "bits_hist": {str(k): round(v, 5) for k, v in hist.items()}}

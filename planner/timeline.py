@@ -1,0 +1,35 @@
+"""Execution records of a cold-start `Plan`: the shape both executors write (EdgeFlow §4.3; docs/hil.md).
+
+The simulator (`sim.executor`, simulated seconds) and the HIL runner (`hil.runner`, wall seconds from the start of the
+cold start) both produce a `Timeline` of `Span`s, so metrics, traces and the predicted-vs-measured comparison are one
+code path. `Timeline.source` says which: "modelled" or "measured".
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from planner.plan import Plan
+
+
+@dataclass
+class Span:
+    task: int
+    resource: str        # resource whose worker ran it ("cpu" for stolen NPU ops)
+    worker: int
+    start: float         # s from the start of the cold start
+    end: float           # s
+    unit: str            # cpu | npu | io | graph
+    stolen: bool = False
+    cpu_s: float = 0.0   # s of CPU work inside a load task (copy / deserialize)
+
+
+@dataclass
+class Timeline:
+    plan: Plan
+    spans: list[Span]
+    end_s: float                      # s, end of the last task (the first token's logits)
+    bytes_read: int                   # B read from flash / disk
+    peak_mem_bytes: int               # B
+    flash_samples: list[tuple[float, float]] = field(default_factory=list)   # (time s, aggregate B/s)
+    mem_samples: list[tuple[float, int]] = field(default_factory=list)       # (time s, allocated B) at every change
+    source: str = "modelled"          # modelled (simulator) | measured (HIL run)
