@@ -3,8 +3,9 @@
 Owns every hardware parameter the cold-start planner and simulator use (EdgeFlow §3, SPEC §3.5): flash (bandwidth as a
 function of request size and concurrent readers, per-request latency), CPU cores (big/little, per-op-type throughput),
 NPU (INT8 matmul roofline, NPU-inefficient op factor, dispatch overhead, QNN graph set-up / compose / optimize /
-prepare costs),
-memory capacity and power. Values live in the YAML with unit and source; this class only names and validates them.
+prepare costs), memory capacity, shared DRAM bandwidth and the CPU cost of read() copies (`dram_gbps`,
+`read_cpu_gbps`: 0 = not modelled; inputs of the simulator's contention model) and power. Values live in the YAML with
+unit and source (a measured host profile: `hil/host.py`, docs/hil.md); this class only names and validates them.
 Units: seconds (`_s`), bytes (`_bytes`), GB/s = 1e9 B/s (`_gbps`), GHz, watts (`_w`), nJ per byte (`_nj_per_byte`).
 
 Design: a flat dataclass (one level, so a typo in a Hydra override fails with the key name) plus a few derived
@@ -29,6 +30,15 @@ class SocProfile:
     # ---- memory -------------------------------------------------------------------------------------------------
     mem_capacity_bytes: int = 0               # B, DRAM
     cpu_copy_gbps: float = 0.0                # GB/s per thread, writing weights into NPU-shared buffers (copy/unpack)
+    read_cpu_gbps: float = 0.0                # GB/s per thread of CPU work moving read data from the page cache into
+    #                                           a user buffer (read() syscall copy); 0 = not modelled
+    dram_gbps: float = 0.0                    # GB/s, shared DRAM bandwidth of all cores together; 0 = not modelled
+    read_cpu_gbps: float = 0.0                # GB/s per thread of CPU work moving read data page cache -> buffer
+    #                                           (syscall + copy; 0 = not modelled, e.g. zero-copy / direct I/O)
+    dram_gbps: float = 0.0                    # GB/s DRAM bandwidth shared by copies, unpack writes, GEMM operands and
+    #                                           NPU weight reads (0 = not modelled)
+    npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
+    #                                           occupy a core in the simulator's processor sharing
     # ---- CPU ----------------------------------------------------------------------------------------------------
     cpu_big_cores: int = 0                    # cores of the fastest cluster
     cpu_big_ghz: float = 0.0                  # GHz

@@ -9,6 +9,11 @@ wait when the next one is not ready yet; `position`: a unit runs any ready op, e
 position) first. An idle CPU steals the NPU queue's head when more than `steal_threshold` NPU ops are ready.
 Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
+Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
+unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, overlapping the flash
+transfer), copies, deserialization and graph restore — and the cores are processor-shared (`sim.sharing.Cores`): with
+more runnable threads than cores every op slows down. The NPU queue occupies a core only where it is one
+(`npu_on_cpu_core`, this host's NPU stand-in).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
 """
@@ -22,6 +27,7 @@ from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan
 from planner.timeline import Span, Timeline
 from sim.flash import Flash
+from sim.sharing import Cores
 
 
 class PlanExecutor:
@@ -30,6 +36,7 @@ class PlanExecutor:
         self.preloaded = int(preloaded_bytes)   # B of weights already in memory (Fig. 2): served without flash reads
         self.env = simpy.Environment()
         self.flash = Flash(self.env, dev)
+        self.cores = Cores(self.env, dev.cpu_cores)
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -76,14 +83,19 @@ class PlanExecutor:
             if resource == "load":
                 hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
                 self.preloaded -= hit
-                yield self.flash.read(t.read_bytes - hit, t.request_bytes)
+                nread = t.read_bytes - hit
+                read = self.flash.read(nread, t.request_bytes)
+                if self.dev.read_cpu_gbps > 0 and nread > 0:    # the kernel copies pages as they arrive
+                    yield env.all_of([read, self.cores.run(nread / (self.dev.read_cpu_gbps * 1e9))])
+                else:
+                    yield read
                 cpu_s = cost.copy_time(t.copy_bytes) + t.duration_s
                 if cpu_s > 0:
-                    yield env.timeout(cpu_s)
+                    yield self.cores.run(cpu_s)
                 unit = "io"
             elif resource == "graph":
                 if t.duration_s > 0:
-                    yield env.timeout(t.duration_s)
+                    yield self.cores.run(t.duration_s)
                 unit = "graph"
             else:
                 if resource == "unpack":
@@ -94,7 +106,10 @@ class PlanExecutor:
                     unit, threads, core = "npu", 1, 0
                 dur = sum(cost.op_time(w, unit, threads, core) for w in t.works)
                 if dur > 0:
-                    yield env.timeout(dur)
+                    if unit == "cpu" or self.dev.npu_on_cpu_core:
+                        yield self.cores.run(dur, threads)
+                    else:
+                        yield env.timeout(dur)
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
             self._mem(-t.mem_free)
             self._after(*self.dispatch.complete(tid))

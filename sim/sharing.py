@@ -1,0 +1,102 @@
+"""Processor sharing: a capacity shared max-min fairly among active jobs, as a SimPy primitive (docs/coldstart.md).
+
+SimPy has no fair-share primitive, so this module implements one for every shared resource of the simulator: flash
+bandwidth (`sim.flash`), CPU cores (`Cores` below) and DRAM bandwidth. Each active job has an amount of work left, a
+rate cap (what it could use alone) and a weight; the capacity is split by weighted water filling (a job capped below its
+weighted fair share keeps its cap, the rest is re-split among the others). Whenever the set of jobs changes, progress
+is advanced and the next completion re-scheduled (a generation counter discards stale wake-ups). Deterministic: jobs
+are kept in arrival order and ties resolve in that order.
+"""
+from __future__ import annotations
+
+import simpy
+
+_DONE = 1e-9    # relative residue below which a job is complete (float rounding of the sharing math)
+
+
+class _Job:
+    __slots__ = ("left", "cap", "weight", "rate", "event", "eps")
+
+    def __init__(self, left: float, cap: float, weight: float, event: simpy.Event) -> None:
+        self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
+        self.eps = max(left * _DONE, 1e-12)
+
+
+class SharedRate:
+    """`capacity` units of work per second shared by the active jobs (units: B/s for bandwidth, cores for CPUs)."""
+
+    def __init__(self, env: simpy.Environment, capacity: float) -> None:
+        if capacity <= 0:
+            raise ValueError(f"shared capacity must be > 0 (got {capacity})")
+        self.env = env
+        self.capacity = float(capacity)
+        self.active: list[_Job] = []
+        self.last = 0.0
+        self.gen = 0
+        self.samples: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, total rate in use) at every change
+
+    def use(self, amount: float, cap: float, weight: float = 1.0) -> simpy.Event:
+        """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s."""
+        ev = self.env.event()
+        if amount <= 0:
+            ev.succeed()
+            return ev
+        if cap <= 0 or weight <= 0:
+            raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
+        self._advance()
+        self.active.append(_Job(float(amount), float(cap), float(weight), ev))
+        self._reschedule()
+        return ev
+
+    def _advance(self) -> None:
+        dt = self.env.now - self.last
+        if dt > 0:
+            for j in self.active:
+                j.left -= j.rate * dt
+        self.last = self.env.now
+
+    def _share(self) -> None:
+        left = self.capacity
+        jobs = sorted(self.active, key=lambda j: j.cap / j.weight)
+        wsum = sum(j.weight for j in jobs)
+        for j in jobs:
+            fair = left * j.weight / wsum
+            j.rate = min(j.cap, fair)
+            left -= j.rate
+            wsum -= j.weight
+
+    def _reschedule(self) -> None:
+        self.gen += 1
+        if not self.active:
+            self.samples.append((self.env.now, 0.0))
+            return
+        self._share()
+        self.samples.append((self.env.now, sum(j.rate for j in self.active)))
+        dt = min(max(j.left, 0.0) / j.rate for j in self.active)
+        gen = self.gen
+        t = self.env.timeout(dt)
+        t.callbacks.append(lambda _e: self._on_timer(gen))
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self.gen:
+            return
+        self._advance()
+        done = [j for j in self.active if j.left <= j.eps]
+        if not done:   # float rounding: finish the closest one
+            done = [min(self.active, key=lambda j: j.left / j.rate)]
+        self.active = [j for j in self.active if j not in done]
+        for j in done:
+            j.event.succeed()
+        self._reschedule()
+
+
+class Cores(SharedRate):
+    """The SoC's CPU cores under the OS scheduler: every runnable thread gets an equal share (CFS), at most one core.
+
+    A job is an op on `threads` threads that needs `seconds` when it has its threads' cores to itself (the cost
+    model's time); its work is `seconds * threads` core-seconds, its cap `threads` cores, its weight `threads`.
+    With more runnable threads than cores, every job slows down by cores / runnable threads.
+    """
+
+    def run(self, seconds: float, threads: int = 1) -> simpy.Event:
+        return self.use(seconds * threads, cap=float(threads), weight=float(threads))
