@@ -33,10 +33,6 @@ class SocProfile:
     read_cpu_gbps: float = 0.0                # GB/s per thread of CPU work moving read data from the page cache into
     #                                           a user buffer (read() syscall copy); 0 = not modelled
     dram_gbps: float = 0.0                    # GB/s, shared DRAM bandwidth of all cores together; 0 = not modelled
-    read_cpu_gbps: float = 0.0                # GB/s per thread of CPU work moving read data page cache -> buffer
-    #                                           (syscall + copy; 0 = not modelled, e.g. zero-copy / direct I/O)
-    dram_gbps: float = 0.0                    # GB/s DRAM bandwidth shared by copies, unpack writes, GEMM operands and
-    #                                           NPU weight reads (0 = not modelled)
     npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
     #                                           occupy a core in the simulator's processor sharing
     # ---- CPU ----------------------------------------------------------------------------------------------------
