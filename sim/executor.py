@@ -13,7 +13,8 @@ Contention (docs/coldstart.md "Shared resources"): every thread of the plan occu
 unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, overlapping the flash
 transfer), copies, deserialization and graph restore — and the cores are processor-shared (`sim.sharing.Cores`): with
 more runnable threads than cores every op slows down. The NPU queue occupies a core only where it is one
-(`npu_on_cpu_core`, this host's NPU stand-in).
+(`npu_on_cpu_core`, this host's NPU stand-in). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
+page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
 """
@@ -27,7 +28,7 @@ from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan
 from planner.timeline import Span, Timeline
 from sim.flash import Flash
-from sim.sharing import Cores
+from sim.sharing import Cores, SharedRate
 
 
 class PlanExecutor:
@@ -37,6 +38,7 @@ class PlanExecutor:
         self.env = simpy.Environment()
         self.flash = Flash(self.env, dev)
         self.cores = Cores(self.env, dev.cpu_cores)
+        self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -64,6 +66,15 @@ class PlanExecutor:
         if self.dispatch.finished and not self.all_done.triggered:
             self.all_done.succeed()
 
+    def _occupy(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True) -> list[simpy.Event]:
+        """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
+        rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
+        exceed `dram_gbps`)."""
+        evs = [self.cores.run(seconds, threads) if on_core else self.env.timeout(seconds)]
+        if self.dram is not None and dram_bytes > 0:
+            evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
+        return evs
+
     # ---- workers -----------------------------------------------------------------------------------------------
     def _worker(self, resource: str, idx: int):
         env, plan, cost = self.env, self.plan, self.cost
@@ -86,12 +97,15 @@ class PlanExecutor:
                 nread = t.read_bytes - hit
                 read = self.flash.read(nread, t.request_bytes)
                 if self.dev.read_cpu_gbps > 0 and nread > 0:    # the kernel copies pages as they arrive
-                    yield env.all_of([read, self.cores.run(nread / (self.dev.read_cpu_gbps * 1e9))])
+                    yield env.all_of([read, *self._occupy(nread / (self.dev.read_cpu_gbps * 1e9), 1, 2.0 * nread)])
                 else:
                     yield read
-                cpu_s = cost.copy_time(t.copy_bytes) + t.duration_s
-                if cpu_s > 0:
-                    yield self.cores.run(cpu_s)
+                copy_s = cost.copy_time(t.copy_bytes)
+                cpu_s = copy_s + t.duration_s
+                if copy_s > 0:
+                    yield env.all_of(self._occupy(copy_s, 1, 2.0 * t.copy_bytes))
+                if t.duration_s > 0:
+                    yield self.cores.run(t.duration_s)
                 unit = "io"
             elif resource == "graph":
                 if t.duration_s > 0:
@@ -104,12 +118,11 @@ class PlanExecutor:
                     unit, threads, core = "cpu", plan.cpu_threads, plan.cpu_first_core
                 else:
                     unit, threads, core = "npu", 1, 0
-                dur = sum(cost.op_time(w, unit, threads, core) for w in t.works)
-                if dur > 0:
-                    if unit == "cpu" or self.dev.npu_on_cpu_core:
-                        yield self.cores.run(dur, threads)
-                    else:
-                        yield env.timeout(dur)
+                for w in t.works:
+                    dur = cost.op_time(w, unit, threads, core)
+                    if dur > 0:
+                        yield env.all_of(self._occupy(dur, threads, cost.dram_bytes(w, unit),
+                                                      on_core=unit == "cpu" or self.dev.npu_on_cpu_core))
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
             self._mem(-t.mem_free)
             self._after(*self.dispatch.complete(tid))

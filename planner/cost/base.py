@@ -21,3 +21,17 @@ class CostModel(ABC):
     @abstractmethod
     def copy_time(self, nbytes: int) -> float:
         """Seconds one thread needs to copy `nbytes` into NPU-shared buffers."""
+
+    def dram_bytes(self, work: OpWork, unit: str) -> float:
+        """B of DRAM traffic of one op (streaming count, no cache reuse assumed: the conservative side). The simulator
+        shares DRAM bandwidth among concurrent ops with it (docs/coldstart.md "Shared resources")."""
+        if work.kind in ("matmul", "lm_head"):
+            return float(work.k * work.n + work.m * work.k + 4 * work.m * work.n)  # INT8 W, INT8 x, INT32/FP out
+        if work.kind == "attention":
+            return float(4 * work.ctx * work.heads * work.head_dim + 4 * work.m * work.heads * work.head_dim)
+        if work.kind == "unpack":
+            bw = work.bits_weights
+            packed = sum(b * n for b, n in enumerate(bw)) / 8 if bw else work.nbytes
+            return float(work.nbytes + packed)                                       # write INT8 + read packed
+        return float(work.nbytes)
+

@@ -60,3 +60,13 @@ def test_weighted_water_filling():
     assert done["b"] == pytest.approx(2.0)          # 9/s while a runs, then alone: 18 = 9*2
     c = Cores(simpy.Environment(), 2)
     assert c.capacity == 2
+
+
+def test_overlapping_ops_share_dram_bandwidth():
+    b = PlanBuilder()
+    for i in range(2):   # each: 1 s alone, 10 GB of DRAM traffic (5 GB written + 5 GB read) -> demand 10 GB/s
+        b.add(f"u{i}", "unpack", works=[OpWork("unpack", n=1.0, nbytes=5 * 10**9)])   # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks, unpack_threads=2)
+    assert simulate(plan, device(2), FakeCost()).end_s == pytest.approx(1.0)                   # not modelled
+    assert simulate(plan, device(2, dram_gbps=40.0), FakeCost()).end_s == pytest.approx(1.0)   # enough for both
+    assert simulate(plan, device(2, dram_gbps=15.0), FakeCost()).end_s == pytest.approx(20 / 15)   # 7.5 GB/s each
