@@ -58,6 +58,8 @@ class SocProfile:
     npu_optimize_s_per_gb: float = 0.0        # s per GB of INT8 weights, online graph optimization (compile)
     npu_ctx_deserialize_gbps: float = 0.0     # GB/s, deserializing a materialized context binary
     npu_prepare_s_per_gb: float = 0.0         # s per GB of INT8 weights, preparing a materialized graph
+    npu_driver_slots: int = 1                 # graph set-up / restore / prepare calls the NPU driver runs at once
+    #                                           (1 = serialized: no source shows QNN context work running in parallel)
     # ---- power --------------------------------------------------------------------------------------------------
     power_idle_w: float = 0.0                 # W, SoC + DRAM baseline during the whole cold start
     power_big_core_w: float = 0.0             # W per busy big core

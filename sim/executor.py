@@ -11,7 +11,7 @@ Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
 unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, overlapping the flash
-transfer), copies, deserialization and graph restore — and the cores are processor-shared (`sim.sharing.Cores`): with
+transfer), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots) — and the cores are processor-shared (`sim.sharing.Cores`): with
 more runnable threads than cores every op slows down. The NPU queue occupies a core only where it is one
 (`npu_on_cpu_core`, this host's NPU stand-in). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
 page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
@@ -38,6 +38,7 @@ class PlanExecutor:
         self.env = simpy.Environment()
         self.flash = Flash(self.env, dev)
         self.cores = Cores(self.env, dev.cpu_cores)
+        self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
@@ -109,7 +110,10 @@ class PlanExecutor:
                 unit = "io"
             elif resource == "graph":
                 if t.duration_s > 0:
-                    yield self.cores.run(t.duration_s)
+                    with self.driver.request() as slot:       # NPU driver work is serialized (npu_driver_slots)
+                        yield slot
+                        start = env.now                        # waiting for the driver is not restore work
+                        yield self.cores.run(t.duration_s)
                 unit = "graph"
             else:
                 if resource == "unpack":
