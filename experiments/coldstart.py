@@ -15,7 +15,8 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import ConfigError, check_group_choices, one_line_errors, register_common, run_dir, typed, write_run_outputs
+from experiments.common import (ConfigError, Estimate, one_line_errors, precheck, prepare_run_dir,
+                                register_common, run_dir, typed, watch_parent, write_run_outputs)
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
 from planner.workload import WorkloadSpec
@@ -42,12 +43,22 @@ GROUPS = {"model": None, "device": _soc_devices, "framework": None, "workload": 
 register_coldstart()
 
 
-@one_line_errors
-def run(cfg: DictConfig) -> dict:
-    from sim.coldstart.run import ColdStartSettings, modelled_keys, run_one
+SETTINGS = ("bits", "prompt_tokens", "seed", "cost_model", "cost_table", "bits_source", "preloaded_gb", "write_trace")
+# Modelled resource estimate of one run, from runs measured on this 2-core host (llama3_8b, edgeflow = the slowest
+# policy, trace written): 0.16 s / 69 MB at 1k prompt tokens, 3.0 s / 244 MB at 16k, 6.4 s / 441 MB at 32k.
+EST_S_PER_TOKEN = 2.0e-4       # s per prompt token
+EST_B_PER_TOKEN = 12e3         # bytes per prompt token (tasks, timeline, trace document)
+EST_BASE_S, EST_BASE_B = 1.0, 150e6
 
-    settings = typed({k: cfg[k] for k in ("bits", "prompt_tokens", "seed", "cost_model", "cost_table", "bits_source",
-                                          "preloaded_gb", "write_trace")}, ColdStartSettings)
+
+def inputs(cfg: DictConfig):
+    """Typed inputs of one run (every check of the app; no work): settings, model, device, framework, workload."""
+    from sim.coldstart.run import ColdStartSettings
+
+    missing = [k for k in SETTINGS if k not in cfg]
+    if missing:
+        raise ConfigError(f"{missing[0]}: missing top-level key")
+    settings = typed({k: cfg[k] for k in SETTINGS}, ColdStartSettings)
     model = typed(cfg.model, ModelSpec, "model")
     if OmegaConf.get_type(cfg.device) is not SocProfile:   # e.g. a Voltron device composed through the API
         raise ConfigError(f"device: {cfg.device.get('name', '?')} is not a single-SoC cold-start profile "
@@ -55,11 +66,34 @@ def run(cfg: DictConfig) -> dict:
     device = typed(cfg.device, SocProfile, "device")
     framework = typed(cfg.framework, FrameworkSpec, "framework")
     workload = typed(cfg.workload, WorkloadSpec, "workload") if cfg.get("workload") else None
+    if not (settings.prompt_tokens or (workload and workload.prompt_tokens > 0)):
+        raise ConfigError("prompt_tokens: give a workload or prompt_tokens > 0")
+    if settings.cost_model == "table" and not Path(settings.cost_table).is_file():
+        raise ConfigError(f"cost_table: {settings.cost_table!r} is not a file (cost_model=table needs a measured cost "
+                          f"table JSON)")
+    return settings, model, device, framework, workload
+
+
+def validate(cfg: DictConfig) -> Estimate:
+    """Every check of one run before any work; returns its modelled time / memory estimate."""
+    settings, _model, _device, _framework, workload = inputs(cfg)
+    tokens = settings.prompt_tokens or workload.prompt_tokens
+    return Estimate(EST_BASE_S + EST_S_PER_TOKEN * tokens, EST_BASE_B + EST_B_PER_TOKEN * tokens, "prompt_tokens",
+                    f"prompt_tokens={tokens}")
+
+
+@one_line_errors
+def run(cfg: DictConfig) -> dict:
+    from sim.coldstart.run import modelled_keys, run_one
+
+    watch_parent()
+    settings, model, device, framework, workload = inputs(cfg)
+    out = run_dir()
+    prepare_run_dir(out, ["trace.json", "config.yaml"])
     try:
         metrics, trace = run_one(model, device, framework, workload, settings)
     except ValueError as e:
         raise ConfigError(str(e)) from None
-    out = run_dir()
     if trace is not None:
         atomic_write_json(out / "trace.json", trace)
     write_run_outputs(out, cfg, metrics, measured=[], modelled=modelled_keys(metrics))
@@ -75,5 +109,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_group_choices(sys.argv[1:], GROUPS)
+    precheck("coldstart", sys.argv[1:], validate, GROUPS, parallel=2)
     main()

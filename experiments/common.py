@@ -1,36 +1,153 @@
 """Shared plumbing for the thin Hydra apps: config schemas registration, typed conversion with one-line errors,
-the run directory, and the metrics writer that labels every number as measured or modelled.
+the run directory, the metrics writer that labels every number as measured or modelled, and the one input-validation
+layer every app uses (docs: README "Apps", bad input).
 
-Conventions every app follows (SPEC §6):
+Conventions every app follows:
 - `metrics.json` in the run directory: flat keys; `measured_keys` / `modelled_keys` list which numbers were measured on
   this machine and which come out of a model (simulation, cost model, size estimate); `input_keys` are settings of the
-  run echoed for convenience (e.g. the bit budget), neither measured nor modelled.
+  run echoed for convenience (e.g. the bit budget), neither measured nor modelled. `metrics.json` is written last, so a
+  run directory is finished exactly when it holds `metrics.json` (`prepare_run_dir` removes it first on a re-run).
 - `config.yaml`: the resolved config of the run.
-- Bad input: one line `error: ...` on stderr naming the key, exit status 2, nothing written.
+- Bad input: one line `error: <key>: ...` on stderr naming the key, exit status 2, before any work, nothing written.
+  `precheck` composes the config of every job (all jobs of a `-m` sweep) and validates it before Hydra creates a run
+  directory or a log file.
+
+Validation helpers (used by the apps and the schemas' range checks): `check_name` (names that become paths),
+`safe_path` (every write stays under its root), `finite` / `int_in` / `strict_bool` (typed, NaN/inf-free ranges),
+`SIZE_LIMITS` (documented maxima of the size keys) and `check_resources` (a modelled time / memory estimate checked
+against this machine: an error when it cannot fit in the available memory, a warning when it is merely long).
 """
 from __future__ import annotations
 
+import contextlib
 import functools
+import math
+import os
 import re
 import sys
+import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from quant.arch import ModelSpec
+from quant.arch import NAME_RE, ModelSpec, check_name  # noqa: F401  (re-exported: one identifier rule)
 from quant.atomic import atomic_write_json, atomic_write_text
 
 T = TypeVar("T")
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+MAIN_PID_ENV = "EDGELLM_APP_PID"      # pid of the app's main process (joblib workers watch it)
+LONG_RUN_S = 60.0                     # s: a modelled run time above this prints a warning with the estimate
 
 
 class ConfigError(ValueError):
     """A config value is invalid; the message names the key."""
 
 
+# ================================================ value checks =======================================================
+def safe_path(root: str | os.PathLike, *parts: str, key: str = "") -> Path:
+    """`root/parts...`, resolved; a ConfigError naming `key` when it would leave `root` (.., absolute parts, links)."""
+    base = Path(root).resolve()
+    p = base.joinpath(*parts).resolve()
+    if p != base and base not in p.parents:
+        raise ConfigError(f"{key or 'path'}: {'/'.join(parts)!r} would write outside {base}")
+    return p
+
+
+def finite(value: Any, key: str, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> float:
+    """A real number (int or float, not bool, not NaN/inf) in [lo, hi] ((lo, hi] with lo_open) -> float."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ConfigError(f"{key}: must be a number (got {value!r})")
+    v = float(value)
+    if not math.isfinite(v):
+        raise ConfigError(f"{key}: must be a finite number (got {value!r})")
+    if lo is not None and (v <= lo if lo_open else v < lo):
+        raise ConfigError(f"{key}: must be {'>' if lo_open else '>='} {lo:g} (got {value!r})")
+    if hi is not None and v > hi:
+        raise ConfigError(f"{key}: must be <= {hi:g} (got {value!r})")
+    return v
+
+
+def int_in(value: Any, key: str, lo: int | None = None, hi: int | None = None) -> int:
+    """An integer (not bool; a float only when integral, e.g. 1e3) in [lo, hi] -> int."""
+    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
+        value = int(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ConfigError(f"{key}: must be an integer (got {value!r})")
+    if lo is not None and value < lo:
+        raise ConfigError(f"{key}: must be >= {lo} (got {value})")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{key}: must be <= {hi} (documented maximum; got {value})")
+    return value
+
+
+def strict_bool(value: Any, key: str) -> bool:
+    """true / false only (Hydra parses `key=true`, `key=false` as booleans); anything else is an error."""
+    if not isinstance(value, bool):
+        raise ConfigError(f"{key}: must be true or false (got {value!r})")
+    return value
+
+
+# Documented maxima of the size keys (README "Apps"); checked before any work, with the resource estimate.
+SIZE_LIMITS: dict[str, int] = {
+    "prompt_tokens": 32_768,          # coldstart: prompt length (the largest workload is ~1k tokens)
+    "turns": 1_000,                   # multidevice: conversation turns
+    "workload.max_in": 32_768,        # multidevice: prompt clip, tokens
+    "workload.max_out": 32_768,       # multidevice: response clip, tokens
+    "quant.calib_tokens": 4_096,      # quantize: calibration slice, tokens
+    "quant.eval_tokens": 4_096,       # quantize: evaluation slice, tokens
+    "quant.search_tokens": 4_096,     # quantize: α-search tokens
+    "quant.alpha_steps": 101,         # quantize: α grid points
+}
+
+
+def size_key(value: Any, key: str, lo: int = 0) -> int:
+    """An integer size key in lo..SIZE_LIMITS[key]."""
+    return int_in(value, key, lo, SIZE_LIMITS[key])
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """Modelled resources of one run (from measured per-unit costs on this 2-core host; see each app's estimate)."""
+    seconds: float          # s, modelled wall time
+    bytes: float            # B, modelled peak resident memory
+    key: str                # the key that drives it (named in the error / warning)
+    what: str = ""          # e.g. "turns=1000"
+
+
+def available_memory() -> int:
+    """Bytes of memory available to a new process (/proc/meminfo MemAvailable; +inf where unknown)."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 1 << 62
+
+
+def check_resources(estimates: Sequence[Estimate], parallel: int = 1) -> list[str]:
+    """Error (ConfigError naming the key) when a run's modelled memory (x `parallel` jobs at once) exceeds the
+    available memory; returns warnings for a modelled total time above LONG_RUN_S."""
+    avail = available_memory()
+    for e in estimates:
+        if e.bytes * parallel > avail:
+            raise ConfigError(f"{e.key}: {e.what or e.key} needs about {e.bytes * parallel / 1e9:.1f} GB "
+                              f"(modelled estimate{f', {parallel} jobs at once' if parallel > 1 else ''}), "
+                              f"only {avail / 1e9:.1f} GB available")
+    total = sum(e.seconds for e in estimates) / max(1, parallel)
+    if estimates and total > LONG_RUN_S:
+        e = max(estimates, key=lambda x: x.seconds)
+        return [f"warning: {e.key}: about {total:.0f} s and {max(x.bytes for x in estimates) / 1e9:.2f} GB "
+                f"(modelled estimate{'' if len(estimates) == 1 else f' for {len(estimates)} jobs'}; "
+                f"{e.what or e.key}); continuing"]
+    return []
+
+
+# ================================================ typed conversion ===================================================
 def register_common() -> None:
     """Schemas of the groups several apps share (idempotent): `model`, and both kinds of `device` profile — a
     single-SoC cold-start profile (`soc_schema`) and a multi-device cluster member (`edge_device_schema`) — so any
@@ -44,6 +161,16 @@ def register_common() -> None:
     cs.store(group="device", name="edge_device_schema", node=EdgeDevice)
 
 
+def _with_key(key: str, msg: str) -> str:
+    """Prefix `key: ` unless the message already starts with a key (`key.sub: ...` / `key.sub must ...`)."""
+    if not key:
+        return msg
+    head = msg.split(" ", 1)[0].rstrip(":")
+    if head == key or head.startswith(key + ".") or head.startswith(key + "["):
+        return msg
+    return f"{key}: {msg}"
+
+
 def typed(node: Any, cls: type[T], key: str = "") -> T:
     """Turn a (structured) config node into an instance of `cls`; a bad value becomes a ConfigError naming `key`."""
     try:
@@ -52,10 +179,18 @@ def typed(node: Any, cls: type[T], key: str = "") -> T:
                 return OmegaConf.to_object(node)  # type: ignore[return-value]
             return cls(**OmegaConf.to_container(node, resolve=True))  # type: ignore[arg-type]
         return cls(**node)
-    except ConfigError:
+    except (ConfigError, OSError):             # OSError: e.g. a missing model package, its own one-line message
         raise
     except (ValueError, TypeError) as e:
-        raise ConfigError(f"{key + ': ' if key else ''}{e}") from e
+        raise ConfigError(_with_key(key, str(e).splitlines()[0] if str(e) else type(e).__name__)) from e
+    except Exception as e:                      # OmegaConf validation / interpolation errors: one line, key named
+        raise ConfigError(_with_key(key, _omegaconf_message(e))) from e
+
+
+def _omegaconf_message(e: BaseException) -> str:
+    msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+    full_key = getattr(e, "full_key", None)
+    return f"{full_key}: {msg}" if full_key else msg
 
 
 def run_dir() -> Path:
@@ -85,6 +220,93 @@ def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any]
     return atomic_write_json(out / "metrics.json", doc)
 
 
+# ================================================ run directories ====================================================
+TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")     # quant.atomic temp files: .<name>.<random>.tmp
+
+
+def is_finished(d: Path) -> bool:
+    """A run directory is finished exactly when it holds metrics.json (always the last file written)."""
+    return (Path(d) / "metrics.json").is_file()
+
+
+def prepare_run_dir(out: Path, outputs: Iterable[str] = ()) -> list[Path]:
+    """Start of a run in `out`: remove what a killed earlier run in the same directory may have left (hidden
+    partial `.*.tmp` files of atomic writes) and the previous run's `metrics.json` and app `outputs` (so the directory
+    counts as finished again only when this run ends). Returns the removed paths."""
+    out = Path(out)
+    removed = []
+    if not out.is_dir():
+        return removed
+    stale = [p for p in out.iterdir() if p.is_file() and TMP_RE.match(p.name)]
+    stale += [out / n for n in ("metrics.json", *outputs) if (out / n).is_file()]
+    for p in stale:
+        with contextlib.suppress(FileNotFoundError):
+            p.unlink()
+            removed.append(p)
+    return removed
+
+
+# ================================================ worker lifetime ====================================================
+_WATCHDOG: threading.Thread | None = None
+
+
+def watch_parent(poll_s: float = 0.5) -> bool:
+    """In a joblib/loky worker of an app (a process other than the one `precheck` marked as main): exit as soon as
+    the main process is gone (killed with SIGKILL it cannot tell its workers). Returns True when a watchdog runs."""
+    global _WATCHDOG
+    main = os.environ.get(MAIN_PID_ENV)
+    if not main or not main.isdigit() or int(main) == os.getpid() or _WATCHDOG is not None:
+        return _WATCHDOG is not None
+    main_pid, parent = int(main), os.getppid()
+
+    def alive() -> bool:
+        if os.getppid() != parent:                   # re-parented: our parent died
+            return False
+        try:
+            os.kill(main_pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            pass
+        return True
+
+    def loop() -> None:
+        import time
+
+        while alive():
+            time.sleep(poll_s)
+        os._exit(3)
+
+    _WATCHDOG = threading.Thread(target=loop, name="edgellm-parent-watchdog", daemon=True)
+    _WATCHDOG.start()
+    return True
+
+
+# ================================================ errors and the pre-check ===========================================
+_KEY_MUST = re.compile(r"^([A-Za-z_][\w.\[\]-]*) (must|needs|is not|has) ")
+
+
+def keyed(msg: str) -> str:
+    """One line `<key>: ...`: whitespace collapsed; `key must ...` (the schemas' style) becomes `key: must ...`."""
+    msg = " ".join(str(msg).split())
+    m = _KEY_MUST.match(msg)
+    return f"{m.group(1)}: {msg[m.end(1) + 1:]}" if m else msg
+
+
+def fail(msg: str) -> None:
+    """Print one line `error: <key>: ...` on stderr and exit 2."""
+    print(f"error: {keyed(msg)}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def one_line_error_types() -> tuple[type[BaseException], ...]:
+    """Exceptions whose message is one line naming the key or file: printed as `error: ...`, exit 2."""
+    from quant.gguf_model import GGUFError
+    from quant.pack.container import PackedFileError
+
+    return ConfigError, FileNotFoundError, PackedFileError, GGUFError
+
+
 def one_line_errors(fn: Callable[..., T]) -> Callable[..., T]:
     """Decorator for Hydra task functions: bad input exits with one line naming the problem, no traceback."""
 
@@ -92,9 +314,9 @@ def one_line_errors(fn: Callable[..., T]) -> Callable[..., T]:
     def wrapper(*args: Any, **kwargs: Any) -> T:
         try:
             return fn(*args, **kwargs)
-        except (ConfigError, FileNotFoundError) as e:
-            print(f"error: {e}", file=sys.stderr)
-            raise SystemExit(2) from None
+        except one_line_error_types() as e:
+            fail(str(e))
+            raise  # unreachable
 
     return wrapper
 
@@ -104,14 +326,17 @@ def group_options(group: str) -> list[str]:
     return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
 
 
+_USER_CONF = ("-cd", "--config-dir", "-cp", "--config-path")
+
+
 def check_group_choices(argv: list[str], groups: dict[str, Callable[[], list[str]] | None]) -> None:
-    """One-line error for an unknown config-group option (`framework=nope`, also inside a `-m` list) before Hydra
-    composes (Hydra's own report spans many lines). `groups` maps a group to a function listing its valid options
-    (None: every yaml in conf/<group>). Only plain `group=a,b` overrides are checked, and nothing when the user adds
-    config directories (their options are not in conf/)."""
-    if any(a.startswith(("-cd", "--config-dir", "-cp", "--config-path")) or "searchpath" in a for a in argv):
+    """One-line error for an unknown or empty config-group option (`framework=nope`, `framework=`, also inside a `-m`
+    list) before Hydra composes (Hydra's own report spans many lines). `groups` maps a group to a function listing its
+    valid options (None: every yaml in conf/<group>). Only plain `group=a,b` overrides are checked, and nothing when
+    the user adds config directories (their options are not in conf/)."""
+    if any(a.startswith(_USER_CONF) or "searchpath" in a for a in argv):
         return
-    pattern = re.compile(rf"({'|'.join(map(re.escape, groups))})=([\w.,-]+)")
+    pattern = re.compile(rf"({'|'.join(map(re.escape, groups))})=([^=]*)")
     for arg in argv:
         m = pattern.fullmatch(arg)
         if not m:
@@ -119,9 +344,121 @@ def check_group_choices(argv: list[str], groups: dict[str, Callable[[], list[str
         group, values = m.groups()
         lister = groups[group]
         options = lister() if lister else group_options(group)
+        if not values.strip():
+            fail(f"{group}: empty value; use one of: {', '.join(options)}")
+        if not re.fullmatch(r"[\w.,-]+", values):
+            continue                             # sweep functions (choice(...), glob(...)): composed and checked later
         for v in values.split(","):
             if v not in options:
                 why = ("exists but is not valid for this app" if (CONF_DIR / group / f"{v}.yaml").is_file()
                        else f"is not a {group} config")
-                print(f"error: {group}={v} {why}; use one of: {', '.join(options)}", file=sys.stderr)
-                raise SystemExit(2)
+                fail(f"{group}={v} {why}; use one of: {', '.join(options)}")
+
+
+def _split_argv(argv: list[str]) -> tuple[bool, str | None, list[str], bool]:
+    """-> (multirun, config name override, overrides, skip). skip: a flag other than -m / -cn (--help, --cfg,
+    --config-dir, ...): no work is done or the configs are not all in conf/, so Hydra decides alone."""
+    multirun, name, overrides = False, None, []
+    i = 0
+    while i < len(argv):
+        a = argv[i]
+        if a in ("-m", "--multirun"):
+            multirun = True
+        elif a.split("=", 1)[0] in ("-cn", "--config-name"):
+            if "=" in a:
+                name = a.split("=", 1)[1]
+            elif i + 1 < len(argv):
+                name, i = argv[i + 1], i + 1
+        elif a.startswith("-"):
+            return multirun, name, overrides, True
+        else:
+            overrides.append(a)
+        i += 1
+    return multirun, name, overrides, False
+
+
+def _compose_error(e: BaseException, override: str = "") -> str:
+    """One line naming the key from Hydra's / OmegaConf's multi-line composition errors."""
+    cause = e.__cause__ or e.__context__
+    key = getattr(cause, "full_key", None) or (override.lstrip("+~").split("=", 1)[0] if override else "")
+    text = str(cause if cause is not None and str(cause).strip() else e).strip()
+    first = text.splitlines()[0] if text else type(e).__name__
+    m = re.match(r"In '[^']*': Could not find '([^/']+)/([^']*)'", first)
+    if m:
+        group, val = m.groups()
+        return f"{group}: {'empty value' if not val else repr(val) + ' is not a ' + group + ' config'}; " \
+               f"use one of: {', '.join(group_options(group))}"
+    if not key:
+        m = re.search(r"override '([^']+)'|Key '([^']+)'", first)
+        key = next((g for g in (m.groups() if m else ()) if g), "")
+    return f"{key}: {first}" if key else first
+
+
+def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig], Any],
+             groups: dict[str, Callable[[], list[str]] | None] | None = None, parallel: int = 1) -> int:
+    """Validate every job of an app invocation before Hydra starts: compose the config of each job (the one run, or
+    every combination of a `-m` sweep) from conf/ and call `validate(cfg)` on it (it raises ConfigError / ValueError
+    naming the key, or returns an `Estimate` / list of them). On bad input: one line `error: <key>: ...` on stderr,
+    exit 2, nothing created (no run dir, no log). A modelled run time above LONG_RUN_S prints one warning line with
+    the estimate. Marks this process as the app's main process for `watch_parent`. Returns the number of jobs.
+
+    Not checked here (Hydra decides, as before): invocations with --config-dir / --config-path or no-work flags
+    (--help, --cfg, --info, ...)."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    os.environ[MAIN_PID_ENV] = str(os.getpid())
+    multirun, name, overrides, skip = _split_argv(list(argv))
+    if skip:
+        return 0
+    if groups:
+        check_group_choices(overrides, groups)
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides)
+    except HydraException as e:
+        fail(_compose_error(e))
+    job_ovr = [o for o in parsed if not o.is_hydra_override()]
+    text = {id(o): o.input_line for o in parsed}
+    if not multirun:
+        sweeps = [o for o in job_ovr if o.is_sweep_override()]
+        if sweeps:
+            fail(f"{sweeps[0].get_key_element()}: a list or sweep of values ({sweeps[0].input_line}) needs -m "
+                 f"(multirun)")
+        jobs = [[text[id(o)] for o in job_ovr]]
+    else:
+        try:
+            jobs = [j for batch in BasicSweeper.split_arguments(job_ovr, None) for j in batch]
+        except Exception as e:
+            fail(_compose_error(e))
+    estimates: list[Estimate] = []
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=config_name):
+        for n, job in enumerate(jobs):
+            where = f" (sweep job #{n}: {' '.join(job)})" if multirun and len(jobs) > 1 else ""
+            try:
+                cfg = compose(config_name=name or config_name, overrides=job)
+            except Exception as e:
+                bad = next((o for o in job if o.lstrip("+~").split("=", 1)[0] in str(e)), "")
+                fail(_compose_error(e, bad) + where)
+            try:
+                est = validate(cfg)
+            except (ConfigError, ValueError, TypeError, FileNotFoundError) as e:
+                msg = str(e).splitlines()[0] if str(e) else type(e).__name__
+                fail(msg + where)
+            except Exception as e:                 # OmegaConf errors on access (missing / wrongly typed value)
+                fail(_omegaconf_message(e) + where)
+            if est is not None:
+                estimates.extend(est if isinstance(est, list) else [est])
+    for o in parsed:                             # jobs at once: `hydra/launcher=joblib` (all cores), its n_jobs
+        if o.key_or_group == "hydra/launcher" and o.value() == "joblib":
+            parallel = max(parallel, os.cpu_count() or 1)
+        if o.key_or_group == "hydra.launcher.n_jobs" and isinstance(o.value(), int) and o.value() > 0:
+            parallel = o.value()
+    try:
+        warnings = check_resources(estimates, parallel=min(parallel, len(jobs)) if multirun else 1)
+    except ConfigError as e:
+        fail(str(e))
+    for w in warnings:
+        print(w, file=sys.stderr)
+    return len(jobs)

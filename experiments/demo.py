@@ -23,7 +23,8 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from experiments.common import one_line_errors, typed
+from experiments.common import (SIZE_LIMITS, check_name, finite, group_options, int_in, one_line_errors, precheck,
+                                typed)
 from quant.atomic import atomic_write_json, atomic_write_text
 
 
@@ -59,12 +60,28 @@ class DemoConfig:
     multidevice: DemoMultidevice = field(default_factory=DemoMultidevice)
 
     def __post_init__(self) -> None:
+        from quant.methods import METHODS
+
+        if not isinstance(self.out_dir, str) or not self.out_dir.strip() or "\0" in self.out_dir:
+            raise ValueError(f"out_dir: must be a directory path (got {self.out_dir!r})")
+        if Path(self.out_dir).exists() and not Path(self.out_dir).is_dir():
+            raise ValueError(f"out_dir: {self.out_dir} exists and is not a directory")
         if not 1 <= self.quantize.bits <= 8:
             raise ValueError(f"quantize.bits must be in 1..8 (got {self.quantize.bits})")
-        if self.multidevice.turns < 1:
-            raise ValueError(f"multidevice.turns must be >= 1 (got {self.multidevice.turns})")
-        if self.multidevice.think_s < 0:
-            raise ValueError(f"multidevice.think_s must be >= 0 (got {self.multidevice.think_s})")
+        for m in self.quantize.methods:          # each names a run directory under out_dir/quantize
+            check_name(m, "quantize.methods")
+            if m not in METHODS:
+                raise ValueError(f"quantize.methods: {m!r} is not a method ({', '.join(sorted(METHODS))})")
+        c, d = self.coldstart, self.multidevice
+        finite(c.bits, "coldstart.bits", 1, 8)
+        for key, val, group in (("coldstart.model", c.model, "model"), ("coldstart.device", c.device, "device"),
+                                ("multidevice.cluster", d.cluster, "cluster"), ("multidevice.model", d.model, "model"),
+                                ("multidevice.trace", d.trace, "trace"),
+                                *(("multidevice.planners", p, "planner") for p in d.planners)):
+            if val not in group_options(group):
+                raise ValueError(f"{key}: {val!r} is not a {group} config ({', '.join(group_options(group))})")
+        int_in(d.turns, "multidevice.turns", 1, SIZE_LIMITS["turns"])
+        finite(d.think_s, "multidevice.think_s", 0, 1e6)
 
 
 ConfigStore.instance().store(name="demo_schema", node=DemoConfig)
@@ -166,8 +183,13 @@ def run_demo(cfg: DemoConfig) -> dict:
 @hydra.main(config_path="../conf", config_name="demo", version_base="1.3")
 @one_line_errors
 def main(cfg: DictConfig) -> None:
-    run_demo(typed(cfg, DemoConfig, "demo"))
+    run_demo(typed(cfg, DemoConfig))
+
+
+def validate(cfg: DictConfig) -> None:
+    typed(cfg, DemoConfig)
 
 
 if __name__ == "__main__":
+    precheck("demo", sys.argv[1:], validate)
     main()

@@ -7,6 +7,10 @@ what this CPU runs, `set_isa(name)` / `with force_isa(name):` pin one ISA for te
 call also takes `isa=`. The default is the best available ISA. The C container validator is exposed as
 `check_container` (whole file in memory) and `check_container_file` (the streaming path a C runner uses).
 
+The compute kernels of the host runner (INT8 GEMM, float32 Llama ops) are bound in `native/compute.py`; they add two
+ISA levels of their own (`COMPUTE_ONLY`: avxvnni, neondot; `available_compute_isas()`), which `set_isa` / `force_isa`
+accept too (the unpack kernels then run the level's base ISA).
+
 Kernel names follow `<op>_<dtype>_<backend>` (`unpack_b5_ref`, `unpack_b5_avx2`, `unpack_b5_neon`); the NumPy
 reference unpackers that these must match bit-exactly are in `quant/pack/`.
 """
@@ -16,11 +20,15 @@ import contextlib
 import ctypes as ct
 import glob
 import os
+import stat
 import threading
 
 import numpy as np
 
 ISAS = ("ref", "sse2", "avx2", "avx512", "neon")  # index = enum ef_isa in native/src/ef.h
+# ISA levels only the compute kernels have (native/src/ef_compute.h; C values 5, 6) -> the unpack ISA they run
+COMPUTE_ONLY = {"avxvnni": "avx2", "neondot": "neon"}
+COMPUTE_ISAS = ISAS + tuple(COMPUTE_ONLY)           # index = the isa argument of the ef_compute.h kernels
 ERRORS = {-1: "bad argument", -2: "data truncated", -3: "bad magic", -4: "unsupported version", -5: "bad header",
           -6: "bad index", -7: "checksum mismatch", -8: "instruction set not available"}
 
@@ -65,6 +73,8 @@ def _load() -> ct.CDLL:
             "ef_container_head_bytes": (i64, [u8p, u64, u64, ct.c_char_p, i32]),
             "ef_container_check_index": (i32, [u8p, u64, u64, ct.c_char_p, i32]),
             "ef_container_check_tensor": (i32, [u8p, u64, u32, u8p, u64, i32, ct.c_char_p, i32]),
+            "ef_container_gap": (i32, [u8p, u64, u32, ct.POINTER(u64), ct.POINTER(u64)]),
+            "ef_container_check_gap": (i32, [u8p, u64, u32, u8p, u64, ct.c_char_p, i32]),
             "ef_unpack_blob": (i32, [i32, u8p, u64, u32, u8p, u64, i8p, i64, i64, ct.c_void_p]),
             "ef_container_tensor": (i32, [u8p, u64, u32, ct.c_char_p, ct.POINTER(u32), ct.POINTER(u32),
                                           ct.POINTER(u64), ct.POINTER(u64), ct.POINTER(u64), ct.POINTER(u64)]),
@@ -81,6 +91,15 @@ def available_isas() -> list[str]:
     """ISAs compiled in and supported by this CPU, scalar reference first."""
     m = _load().ef_isa_mask()
     return [n for i, n in enumerate(ISAS) if m & (1 << i)]
+
+
+def available_compute_isas() -> list[str]:
+    """ISAs of the compute kernels (native/compute.py) this build and CPU run: available_isas() plus the
+    compute-only levels (avxvnni: 256-bit VNNI GEMM; neondot: NEON sdot GEMM)."""
+    f = _load().ef_compute_isa_mask
+    f.restype, f.argtypes = ct.c_uint32, []
+    m = f()
+    return [n for i, n in enumerate(COMPUTE_ISAS) if m & (1 << i)]
 
 
 def best_isa() -> str:
@@ -113,8 +132,13 @@ def force_isa(name: str):
 
 def _isa_index(name: str | None) -> int:
     name = get_isa() if name is None else name
+    if name in COMPUTE_ONLY:                 # a compute-only level forced: unpack runs its base ISA
+        if name not in available_compute_isas():
+            raise NativeError(f"isa {name!r} is not available on this CPU (available: "
+                              f"{', '.join(available_compute_isas())})")
+        name = COMPUTE_ONLY[name]
     if name not in ISAS:
-        raise ValueError(f"unknown isa {name!r} (one of {', '.join(ISAS)})")
+        raise ValueError(f"unknown isa {name!r} (one of {', '.join(COMPUTE_ISAS)})")
     if name not in available_isas():
         raise NativeError(f"isa {name!r} is not available on this CPU (available: {', '.join(available_isas())})")
     return ISAS.index(name)
@@ -259,12 +283,21 @@ def check_container(buf, verify_crc: bool = True) -> tuple[int, str]:
 
 
 def check_container_file(path, verify_crc: bool = True) -> tuple[int, str]:
-    """Validate a packed model file the way a streaming C reader does (header, then index + metadata, then one
-    pread per tensor blob), using only the C checks: (0, "") or (EF_E_* code, message)."""
+    """Validate a packed model file the way a streaming C reader does (header, then index + metadata, then per tensor
+    the zero padding before it and one pread of its blob), using only the C checks: (0, "") or (EF_E_* code, message).
+    A missing file, a directory or a FIFO gives (EF_E_ARG, message) without blocking."""
     lib = _load()
     err = ct.create_string_buffer(512)
-    fd = os.open(path, os.O_RDONLY)
     try:
+        st = os.stat(path)
+        if not stat.S_ISREG(st.st_mode):
+            return -1, f"{path}: not a regular file"
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        return -1, f"{path}: cannot open packed model file ({e.strerror})"
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return -1, f"{path}: not a regular file"
         size = os.fstat(fd).st_size
         head = np.frombuffer(os.pread(fd, 64, 0), dtype=np.uint8)
         need = lib.ef_container_head_bytes(_ptr(head), head.nbytes, size, err, len(err))
@@ -276,7 +309,16 @@ def check_container_file(path, verify_crc: bool = True) -> tuple[int, str]:
             return int(rc), err.value.decode("utf-8", "replace")
         n = int(head[16:20].view("<u4")[0])
         fmt, grp, C, D, off, nb = ct.c_uint32(), ct.c_uint32(), *(ct.c_uint64() for _ in range(4))
-        for i in range(n):
+        g0, gn = ct.c_uint64(), ct.c_uint64()
+        for i in range(n + 1):
+            _check(lib.ef_container_gap(_ptr(head), head.nbytes, i, ct.byref(g0), ct.byref(gn)), f"padding #{i}")
+            gap = np.frombuffer(os.pread(fd, gn.value, g0.value), dtype=np.uint8)
+            rc = lib.ef_container_check_gap(_ptr(head), head.nbytes, i, _ptr(gap) if gap.size else None, gap.nbytes,
+                                            err, len(err))
+            if rc:
+                return int(rc), err.value.decode("utf-8", "replace")
+            if i == n:
+                break
             lib.ef_container_tensor(_ptr(head), head.nbytes, i, None, ct.byref(fmt), ct.byref(grp), ct.byref(C),
                                     ct.byref(D), ct.byref(off), ct.byref(nb))
             blob = np.frombuffer(os.pread(fd, nb.value, off.value), dtype=np.uint8)

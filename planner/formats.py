@@ -179,7 +179,13 @@ def _cache_key(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> 
         return None
     h.update(repr(sorted(spec.linear_shapes().items())).encode())
     h.update(f"{spec.n_layers}|{budget:.6f}|{seed}".encode())
-    return CACHE_DIR / f"{tag}_{spec.name}_{budget:g}_{seed}_{h.hexdigest()[:16]}.npz"
+    from quant.arch import check_name
+
+    try:                                # the file name embeds model.name: only a validated name, under CACHE_DIR
+        path = CACHE_DIR / f"{tag}_{check_name(spec.name, 'model.name')}_{budget:g}_{seed}_{h.hexdigest()[:16]}.npz"
+    except ValueError:
+        return None
+    return path if path.resolve().parent == CACHE_DIR.resolve() else None
 
 
 def _cache_get(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> dict[str, np.ndarray] | None:

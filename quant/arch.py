@@ -10,13 +10,29 @@ follow `sliding_window_pattern` (gemma-3: 5 local layers then 1 global); an FFN 
 """
 from __future__ import annotations
 
+import math
+import re
 from dataclasses import dataclass, field
 from enum import Enum
+
+NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")     # names that become file / directory names
+PACKAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")   # a top-level module name (no dots: finding it imports nothing)
+MAX_DIM = 1 << 20                              # largest layer count / width / vocabulary a ModelSpec accepts
+
+
+def check_name(value, key: str) -> str:
+    """A name that becomes part of a path: 1..96 characters of [A-Za-z0-9_.-], not '.'-only and no '..'."""
+    if not isinstance(value, str) or not NAME_RE.fullmatch(value) or ".." in value or value.startswith(".") \
+            or len(value) > 96:
+        raise ValueError(f"{key}: must be a name of 1..96 characters [A-Za-z0-9_.-], not starting with '.', "
+                         f"without '..' (got {value!r})")
+    return value
 
 
 class WeightSource(str, Enum):
     real = "real"    # weights exist on this machine (GGUF file inside a pip package)
     twin = "twin"    # no weights here: per-channel statistics come from the statistical twin of the real model
+    synthetic = "synthetic"   # weights sampled from the twin, generated on demand as GGUF under outputs/ (quant.synth)
 
 
 @dataclass
@@ -44,9 +60,23 @@ class ModelSpec:
     gguf_file: str = ""                # file name inside that package
 
     def __post_init__(self) -> None:
+        check_name(self.name, "model.name")
         for key in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "vocab"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"model.{key} must be > 0 (got {getattr(self, key)})")
+        for key in ("n_layers", "d_model", "d_ffn", "n_heads", "n_kv_heads", "head_dim", "vocab", "sliding_window",
+                    "sliding_window_pattern", "n_experts", "n_experts_active", "d_expert_ffn", "d_shared_expert_ffn"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_DIM:
+                raise ValueError(f"model.{key} must be an integer in 0..{MAX_DIM} (got {v!r})")
+        for key in ("rope_base", "norm_eps"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                raise ValueError(f"model.{key} must be a finite number > 0 (got {v!r})")
+        if self.gguf_package and not PACKAGE_RE.fullmatch(self.gguf_package):
+            raise ValueError(f"model.gguf_package must be a top-level package name (got {self.gguf_package!r})")
+        if self.gguf_file:
+            check_name(self.gguf_file, "model.gguf_file")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(f"model.n_heads ({self.n_heads}) must be a multiple of model.n_kv_heads ({self.n_kv_heads})")
         if self.d_ffn <= 0 and self.n_experts <= 0:

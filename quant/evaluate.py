@@ -8,6 +8,7 @@ Check figure (NOTES.md): the first 512 tokens, fp32 reference forward -> perplex
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 import numpy as np
 
@@ -32,6 +33,38 @@ def _all_tokens(gguf: str) -> np.ndarray:
     arr = np.asarray(ids, dtype=np.int64)
     arr.flags.writeable = False
     return arr
+
+
+COUNT_CACHE = Path(__file__).resolve().parents[1] / "outputs" / "cache" / "text_tokens.json"
+
+
+def text_token_count(spec: ModelSpec) -> int:
+    """Number of tokens of the evaluation text, for checking token slices before any work. Tokenizing takes seconds,
+    so the count is cached in outputs/cache/text_tokens.json, keyed by the GGUF file (path, size, mtime), the text's
+    hash and the Python version (the text is CPython's pydoc_data)."""
+    import hashlib
+    import json
+    import sys
+
+    from quant.atomic import atomic_write_json
+    from quant.gguf_model import gguf_path
+
+    path = gguf_path(spec)
+    st = path.stat()
+    key = hashlib.sha1(f"{path}|{st.st_size}|{st.st_mtime_ns}|{sys.version}|".encode()
+                       + hashlib.sha1(eval_text().encode()).digest()).hexdigest()
+    try:
+        cache = json.loads(COUNT_CACHE.read_text())
+        if isinstance(cache, dict) and isinstance(cache.get(key), int):
+            return cache[key]
+    except (OSError, ValueError):
+        cache = {}
+    n = int(_all_tokens(str(path)).size)
+    try:
+        atomic_write_json(COUNT_CACHE, {**(cache if isinstance(cache, dict) else {}), key: n})
+    except OSError:
+        pass                                     # a read-only checkout: no cache, same answer
+    return n
 
 
 def eval_text_tokens(spec: ModelSpec, n_tokens: int, offset: int = 0) -> np.ndarray:

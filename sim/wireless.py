@@ -15,6 +15,7 @@ Owns:
 from __future__ import annotations
 
 import csv
+import io
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +25,16 @@ from planner.voltron.comm import LinkState
 from planner.voltron.rssi import RssiTable
 
 TRACE_DIR = Path(__file__).resolve().parents[1] / "conf" / "trace"
+COLUMNS = ("time_s", "link", "dbm")
+MAX_TRACE_BYTES = 64 << 20          # a trace CSV larger than this is rejected before parsing
+
+
+def _is_float(s: str) -> bool:
+    try:
+        float(s)
+    except ValueError:
+        return False
+    return True
 
 
 @dataclass
@@ -45,24 +56,51 @@ class RssiTrace:
 
     @classmethod
     def load(cls, cfg: TraceConfig) -> "RssiTrace":
+        """Parse and validate the CSV: UTF-8 text, header exactly `time_s,link,dbm` (any order, each once), every row
+        exactly three fields; a bad file raises ValueError naming the file, the row (1 = header) and the column."""
         path = Path(cfg.csv) if Path(cfg.csv).is_absolute() else TRACE_DIR / cfg.csv
         if not path.is_file():
-            raise FileNotFoundError(f"trace file {path} not found (trace={cfg.name})")
+            raise FileNotFoundError(f"{path} not found (trace={cfg.name})")
+        if path.stat().st_size > MAX_TRACE_BYTES:
+            raise ValueError(f"{path}: {path.stat().st_size} bytes, larger than the {MAX_TRACE_BYTES}-byte limit")
+        raw = path.read_bytes()
+        nul = raw.find(b"\0")
+        if nul >= 0:
+            raise ValueError(f"{path}: binary file (NUL byte at offset {nul}), not a CSV trace")
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text (byte {e.start}), not a CSV trace") from None
         rows: dict[str, list[tuple[float, float]]] = {}
-        with path.open(newline="") as f:
-            reader = csv.DictReader(f)
-            if reader.fieldnames is None or set(reader.fieldnames) != {"time_s", "link", "dbm"}:
-                raise ValueError(f"{path}: header must be time_s,link,dbm (got {reader.fieldnames})")
-            for i, row in enumerate(reader, start=2):
+        try:
+            reader = csv.reader(io.StringIO(text, newline=""))
+            header = next(reader, None)
+            if header is None or sorted(header) != sorted(COLUMNS):
+                dup = next((c for c in COLUMNS if header and header.count(c) > 1), None)
+                why = f"duplicate column {dup!r}" if dup else f"got {header}"
+                raise ValueError(f"{path}:1: header must be time_s,link,dbm, each once ({why})")
+            col = {c: header.index(c) for c in COLUMNS}
+            for row in reader:
+                i = reader.line_num
+                if not row:
+                    continue                         # blank line
+                if len(row) != len(COLUMNS):
+                    raise ValueError(f"{path}:{i}: {len(row)} fields, the header has {len(COLUMNS)} (got {row})")
+                ts, link, ds = row[col["time_s"]], row[col["link"]], row[col["dbm"]]
                 try:
-                    t, d = float(row["time_s"]), float(row["dbm"])
-                except (TypeError, ValueError):
-                    raise ValueError(f"{path}:{i}: time_s and dbm must be numbers (got {row})") from None
-                if not (np.isfinite(t) and np.isfinite(d)) or t < 0 or not -120 <= d <= 0:
-                    raise ValueError(f"{path}:{i}: time_s must be >= 0 and dbm in [-120, 0] (got {row})")
-                if not row["link"]:
-                    raise ValueError(f"{path}:{i}: empty link name")
-                rows.setdefault(row["link"], []).append((t, d))
+                    t, d = float(ts), float(ds)
+                except ValueError:
+                    bad = "time_s" if not _is_float(ts) else "dbm"
+                    raise ValueError(f"{path}:{i}: column {bad} must be a number (got {row})") from None
+                if not (np.isfinite(t) and t >= 0):
+                    raise ValueError(f"{path}:{i}: column time_s must be a finite number >= 0 (got {row})")
+                if not (np.isfinite(d) and -120 <= d <= 0):
+                    raise ValueError(f"{path}:{i}: column dbm must be in [-120, 0] (got {row})")
+                if not link:
+                    raise ValueError(f"{path}:{i}: column link is empty")
+                rows.setdefault(link, []).append((t, d))
+        except csv.Error as e:
+            raise ValueError(f"{path}:{reader.line_num}: malformed CSV ({e})") from None
         if not rows:
             raise ValueError(f"{path}: no samples")
         times, dbm = {}, {}

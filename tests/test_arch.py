@@ -14,6 +14,7 @@ PUBLIC_PARAMS_B = {
     "llama3_8b": 8.03, "mistral_7b": 7.25, "phi3_3_8b": 3.82, "qwen1_5_1_8b": 1.84, "qwen1_5_4b": 3.95,
     "qwen1_5_7b": 7.72, "qwen1_5_14b": 14.17, "qwen1_5_moe_a2_7b": 14.32, "qwen2_5_3b": 3.09, "qwen2_5_7b": 7.62,
     "qwen2_5_14b": 14.77, "gemma3_4b": 3.88, "gemma3_12b": 11.77, "smollm2_135m": 0.1348,
+    "llama3_2_1b_synth": 1.074,   # Llama-3.2-1B (1.236) with SmolLM2's 49152-token vocabulary instead of 128256
 }
 
 

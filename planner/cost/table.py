@@ -1,21 +1,39 @@
-"""Table/regression cost model: per (unit, op kind) linear fits `seconds = a + b * work` on measured profile points.
+"""Table/regression cost model on measured per-op profiles (e.g. this host's from the HIL calibration, docs/hil.md).
 
-`work` is the op's natural size: FLOPs for matmul/attention, bytes for elementwise/copy, weights for unpack. A measured
-profile (JSON) looks like `{"points": [{"unit": "cpu", "kind": "matmul", "work": 1.2e9, "seconds": 0.004,
-"threads": 4}, ...]}` (`threads` defaults to 1); the HIL calibration of this host writes it. A fit applies only to
-the thread count it was measured with: a 1-thread profile never stands in for the 4-thread compute pool. Op kinds
-(and thread counts) without points fall back to another cost model (analytic), so a partial profile is usable;
-`fitted_kinds()` says which ones are measured. Fits are least squares with a >= 0 intercept.
+A table is JSON with up to four sections; only `points` is required (the original format, still read as before):
+- `points`: `[{"unit": "cpu", "kind": "matmul", "work": 1.2e9, "seconds": 0.004, "threads": 4}, ...]` (`threads`
+  defaults to 1; extra keys are ignored). Per (unit, kind, threads) a linear fit `seconds = a + b * work`, least
+  squares with a >= 0 intercept, where `work` is the op's natural size: FLOPs for matmul/attention, bytes for
+  elementwise/copy, weights for unpack. Elementwise ops are costed by bytes, attention by FLOPs, copies by bytes.
+- `unpack`: `[{"fmt": "weightlet", "bits": 5, "threads": 1, "s_per_weight": 1.1e-10}, ...]`: an unpack op with a
+  per-bit-width histogram (`OpWork.bits_weights`) costs `sum_b bits_weights[b] * s_per_weight(fmt, b, threads)`; a
+  bit width without a row takes the nearest measured one (0-bit weights: the 1-bit row). Without `bits_weights`, or
+  for a format / thread count without rows, the `points` fit of kind `unpack` applies (then the fallback model).
+- `matmul`: `[{"unit": "npu", "threads": 1, "m": 128, "k": 576, "n": 1536, "seconds": 2.1e-4}, ...]`: INT8 matmul
+  and lm_head ops (`wfmt` int8) are interpolated on the measured grid, per (unit, threads):
+  1. the (K, N) curve: the measured (K, N) itself, else the nearest one by |ln K - ln K'| + |ln N - ln N'| with the
+     time scaled by the FLOP ratio K N / (K' N') at the same M;
+  2. along M: seconds are made non-decreasing in M (a larger M cannot be faster; removes timing noise), then
+     interpolated linearly in M between measured points; below the smallest measured M the smallest M's time
+     (the weight-streaming floor); above the largest, scaled by M / M_max (compute bound).
+- `op_overhead_s`: `{"cpu": s, "npu": s}`, a fixed per-op dispatch cost added to every compute op (matmul, lm_head,
+  attention, elementwise) of that unit (the analytic model's cpu_op_overhead_s / npu_dispatch_s); default 0.
+A measurement applies only to the thread count it was measured with (a 1-thread profile never stands in for a 4-thread
+pool). Op kinds and thread counts without data fall back to another cost model (analytic), so a partial profile is
+usable; `fitted_kinds()` says which (unit, kind) pairs are measured.
 """
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
 import numpy as np
 
 from planner.cost.base import CostModel
 from planner.plan import OpWork
+
+COMPUTE_KINDS = ("matmul", "lm_head", "attention", "elementwise")
 
 
 def _work_size(work: OpWork) -> float:
@@ -26,10 +44,27 @@ def _work_size(work: OpWork) -> float:
     return float(work.nbytes)
 
 
+class _Curve:
+    """Seconds of one (unit, threads, K, N) matmul vs M: measured points, made non-decreasing in M."""
+
+    def __init__(self, ms: list[int], secs: list[float]) -> None:
+        order = np.argsort(ms)
+        self.m = np.asarray(ms, dtype=np.float64)[order]                   # (P,) tokens
+        self.s = np.maximum.accumulate(np.asarray(secs, dtype=np.float64)[order])   # (P,) s
+
+    def __call__(self, m: float) -> float:
+        if m <= 0:
+            return 0.0
+        if m > self.m[-1]:
+            return float(self.s[-1] * m / self.m[-1])
+        return float(np.interp(m, self.m, self.s))
+
+
 class TableCostModel(CostModel):
     name = "table"
 
-    def __init__(self, points: list[dict], fallback: CostModel | None = None) -> None:
+    def __init__(self, points: list[dict], fallback: CostModel | None = None, unpack: list[dict] | None = None,
+                 matmul: list[dict] | None = None, op_overhead_s: dict | None = None) -> None:
         self.fallback = fallback
         self.fits: dict[tuple[str, str, int], tuple[float, float]] = {}   # (unit, kind, threads) -> (s, s per work)
         groups: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
@@ -51,6 +86,58 @@ class TableCostModel(CostModel):
             if a < 0:                                                 # refit through the origin
                 a, b = 0.0, float((x @ y) / (x @ x))
             self.fits[key] = (float(a), float(b))
+        self.spw = self._unpack_rows(unpack or [])                   # (fmt, threads) -> (9,) s per weight by bits
+        self.curves = self._matmul_rows(matmul or [])                # (unit, threads) -> {(K, N): _Curve}
+        self.overhead = self._overheads(op_overhead_s or {})         # unit -> s per compute op
+
+    # ---- parsing --------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _unpack_rows(rows: list[dict]) -> dict[tuple[str, int], np.ndarray]:
+        got: dict[tuple[str, int], dict[int, float]] = {}
+        for i, r in enumerate(rows):
+            try:
+                fmt, b, th, spw = str(r["fmt"]), int(r["bits"]), int(r.get("threads", 1)), float(r["s_per_weight"])
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ValueError(f"cost table unpack row {i}: needs fmt, bits, s_per_weight ({e})") from None
+            if not 1 <= b <= 8 or th < 1 or not spw >= 0 or not math.isfinite(spw):
+                raise ValueError(f"cost table unpack row {i}: bits must be 1..8, threads >= 1, s_per_weight >= 0")
+            got.setdefault((fmt, th), {})[b] = spw
+        out = {}
+        for key, by_bits in got.items():
+            have = np.array(sorted(by_bits))
+            table = np.empty(9)
+            for b in range(9):                                       # nearest measured bit width (ties: the lower)
+                near = int(have[np.argmin(np.abs(have - max(b, 1)))])
+                table[b] = by_bits[near]
+            out[key] = table
+        return out
+
+    @staticmethod
+    def _matmul_rows(rows: list[dict]) -> dict[tuple[str, int], dict[tuple[int, int], _Curve]]:
+        pts: dict[tuple[str, int], dict[tuple[int, int], tuple[list[int], list[float]]]] = {}
+        for i, r in enumerate(rows):
+            try:
+                unit, th = str(r["unit"]), int(r.get("threads", 1))
+                m, k, n, s = int(r["m"]), int(r["k"]), int(r["n"]), float(r["seconds"])
+            except (KeyError, TypeError, ValueError, AttributeError) as e:
+                raise ValueError(f"cost table matmul row {i}: needs unit, m, k, n, seconds ({e})") from None
+            if min(m, k, n, th) < 1 or not s >= 0 or not math.isfinite(s):
+                raise ValueError(f"cost table matmul row {i}: m, k, n, threads must be >= 1 and seconds >= 0")
+            ms, ss = pts.setdefault((unit, th), {}).setdefault((k, n), ([], []))
+            ms.append(m)
+            ss.append(s)
+        return {key: {kn: _Curve(*v) for kn, v in by_kn.items()} for key, by_kn in pts.items()}
+
+    @staticmethod
+    def _overheads(d: dict) -> dict[str, float]:
+        if not isinstance(d, dict):
+            raise ValueError("cost table op_overhead_s: expected {\"cpu\": s, \"npu\": s}")
+        out = {}
+        for unit, s in d.items():
+            if isinstance(s, bool) or not isinstance(s, (int, float)) or not 0 <= s < math.inf:
+                raise ValueError(f"cost table op_overhead_s.{unit}: must be a number >= 0 (got {s!r})")
+            out[str(unit)] = float(s)
+        return out
 
     @classmethod
     def from_json_file(cls, path: str, fallback: CostModel | None = None) -> "TableCostModel":
@@ -63,12 +150,44 @@ class TableCostModel(CostModel):
             raise ValueError(f"cost table {path}: not JSON ({e})") from None
         if not isinstance(doc, dict) or not isinstance(doc.get("points", []), list):
             raise ValueError(f"cost table {path}: expected {{\"points\": [...]}}")
-        return cls(doc.get("points", []), fallback)
+        for key in ("unpack", "matmul"):
+            if not isinstance(doc.get(key, []), list):
+                raise ValueError(f"cost table {path}: {key} must be a list of rows")
+        try:
+            return cls(doc.get("points", []), fallback, doc.get("unpack", []), doc.get("matmul", []),
+                       doc.get("op_overhead_s", {}))
+        except ValueError as e:
+            raise ValueError(f"cost table {path}: {e}") from None
 
+    # ---- queries --------------------------------------------------------------------------------------------------
     def fitted_kinds(self) -> list[tuple[str, str]]:
-        return sorted({(u, k) for u, k, _t in self.fits})
+        kinds = {(u, k) for u, k, _t in self.fits}
+        kinds |= {("cpu", "unpack") for _ in self.spw}
+        kinds |= {(u, k) for u, _t in self.curves for k in ("matmul", "lm_head")}
+        return sorted(kinds)
+
+    def _matmul_grid(self, work: OpWork, unit: str, threads: int) -> float | None:
+        by_kn = self.curves.get((unit, threads))
+        if not by_kn or work.wfmt != "int8":
+            return None
+        k, n = max(work.k, 1), max(work.n, 1)
+        if (k, n) in by_kn:
+            return by_kn[(k, n)](work.m)
+        lk, ln = math.log(k), math.log(n)
+        kn = min(sorted(by_kn), key=lambda q: abs(math.log(q[0]) - lk) + abs(math.log(q[1]) - ln))
+        return by_kn[kn](work.m) * (k * n) / (kn[0] * kn[1])
 
     def op_time(self, work: OpWork, unit: str, threads: int = 1, first_core: int = 0) -> float:
+        over = self.overhead.get(unit, 0.0) if work.kind in COMPUTE_KINDS else 0.0
+        if work.kind == "unpack" and work.bits_weights:
+            spw = self.spw.get((work.fmt, threads))
+            if spw is not None:
+                bw = np.asarray(work.bits_weights[:9], dtype=np.float64)
+                return float(bw @ spw[:bw.size])
+        if work.kind in ("matmul", "lm_head"):
+            t = self._matmul_grid(work, unit, threads)
+            if t is not None:
+                return t + over
         fit = self.fits.get((unit, work.kind, threads))
         if fit is None:
             if self.fallback is None:
@@ -76,7 +195,7 @@ class TableCostModel(CostModel):
                                f"cost model")
             return self.fallback.op_time(work, unit, threads, first_core)
         a, b = fit
-        return a + b * _work_size(work)
+        return a + b * _work_size(work) + over
 
     def copy_time(self, nbytes: int) -> float:
         fit = self.fits.get(("cpu", "copy", 1))

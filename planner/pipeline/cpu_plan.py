@@ -21,7 +21,7 @@ from quant.arch import ModelSpec
 
 
 def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, bits: float) -> Plan:
-    gtype = ggml_type_for_budget(bits)
+    gtype = ggml_type_for_budget(bits) if fw.weight_type in ("", "budget") else fw.weight_type
     per_layer = ggml_layer_bytes(spec, gtype)
     b = PlanBuilder()
     emb = add_embedding(b, spec, tokens)

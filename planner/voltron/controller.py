@@ -31,7 +31,7 @@ from __future__ import annotations
 import numpy as np
 
 from planner.voltron.comm import LinkState
-from planner.voltron.hybrid import PhaseEnv
+from planner.voltron.options import PhaseEnv
 from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from planner.voltron.plan import TP, PhasePlan
 from planner.voltron.policy import Decision, Policy, PolicyContext, timed
@@ -53,6 +53,11 @@ class VoltronPolicy(Policy):
         self._floor = 0.0                       # pruned fraction forced by departed devices (disconnect_kv=prune)
         self._cache: dict = {}
         self._last_m: int | None = None          # previous search result: warm start of the next search
+
+    def lost_kv(self) -> str:
+        """Context KV of a departed device: pruned with its shards (`disconnect_kv=prune`, paper §4.3, see
+        `_update_lost`) or re-prefilled (`recompute`)."""
+        return self.ctx.cfg.disconnect_kv
 
     # ---- communication scaling ---------------------------------------------------------------------------------------
     def act_at(self, k: int) -> np.ndarray:

@@ -7,9 +7,11 @@ Owns:
   the derivation is written next to each value in the YAML file.
 - `ClusterSpec`: `conf/cluster/<name>.yaml` — device names in cluster order (index 0 = the main device, the Wi-Fi Direct
   group owner held by the user) plus the link names that connect device k (k ≥ 1) to the main device.
-- `device_time`: the "ground-truth" roofline time of one piece of work on one device (compute-bound vs memory-bound,
-  with a small-batch utilisation curve). The simulator uses it as the device; the planner never calls it directly —
-  it predicts with the latency regression fitted on profiles generated from it (`latency.py`).
+- `device_time`: the planner's own spec-derived roofline time of one piece of work on one device (compute-bound vs
+  memory-bound, with a small-batch utilisation curve). It is what the planner profiles when it has no device
+  (`latency.simulate_profiles`, planner-only use); the planner itself predicts with the fitted latency regression.
+  The simulator does not use it: it executes its own device model (`sim/multidevice/device_model.py`), which the
+  planner profiles in a simulated run.
 
 Design: no phones here, so the profiles are derived from public specs; decode is memory-bandwidth-bound and prefill
 compute-bound, which is what the roofline captures. DVFS scales compute throughput and per-op overhead by the frequency

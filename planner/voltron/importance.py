@@ -1,7 +1,7 @@
 """Per-sublayer importance for importance-aware precision, pruning and activation quantization (Voltron §4.2.2, §4.3).
 
 Source of the numbers: `data/smollm2_importance.json`, measured on the real SmolLM2-135M by
-`python -m planner.voltron.measure_importance` (shard pruning → perplexity increase; see that module). Negative
+`python -m quant.measure_importance` (shard pruning → perplexity increase; see that module). Negative
 increases (pruning a shard that slightly *helped* perplexity on the sample) are clipped to 0.
 
 - SmolLM2 itself: layer importance = Σ of its measured shard importances.
@@ -30,7 +30,7 @@ def load_measurement(path: str = str(DATA)) -> dict:
     p = Path(path)
     if not p.is_file():
         raise FileNotFoundError(f"layer importance data {p} missing (regenerate: python -m "
-                                f"planner.voltron.measure_importance)")
+                                f"quant.measure_importance)")
     doc = json.loads(p.read_text())
     for k in ("attn_shards", "ffn_shards"):
         if k not in doc or not doc[k]:

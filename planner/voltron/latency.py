@@ -3,18 +3,21 @@ device type, layer type, precision, input token length and the number of tokens 
 paper reports ~90 % average accuracy).
 
 Owns:
-- `simulate_profiles`: profiling runs of every sublayer type of a model on every device, at every precision, for
+- `sample_profiles`: profiling runs of every sublayer type of a model on every device, at every precision, for
   prefill (n = 8…1024 new tokens, KV 0…4096) and decode (n = 1, KV 0…8192), whole layers and TP shards (fraction
-  1/16…1). "Measured" time = the roofline device model (`devices.device_time`) × log-normal noise (σ = `noise`,
-  seeded) — simulated profiles, as SPEC allows until the HIL issue supplies measured ones in the same table form.
+  1/16…1), timed by a given timer (the device being profiled) × log-normal noise (σ = `noise`, seeded). In a
+  simulated run the timer is the simulated cluster's device model (`sim/multidevice/device_model.py`, passed in
+  through `registry.build_context(profiler=…)`; the planner never imports it); on hardware, measured runs in the
+  same table form. `simulate_profiles` times the planner's own spec roofline (`devices.device_time`), for use
+  without any device.
 - `LatencyModel`: one non-negative least-squares linear model per (device, precision, phase) on physically derived
   features x = [1, ops, weight bytes read, KV bytes read] (the layer type, token count and KV length enter through
   these features). Linear in x, so a TP shard of fraction f costs β₀ + f·(β·x) and the planner can evaluate every
   layer type × device × precision with one einsum.
 - `accuracy`: MAPE / R² / "accuracy" = 1 − MAPE on held-out profile points.
 
-The regression cannot represent the roofline's max(compute, memory) kink or the small-batch utilisation curve exactly,
-so its error is real model error, not just noise.
+The regression cannot represent a device's max(compute, memory) kink, partial overlap or the small-batch utilisation
+curve exactly, so its error is real model error, not just noise.
 """
 from __future__ import annotations
 
@@ -48,13 +51,15 @@ def _features(table: LayerTable, ltype: int, prec: int, n: int, kv: int, frac: f
     return np.array([1.0, frac * ops, frac * wparams * BYTES_PER_WEIGHT[prec], frac * kvb])
 
 
-def simulate_profiles(devices: list[EdgeDevice], table: LayerTable, points: int = 160, noise: float = 0.05,
-                      seed: int = 0) -> Profile:
-    """`points` random runs per (device, precision, phase); deterministic for a seed."""
+def sample_profiles(n_devices: int, table: LayerTable, timer, points: int = 160, noise: float = 0.05,
+                    seed: int = 0) -> Profile:
+    """`points` random profiling runs per (device, precision, phase), timed by `timer(device, precision, type,
+    n_tokens, kv_len, frac, x) -> s` × log-normal noise (σ = `noise`); deterministic for a seed. The timer is the
+    device being profiled: the spec roofline (`simulate_profiles`), the simulated cluster, or measured runs."""
     rng = np.random.default_rng(seed)
     present = sorted(set(table.type_of.tolist()) | {5})
     rows: list[tuple] = []
-    for di, dev in enumerate(devices):
+    for di in range(n_devices):
         for p in range(len(PRECISIONS)):
             for ph in range(2):
                 for _ in range(points):
@@ -65,11 +70,21 @@ def simulate_profiles(devices: list[EdgeDevice], table: LayerTable, points: int 
                     else:
                         n, kv = 1, int(rng.uniform(0, 8192))
                     frac = float(rng.choice([1.0, 0.5, 1 / 3, 0.25, 0.125, 1 / 16]))
-                    x = _features(table, t, p, n if t != 5 else 1, kv, frac)
-                    true = device_time(dev, np.array(p), np.array(float(n if t != 5 else 1)), x[1], x[2] + x[3])
+                    nt = n if t != 5 else 1
+                    x = _features(table, t, p, nt, kv, frac)
+                    true = timer(di, p, t, nt, kv, frac, x)
                     rows.append((di, p, ph, t, n, kv, x, float(true) * float(np.exp(rng.normal(0, noise)))))
     cols = list(zip(*rows))
     return Profile(*(np.array(c) for c in cols[:6]), x=np.stack(cols[6]), time_s=np.array(cols[7]))
+
+
+def simulate_profiles(devices: list[EdgeDevice], table: LayerTable, points: int = 160, noise: float = 0.05,
+                      seed: int = 0) -> Profile:
+    """Profiles of the spec-derived roofline (`devices.device_time`): what the planner can fit without a device."""
+    def roofline(di, p, t, n, kv, frac, x):
+        return device_time(devices[di], np.array(p), np.array(float(n)), x[1], x[2] + x[3])
+
+    return sample_profiles(len(devices), table, roofline, points, noise, seed)
 
 
 @dataclass
@@ -140,12 +155,16 @@ def split(prof: Profile, test_frac: float = 0.2, seed: int = 0) -> tuple[Profile
 
 
 def fit_for(devices: list[EdgeDevice], table: LayerTable, points: int = 160, noise: float = 0.05,
-            seed: int = 0) -> tuple[LatencyModel, dict[str, float]]:
-    """Profile, split, fit, and report held-out accuracy."""
-    prof = simulate_profiles(devices, table, points=points, noise=noise, seed=seed)
+            seed: int = 0, timer=None) -> tuple[LatencyModel, dict[str, float]]:
+    """Profile, split, fit, and report held-out accuracy. `timer` (see `sample_profiles`) is the device profiled;
+    None = the spec roofline."""
+    if timer is None:
+        prof = simulate_profiles(devices, table, points=points, noise=noise, seed=seed)
+    else:
+        prof = sample_profiles(len(devices), table, timer, points=points, noise=noise, seed=seed)
     train, test = split(prof, seed=seed)
     model = LatencyModel.fit(train, [d.name for d in devices])
     return model, accuracy(model, test)
 
 
-__all__ = ["LatencyModel", "Profile", "simulate_profiles", "fit_for", "accuracy", "split"]
+__all__ = ["LatencyModel", "Profile", "sample_profiles", "simulate_profiles", "fit_for", "accuracy", "split"]

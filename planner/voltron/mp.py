@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.voltron.hybrid import OptionTable, PhaseEnv
+from planner.voltron.options import OptionTable, PhaseEnv
 from planner.voltron.static import StaticPolicy, proportional
 
 
 class MPPolicy(StaticPolicy):
     name = "mp"
+    uses_balance = True
 
     def layout(self, env: PhaseEnv, opt: OptionTable, precision: np.ndarray) -> np.ndarray:
         tb, D = self.ctx.table, self.hp.D

@@ -22,13 +22,10 @@ from planner.voltron.latency import LatencyModel
 from planner.voltron.layers import LayerTable
 from planner.voltron.plan import PhasePlan
 
-POLICY_NAMES = ("voltron", "single", "mp", "tp")
-
-
 @dataclass
 class PlannerConfig:
     """conf/planner/<name>.yaml (schema `planner_schema`)."""
-    name: str = "voltron"              # voltron | single | mp | tp
+    name: str = "voltron"              # a key of `registry.POLICIES`: voltron | single | mp | tp
     balance: str = "hetero"            # mp/tp baselines: hetero (by device speed) | equal (paper Fig. 4 naive split)
     qos_ttft_s: float = 10.0           # s, paper §5.1.3 (TTFT QoS)
     qos_tpot_s: float = 0.4            # s, paper §5.1.3 (TPOT QoS)
@@ -54,8 +51,10 @@ class PlannerConfig:
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
 
     def __post_init__(self) -> None:
-        if self.name not in POLICY_NAMES:
-            raise ValueError(f"planner.name must be one of {'|'.join(POLICY_NAMES)} (got {self.name!r})")
+        from planner.voltron.registry import POLICIES          # the one registry of names (lazy: it imports us)
+
+        if self.name not in POLICIES:
+            raise ValueError(f"planner.name must be one of {'|'.join(POLICIES)} (got {self.name!r})")
         if self.balance not in ("hetero", "equal"):
             raise ValueError(f"planner.balance must be hetero|equal (got {self.balance!r})")
         if self.qos_ttft_s <= 0 or self.qos_tpot_s <= 0:
@@ -102,8 +101,22 @@ class Decision:
 
 
 class Policy:
+    """Base policy. Behaviour differences between policies are declared as class capabilities, never derived from
+    `name` (which only labels outputs):
+    - `overlap_reload`: weight reloads of a new plan overlap with compute (else they stall in full);
+    - `uses_balance`: the layout follows `planner.balance` (hetero / equal), so the label carries it;
+    - `lost_kv()`: what happens to the context KV a departed device held — "prune" (the policy prunes those shards
+      and their KV, nothing is recomputed) or "recompute" (the simulator charges a re-prefill of the context)."""
     name = "base"
     overlap_reload = False
+    uses_balance = False
+
+    def lost_kv(self) -> str:
+        return "recompute"
+
+    def label(self) -> str:
+        """Output label: the policy name, plus the balance rule for policies that use one (e.g. `mp-hetero`)."""
+        return f"{self.name}-{self.ctx.cfg.balance}" if self.uses_balance else self.name
 
     def __init__(self, ctx: PolicyContext):
         self.ctx = ctx

@@ -83,6 +83,7 @@ class PrecisionSearch:
                 lo = mid + 1
         return lo
 
+    # ---- the search, in its stages ---------------------------------------------------------------------------------
     def search(self, envs: list[tuple[PhaseEnv, float]], act: np.ndarray | None = None,
                hint: int | None = None, min_prune: float = 0.0) -> SearchResult:
         """envs: (phase env, QoS time budget in s) pairs that must hold together (e.g. prefill + decode).
@@ -90,103 +91,127 @@ class PrecisionSearch:
         `hint`: the previous solution; the search then gallops outward from it (1, 2, 4 … away) before bisecting,
         so a small change of conditions costs O(log |Δm|) plan evaluations instead of O(log N).
 
-        `min_prune`: a floor on the pruned fraction (shards lost with a departed device, see controller.py)."""
-        steps = 0
+        `min_prune`: a floor on the pruned fraction (shards lost with a departed device, see controller.py).
+
+        Stages: (1) warm start from `hint` if it still works; (2) prune until all-lowest precision fits; (3) with
+        `compute_pruning`, prune more when computation breaks the TPOT target; (4) drop / best-effort unreachable
+        targets; (5) smallest demotion index m meeting the remaining targets."""
+        self._steps = 0
         top = self.prune_steps - 1
         k0 = min(int(np.ceil(min_prune * self.prune_steps - 1e-9)), top) if min_prune > 0 else 0
         p0 = k0 / self.prune_steps
         self._opts: dict = {}
         self._probe = None
+        self._envs, self._act = envs, act
 
-        def ev(m, prune):
-            nonlocal steps
-            steps += 1
-            return self._eval(envs, m, prune, act)
-
-        def finish(m, prune, envs_q):
-            prec = self.precision_at(m)
-            pm, pp, pa, chosen = self._probe if self._probe is not None else (None, None, None, None)
-            if pm == m and pp == prune and pa is act and all(e.phase == 1 for e, _ in envs):
-                # the last successful probe was this very configuration: reuse its assignment (decode has a single
-                # ranking, see HybridPlanner.assign)
-                zero = np.zeros(self.N, dtype=np.int64) if act is None else act
-                plans = [self.hp._plan(self._opts[prune][i], e, prec, zero, ch, True)
-                         for i, ((e, _), ch) in enumerate(zip(envs, chosen))]
-            else:
-                plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
-            qos_ok = all(p.fits and p.est_time_s <= q for p, (_, q) in zip(plans, envs))
-            return SearchResult(m, prune, prec, plans, True, qos_ok, steps)
-
-        if hint is not None and 0 <= hint <= self.m_max and all(ev(hint, p0)):
+        if hint is not None and 0 <= hint <= self.m_max and all(self._ev(hint, p0)):
             # fast path (token-level re-plans): the previous answer still works → gallop down from it
-            hi, step = hint, 1
-            while hi - step >= 0 and all(ev(hi - step, p0)):
-                hi -= step
-                step *= 2
-            lo = max(hi - step + 1, 0)
-            return finish(self._smallest(lambda m: all(ev(m, p0)), lo, hi), p0, envs)
+            hi, lo = self._gallop_down(hint, lambda m: all(self._ev(m, p0)))
+            return self._finish(self._smallest(lambda m: all(self._ev(m, p0)), lo, hi), p0)
 
+        fits_max, qos_max = self._ev(self.m_max, p0)
         prune = p0
-        fits_max, qos_max = ev(self.m_max, p0)
         if not fits_max:
-            # pruning: smallest k/prune_steps that fits at all-lowest precision
-            if k0 >= top or not ev(self.m_max, top / self.prune_steps)[0]:
-                prec = self.precision_at(self.m_max)
-                plans = [self.hp.plan(e, prec, top / self.prune_steps, act) for e, _ in envs]
-                return SearchResult(self.m_max, top / self.prune_steps, prec, plans, False, False, steps)
-            k = self._smallest(lambda k: ev(self.m_max, k / self.prune_steps)[0], max(1, k0 + 1), top)
-            prune = k / self.prune_steps
-            fits_max, qos_max = ev(self.m_max, prune)
+            prune = self._prune_to_fit(k0, top)
+            if prune is None:                                  # nothing fits even at the largest pruning
+                return self._best_effort(top / self.prune_steps, fits=False)
+            fits_max, qos_max = self._ev(self.m_max, prune)
         if not qos_max and self.compute_pruning and any(e.phase == 1 for e, _ in envs):
-            # computation breaks the TPOT target even at all-INT4: prune more shards (the same fraction from every
-            # layer, least important shards first) up to (prune_steps - 1)/prune_steps, if that reaches the target
-            # (accuracy traded for QoS, paper §4.3.1); an unreachable target stays best effort below
-            dec_only = [(e, q if e.phase == 1 else np.inf) for e, q in envs]
-
-            def dec_ok(k):
-                nonlocal steps
-                steps += 1
-                f, q = self._eval(dec_only, self.m_max, k / self.prune_steps, act)
-                return f and q
-
-            k_cur = int(round(prune * self.prune_steps))
-            if k_cur < top and dec_ok(top):
-                k = self._smallest(dec_ok, k_cur + 1, top)
-                prune = k / self.prune_steps
-                fits_max, qos_max = ev(self.m_max, prune)
+            prune, fits_max, qos_max = self._prune_for_compute(prune, top, fits_max, qos_max)
+        envs_q = envs
         if not qos_max:
-            # a QoS target unreachable even at the lowest precision: a decode (TPOT) target is then served best
-            # effort by the fastest configuration (m = 2N); an unreachable prefill (TTFT) target is dropped so that
-            # the per-token accuracy is not sacrificed for a one-off target it cannot meet
-            prec_max = self.precision_at(self.m_max)
-            reach = [self.hp.quick(self.hp.options(e, prune), e, prec_max, act)[1] <= q for e, q in envs]
-            steps += 1
-            if any(e.phase == 1 and not r for (e, _), r in zip(envs, reach)):
-                prec = prec_max
-                plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
-                return SearchResult(self.m_max, prune, prec, plans, True, False, steps)
-            envs_q = [(e, q if r else np.inf) for (e, q), r in zip(envs, reach)]
-        else:
-            envs_q = envs
+            envs_q = self._reachable_targets(prune)
+            if envs_q is None:                                 # unreachable TPOT: the fastest configuration
+                return self._best_effort(prune, fits=True)
 
         def ok(m):
-            nonlocal steps
-            steps += 1
+            self._steps += 1
             f, q = self._eval(envs_q, m, prune, act)
             return f and q
 
+        lo, hi = self._bracket(ok, hint)
+        return self._finish(self._smallest(ok, lo, hi), prune)
+
+    def _ev(self, m: int, prune: float) -> tuple[bool, bool]:
+        self._steps += 1
+        return self._eval(self._envs, m, prune, self._act)
+
+    @staticmethod
+    def _gallop_down(hint: int, pred) -> tuple[int, int]:
+        """pred(hint) holds: step down 1, 2, 4 … while pred holds; returns (hi, lo) bracketing the smallest m."""
+        hi, step = hint, 1
+        while hi - step >= 0 and pred(hi - step):
+            hi -= step
+            step *= 2
+        return hi, max(hi - step + 1, 0)
+
+    def _bracket(self, ok, hint: int | None) -> tuple[int, int]:
+        """[lo, hi] holding the smallest m with ok(m): the whole range, or galloped from `hint` (either direction)."""
         lo, hi = 0, self.m_max
         if hint is not None and 0 <= hint <= self.m_max:
             if ok(hint):                     # (with pruning or a dropped target the predicate differs from above)
-                hi, step = hint, 1
-                while hi - step >= 0 and ok(hi - step):
-                    hi -= step
-                    step *= 2
-                lo = max(hi - step + 1, 0)
+                hi, lo = self._gallop_down(hint, ok)
             else:
                 lo, step = hint + 1, 1
                 while lo + step - 1 < self.m_max and not ok(lo + step - 1):
                     lo += step
                     step *= 2
                 hi = min(lo + step - 1, self.m_max)
-        return finish(self._smallest(ok, lo, hi), prune, envs_q)
+        return lo, hi
+
+    def _prune_to_fit(self, k0: int, top: int) -> float | None:
+        """Smallest pruned fraction k/prune_steps (> the floor k0) at which all-lowest precision fits; None if none."""
+        if k0 >= top or not self._ev(self.m_max, top / self.prune_steps)[0]:
+            return None
+        k = self._smallest(lambda k: self._ev(self.m_max, k / self.prune_steps)[0], max(1, k0 + 1), top)
+        return k / self.prune_steps
+
+    def _prune_for_compute(self, prune: float, top: int, fits_max: bool, qos_max: bool):
+        """Computation breaks the TPOT target even at all-INT4: prune more shards (the same fraction from every
+        layer, least important shards first) up to (prune_steps - 1)/prune_steps, if that reaches the target
+        (accuracy traded for QoS, paper §4.3.1); an unreachable target stays best effort. (prune, fits, qos)."""
+        dec_only = [(e, q if e.phase == 1 else np.inf) for e, q in self._envs]
+
+        def dec_ok(k):
+            self._steps += 1
+            f, q = self._eval(dec_only, self.m_max, k / self.prune_steps, self._act)
+            return f and q
+
+        k_cur = int(round(prune * self.prune_steps))
+        if k_cur < top and dec_ok(top):
+            k = self._smallest(dec_ok, k_cur + 1, top)
+            prune = k / self.prune_steps
+            fits_max, qos_max = self._ev(self.m_max, prune)
+        return prune, fits_max, qos_max
+
+    def _reachable_targets(self, prune: float) -> list[tuple[PhaseEnv, float]] | None:
+        """A QoS target unreachable even at the lowest precision: None when it is a decode (TPOT) target (served best
+        effort by the fastest configuration, m = 2N); an unreachable prefill (TTFT) target is dropped (inf) so that
+        the per-token accuracy is not sacrificed for a one-off target it cannot meet."""
+        prec_max = self.precision_at(self.m_max)
+        reach = [self.hp.quick(self.hp.options(e, prune), e, prec_max, self._act)[1] <= q for e, q in self._envs]
+        self._steps += 1
+        if any(e.phase == 1 and not r for (e, _), r in zip(self._envs, reach)):
+            return None
+        return [(e, q if r else np.inf) for (e, q), r in zip(self._envs, reach)]
+
+    def _best_effort(self, prune: float, fits: bool) -> SearchResult:
+        """All-lowest precision at `prune` (QoS not met; `fits` False when even that does not fit)."""
+        prec = self.precision_at(self.m_max)
+        plans = [self.hp.plan(e, prec, prune, self._act) for e, _ in self._envs]
+        return SearchResult(self.m_max, prune, prec, plans, fits, False, self._steps)
+
+    def _finish(self, m: int, prune: float) -> SearchResult:
+        envs, act = self._envs, self._act
+        prec = self.precision_at(m)
+        pm, pp, pa, chosen = self._probe if self._probe is not None else (None, None, None, None)
+        if pm == m and pp == prune and pa is act and all(e.phase == 1 for e, _ in envs):
+            # the last successful probe was this very configuration: reuse its assignment (decode has a single
+            # ranking, see HybridPlanner.assign)
+            zero = np.zeros(self.N, dtype=np.int64) if act is None else act
+            plans = [self.hp._plan(self._opts[prune][i], e, prec, zero, ch, True)
+                     for i, ((e, _), ch) in enumerate(zip(envs, chosen))]
+        else:
+            plans = [self.hp.plan(e, prec, prune, act) for e, _ in envs]
+        qos_ok = all(p.fits and p.est_time_s <= q for p, (_, q) in zip(plans, envs))
+        return SearchResult(m, prune, prec, plans, True, qos_ok, self._steps)

@@ -20,10 +20,14 @@ POLICIES: dict[str, type[Policy]] = {"voltron": VoltronPolicy, "single": SingleP
                                      "tp": TPPolicy}
 
 
-def build_context(spec: ModelSpec, cluster: Cluster, cfg: PlannerConfig, seed: int = 0) -> tuple[PolicyContext, dict]:
-    """Sublayer table, latency regression fitted on simulated profiles (+ its held-out accuracy), importance."""
+def build_context(spec: ModelSpec, cluster: Cluster, cfg: PlannerConfig, seed: int = 0,
+                  profiler=None) -> tuple[PolicyContext, dict]:
+    """Sublayer table, latency regression fitted on profiling runs (+ its held-out accuracy), importance.
+    `profiler(table)` returns the timer of the devices to profile (`latency.sample_profiles`): the simulated
+    cluster in a simulation run, measured runs on hardware; None = the spec roofline (planner alone)."""
     table = layer_table(spec, cfg.ffn_shards)
-    latency, acc = fit_for(cluster.devices, table, points=cfg.profile_points, noise=cfg.profile_noise, seed=seed)
+    latency, acc = fit_for(cluster.devices, table, points=cfg.profile_points, noise=cfg.profile_noise, seed=seed,
+                           timer=None if profiler is None else profiler(table))
     return PolicyContext(table=table, cluster=cluster, latency=latency, importance=importance_for(spec), cfg=cfg), acc
 
 

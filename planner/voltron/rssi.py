@@ -38,6 +38,15 @@ class RssiTable:
                                                    # (hysteresis: re-association + Wi-Fi Direct group re-join)
 
     def __post_init__(self) -> None:
+        for key in ("mac_efficiency", "base_latency_ms", "retry_latency_ms", "disconnect_dbm", "reconnect_db"):
+            v = getattr(self, key)
+            if isinstance(v, bool) or not isinstance(v, (int, float)) or not np.isfinite(v):
+                raise ValueError(f"rssi.{key} must be a finite number (got {v!r})")
+        if not all(isinstance(r, (int, float)) and not isinstance(r, bool) and np.isfinite(r)
+                   for r in self.phy_rates_mbps):
+            raise ValueError(f"rssi.phy_rates_mbps must be finite numbers (got {list(self.phy_rates_mbps)})")
+        if not -120 <= self.disconnect_dbm <= 0:
+            raise ValueError(f"rssi.disconnect_dbm must be in [-120, 0] (got {self.disconnect_dbm})")
         if self.channel_mhz not in (20, 40, 80):
             raise ValueError(f"rssi.channel_mhz must be 20, 40 or 80 (got {self.channel_mhz})")
         if len(self.phy_rates_mbps) != len(SENSITIVITY_20MHZ_DBM) or min(self.phy_rates_mbps) <= 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from planner.voltron.hybrid import OptionTable, PhaseEnv
+from planner.voltron.options import OptionTable, PhaseEnv
 from planner.voltron.static import StaticPolicy
 
 

@@ -16,7 +16,13 @@ Layout (little-endian):
                      reserved u32
   metadata: UTF-8 JSON object (model-level: anything the writer's caller passes, plus {"format": ...}).
   tensor blob: packed 3-bit widths (ceil(3C/8) bytes) | scales float32 (C,) | payload, sections 64-byte aligned;
-               float32 tensors have only the payload (C*D*4 bytes).
+               float32 tensors have only the payload (C*D*4 bytes; ndim 1 means D = 1).
+One rule, both readers (docs/packing.md "Model file"): the layout is canonical — index right after the header, metadata
+right after the index, tensor i at the first `alignment` boundary after the previous section, the file ends right after
+the last tensor (with no tensors: at the first boundary after the metadata) — and every padding byte is zero, so every
+byte of a file is either covered by a CRC32 or required to be zero. Names are UTF-8 and unique; the metadata is UTF-8
+JSON (RFC 8259: no NaN / Infinity) whose top level is an object, nested at most MAX_JSON_DEPTH deep. Only regular
+files are opened (FIFOs, directories and devices are rejected without blocking).
 The writer streams blobs into a temp file in the target directory, then writes the index and header and renames:
 nothing is ever half-written.
 """
@@ -44,6 +50,8 @@ ENTRY = struct.Struct("<96sIIQQQQQQQQII")       # 176 bytes
 NAME_LEN = 96
 DEFAULT_ALIGNMENT = 4096                        # bytes, page / direct-I/O block
 MAX_ELEMS = 1 << 40
+MAX_JSON_DEPTH = 64                             # nesting of the metadata JSON (the C validator has the same limit)
+MAX_INT_DIGITS = 4300                           # digits of a JSON integer literal (Python's int() limit; C the same)
 assert HEADER.size == 64 and ENTRY.size == 176
 
 
@@ -157,19 +165,80 @@ def write_packed_model(path, tensors: dict, fmt: str = "weightlet", meta: dict |
 
 
 # ==================================================== reader ==========================================================
+def open_regular(path: Path) -> int:
+    """fd of a regular file opened read-only; a FIFO, directory, device or missing file -> PackedFileError, without
+    blocking (stat first, then open with O_NONBLOCK and check the opened file again)."""
+    try:
+        st = os.stat(path)
+    except OSError as e:
+        raise PackedFileError(f"{path}: cannot open packed model file ({e.strerror})") from None
+    if not stat.S_ISREG(st.st_mode):
+        raise PackedFileError(f"{path}: not a regular file")
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError as e:
+        raise PackedFileError(f"{path}: cannot open packed model file ({e.strerror})") from None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):      # replaced between stat and open
+        os.close(fd)
+        raise PackedFileError(f"{path}: not a regular file")
+    return fd
+
+
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON (RFC 8259)")
+
+
+def _parse_int(s: str) -> int:
+    if len(s.lstrip("-")) > MAX_INT_DIGITS:
+        raise ValueError(f"integer literal of more than {MAX_INT_DIGITS} digits")
+    return int(s)
+
+
+def _depth(x, limit: int) -> int:
+    """Nesting depth of a parsed JSON value (scalars 0), stopping once past `limit`."""
+    if isinstance(x, dict):
+        items = x.values()
+    elif isinstance(x, list):
+        items = x
+    else:
+        return 0
+    d = 1
+    for v in items:
+        d = max(d, 1 + _depth(v, limit))
+        if d > limit:
+            break
+    return d
+
+
+def parse_meta(meta_b: bytes, fail) -> dict:
+    """The container rule for the metadata block: strict UTF-8, RFC 8259 JSON (no NaN / Infinity), a top-level object,
+    nested at most MAX_JSON_DEPTH deep, integer literals of at most MAX_INT_DIGITS digits. Calls fail(message)
+    otherwise."""
+    try:
+        text = meta_b.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return fail(f"not UTF-8 (byte {e.start})")
+    try:
+        meta = json.loads(text, parse_constant=_reject_constant, parse_int=_parse_int)
+    except RecursionError:
+        return fail(f"JSON nested deeper than {MAX_JSON_DEPTH}")
+    except ValueError as e:
+        return fail(f"not valid JSON ({' '.join(str(e).split())})")
+    if not isinstance(meta, dict):
+        return fail(f"JSON top level must be an object (got {type(meta).__name__})")
+    if _depth(meta, MAX_JSON_DEPTH) > MAX_JSON_DEPTH:
+        return fail(f"JSON nested deeper than {MAX_JSON_DEPTH}")
+    return meta
+
+
 class PackedFile:
     """Streaming reader: the constructor reads and validates header + index; `read_tensor` preads one tensor blob,
     checks its CRC and layout, and unpacks it (native kernels by default, `backend="numpy"` for the reference)."""
 
     def __init__(self, path):
         self.path = Path(path)
-        try:
-            self._fd = os.open(self.path, os.O_RDONLY)
-        except OSError as e:
-            raise PackedFileError(f"{self.path}: cannot open packed model file ({e.strerror})") from None
-        if not stat.S_ISREG(os.fstat(self._fd).st_mode):
-            os.close(self._fd)
-            raise PackedFileError(f"{self.path}: not a regular file")
+        self._fd = -1
+        self._fd = open_regular(self.path)
         try:
             self._read_index()
         except BaseException:
@@ -224,10 +293,10 @@ class PackedFile:
         if zlib.crc32(meta_b, zlib.crc32(index)) != index_crc:
             self._fail(f"tensor index or metadata checksum mismatch (index at offset {index_off}, "
                        f"metadata at offset {meta_off})")
-        try:
-            self.meta = json.loads(meta_b.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            self._fail(f"metadata at offset {meta_off} is not valid JSON ({e})")
+        if index_off != HEADER.size or meta_off != index_off + n * ENTRY.size:
+            self._fail(f"non-canonical layout: index at offset {index_off}, metadata at offset {meta_off} (expected "
+                       f"{HEADER.size} and {HEADER.size + n * ENTRY.size})")
+        self.meta = parse_meta(meta_b, lambda m: self._fail(f"metadata at offset {meta_off}: {m}"))
         self.alignment = align
         self.entries: dict[str, TensorEntry] = {}
         for i in range(n):
@@ -245,6 +314,25 @@ class PackedFile:
             if name in self.entries:
                 self._fail(f"tensor '{name}' (#{i}): duplicate name in index entry at offset {eoff}")
             self.entries[name] = e
+        self._check_layout(size, meta_off + meta_size)
+
+    def _check_layout(self, size: int, meta_end: int) -> None:
+        """Canonical placement of every tensor, the file's end, and zero padding in every gap."""
+        pos = _align(meta_end, self.alignment)
+        gaps = [(meta_end, pos)]
+        for e in self.entries.values():
+            if e.offset != pos:
+                self._tfail(e, f"not at the canonical offset {pos} (the first {self.alignment}-byte boundary after "
+                               f"the previous section)")
+            pos = _align(e.offset + e.size, self.alignment)
+            gaps.append((e.offset + e.size, pos))
+        end = gaps[-1][0] if self.entries else pos
+        if size != end:
+            self._fail(f"file is {size} bytes, its sections end at {end}")
+        for a, b in gaps:
+            b = min(b, size)
+            if b > a and any(self._pread(b - a, a)):
+                self._fail(f"non-zero padding between offsets {a} and {b}")
 
     def _tfail(self, e: TensorEntry, msg: str):
         self._fail(f"tensor '{e.name}' (#{e.index}) at offset {e.offset}: {msg}")
@@ -266,6 +354,8 @@ class PackedFile:
                            f"{e.payload_off}+{e.payload_size}, size {e.size})")
         if e.fmt == F32_CODE and e.group not in (1, 2):
             self._tfail(e, f"bad ndim {e.group} for a float32 tensor")
+        if e.fmt == F32_CODE and e.group == 1 and e.D != 1:
+            self._tfail(e, f"1-D float32 tensor with D = {e.D} (must be 1)")
         if e.fmt == F32_CODE and e.payload_size != 4 * e.C * e.D:
             self._tfail(e, f"payload is {e.payload_size} bytes, float32 ({e.C}, {e.D}) needs {4 * e.C * e.D}")
         if e.fmt == 1 and e.payload_size != e.C * e.D:

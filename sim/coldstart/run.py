@@ -2,6 +2,7 @@
 `experiments.coldstart`, the sweep table and the benchmarks; never sees a DictConfig."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -12,6 +13,9 @@ from planner.workload import WorkloadSpec
 from quant.arch import ModelSpec
 from sim.coldstart import ColdStartInputs, run_coldstart
 from sim.trace import timeline_trace
+
+MAX_PROMPT_TOKENS = 32_768     # documented maximum of prompt_tokens (the largest workload is ~1k tokens)
+MAX_SEED = 2**32 - 1
 
 MODELLED = ("ttft_s", "setup_s", "load_s", "unpack_s", "graph_s", "prefill_s", "cpu_busy_s", "npu_busy_s",
             "cpu_bubble_rate", "npu_bubble_rate", "stolen_ops", "peak_mem_gb", "mem_headroom_gb", "energy_j",
@@ -36,12 +40,16 @@ class ColdStartSettings:
                 setattr(self, f.name, float(v))
             elif not isinstance(v, want) or (want is not bool and isinstance(v, bool)):
                 raise ValueError(f"{f.name} must be {'a number' if want is float else want.__name__} (got {v!r})")
+            if want is float and not math.isfinite(getattr(self, f.name)):
+                raise ValueError(f"{f.name} must be a finite number (got {v!r})")
         if not 1 <= self.bits <= 8:
             raise ValueError(f"bits must be in 1..8 (got {self.bits})")
-        if self.preloaded_gb < 0:
-            raise ValueError(f"preloaded_gb must be >= 0 (got {self.preloaded_gb})")
-        if self.prompt_tokens < 0:
-            raise ValueError(f"prompt_tokens must be >= 0 (got {self.prompt_tokens})")
+        if not 0 <= self.preloaded_gb <= 1024:
+            raise ValueError(f"preloaded_gb must be in [0, 1024] (got {self.preloaded_gb})")
+        if not 0 <= self.prompt_tokens <= MAX_PROMPT_TOKENS:
+            raise ValueError(f"prompt_tokens must be in 0..{MAX_PROMPT_TOKENS} (got {self.prompt_tokens})")
+        if not 0 <= self.seed <= MAX_SEED:
+            raise ValueError(f"seed must be in 0..{MAX_SEED} (got {self.seed})")
         if self.cost_model not in ("analytic", "table"):
             raise ValueError(f"cost_model must be analytic or table (got {self.cost_model!r})")
         if self.bits_source not in ("auto", "real", "twin", "uniform"):

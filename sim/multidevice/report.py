@@ -20,14 +20,14 @@ import time
 from planner.voltron.accuracy import BASE_MMLU, FAMILIES
 from planner.voltron.devices import load_cluster
 from planner.voltron.policy import PlannerConfig
-from planner.voltron.registry import build_context, make_policy
+from planner.voltron.registry import POLICIES, make_policy
 from planner.voltron.rssi import RssiTable
 from quant.gguf_model import model_spec
-from sim.multidevice.runner import run_conversation
+from sim.multidevice.runner import build_run_context, run_conversation
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
 
-PLANNERS = ("voltron", "single", "mp", "tp")
+PLANNERS = tuple(POLICIES)            # the one registry of policy names (planner.voltron.registry)
 CLUSTERS = ("car", "office", "home")
 
 
@@ -49,7 +49,7 @@ def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: st
                 last, first_running = None, None
                 for m in ordered:
                     if (cl, m) not in ctx_cache:
-                        ctx_cache[(cl, m)] = build_context(model_spec(m), cluster, PlannerConfig(), seed)
+                        ctx_cache[(cl, m)] = build_run_context(model_spec(m), cluster, PlannerConfig(), seed)
                     base, acc = ctx_cache[(cl, m)]
                     ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname))
                     res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed),
@@ -79,13 +79,12 @@ def equal_split(trace: str, turns: int, cluster: str = "office", seed: int = 0) 
     rows = []
     for fam, models in FAMILIES.items():
         m = max(models, key=lambda x: BASE_MMLU[x])
-        base, _ = build_context(model_spec(m), cl, PlannerConfig(), seed)
+        base, _ = build_run_context(model_spec(m), cl, PlannerConfig(), seed)
         for pname, bal in (("mp", "equal"), ("tp", "equal"), ("mp", "hetero"), ("tp", "hetero"), ("voltron", "hetero")):
             ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname, balance=bal))
-            res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed),
-                                   seed=seed)
-            rows.append(dict(res.metrics, cluster=cluster, family=fam, model=m,
-                             planner=pname if pname == "voltron" else f"{pname}-{bal}"))
+            pol = make_policy(ctx)
+            res = run_conversation(pol, ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed), seed=seed)
+            rows.append(dict(res.metrics, cluster=cluster, family=fam, model=m, planner=pol.label()))
     return rows
 
 
@@ -93,19 +92,65 @@ def _f(x, nd=2):
     return "—" if x is None else f"{x:.{nd}f}"
 
 
+def _prec(r: dict) -> str:
+    """Chosen precision: the uniform one(s), or Voltron's mix as FP16/INT8/INT4 shares of sublayer-steps."""
+    lab = r.get("precision")
+    if lab is None:
+        return "—"
+    if lab != "mixed":
+        return lab
+    return "mixed " + "/".join(f"{100 * r[f'precision_share_{k}']:.0f}" for k in ("fp16", "int8", "int4")) + " %"
+
+
 def markdown(rows: list[dict], trace: str, turns: int) -> str:
     out = [f"Trace `{trace}`, {turns} turns (LMSYS-like lengths, seed 0). QoS: TTFT ≤ 10 s, TPOT ≤ 400 ms. "
            "All numbers are modelled (simulation), except plan time (measured on this host).", "",
-           "| cluster | family | planner | model run | TTFT mean / max s | TTFT ok | TPOT p50 / p99 ms | TPOT > 400 ms | "
-           "accuracy proxy (MMLU pts) | OOM | QoS met | search ms p50 (measured) |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| cluster | family | planner | model run | precision | TTFT mean / max s | TTFT ok | TPOT p50 / p99 ms | "
+           "TPOT > 400 ms | accuracy proxy (MMLU pts) | OOM | QoS met | search ms p50 (measured) |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        out.append(f"| {r['cluster']} | {r['family']} | {r['planner']} | {r['model']} | {_f(r['ttft_s'])} / "
+        out.append(f"| {r['cluster']} | {r['family']} | {r['planner']} | {r['model']} | {_prec(r)} | "
+                   f"{_f(r['ttft_s'])} / "
                    f"{_f(r['ttft_s_max'])} | {'yes' if r['qos_ttft_ok'] else 'no'} | {_f(r['tpot_ms_p50'], 0)} / "
                    f"{_f(r['tpot_ms_p99'], 0)} | {_f(None if r['qos_tpot_violation_rate'] is None else 100 * r['qos_tpot_violation_rate'], 1)} % | "
                    f"{_f(r['accuracy_proxy'])} | {'**OOM**' if r['oom'] else 'no'} | "
                    f"{'yes' if r.get('qos_met', _meets_qos(r, 0.05)) else 'no'} | "
                    f"{_f(r['plan_ms_p50_search'], 2)} |")
+    return "\n".join(out) + "\n"
+
+
+def pred_err_markdown(rows: list[dict]) -> str:
+    """The planner's prediction error against the simulated cluster, per run of a table (metrics `pred_err_*`)."""
+    out = ["Planner estimate vs simulated cluster, per run: relative error (estimate − simulated) / simulated; mean "
+           "signed (bias, < 0 = optimistic) and mean absolute (MAPE). Prefill steps exclude reload / KV stalls.", "",
+           "| cluster | family | planner | model run | TTFT bias | TTFT MAPE | TPOT bias | TPOT MAPE |",
+           "|---|---|---|---|---|---|---|---|"]
+
+    def pct(x):
+        return "—" if x is None else f"{100 * x:+.1f} %"
+
+    def mape(x):
+        return "—" if x is None else f"{100 * x:.1f} %"
+
+    for r in rows:
+        out.append(f"| {r['cluster']} | {r['family']} | {r['planner']} | {r['model']} | "
+                   f"{pct(r.get('pred_err_ttft_bias'))} | {mape(r.get('pred_err_ttft_mape'))} | "
+                   f"{pct(r.get('pred_err_tpot_bias'))} | {mape(r.get('pred_err_tpot_mape'))} |")
+    return "\n".join(out) + "\n"
+
+
+def latency_accuracy(seed: int = 0) -> str:
+    """Held-out accuracy of the planner's latency regression, fitted on profiling runs of the simulated devices."""
+    out = ["| model | cluster | held-out points | MAPE | R² | accuracy (1 − MAPE) | MAPE prefill | MAPE decode |",
+           "|---|---|---|---|---|---|---|---|"]
+    for fam, models in FAMILIES.items():
+        for m in sorted(models, key=lambda x: BASE_MMLU[x]):
+            for cl in CLUSTERS:
+                cluster = load_cluster(cl)
+                _, a = build_run_context(model_spec(m), cluster, PlannerConfig(), seed)
+                out.append(f"| {m} | {cl} | {a['n_points']} | {100 * a['mape']:.1f} % | {a['r2']:.4f} | "
+                           f"{100 * a['accuracy']:.1f} % | {100 * a['mape_prefill']:.1f} % | "
+                           f"{100 * a['mape_decode']:.1f} % |")
     return "\n".join(out) + "\n"
 
 
@@ -119,7 +164,8 @@ def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0,
     import pandas as pd
 
     tr = RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv"))
-    base, _ = build_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
+    cl = load_cluster(cluster)
+    base, _ = build_run_context(model_spec(model), cl, PlannerConfig(), seed)
     fig, (ax, ax2) = plt.subplots(2, 1, figsize=(9, 6), sharex=True, gridspec_kw={"height_ratios": [3, 1]})
     summary = {}
     for pname, style in (("voltron", "-"), ("mp", "--"), ("tp", ":")):
@@ -131,7 +177,7 @@ def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0,
             d = df[df.phase == "decode"]
             ax.plot(d.time_s, 1e3 * d.step_s, style, lw=0.8, label=f"{pname} (viol. "
                     f"{100 * (res.metrics['qos_tpot_violation_rate'] or 0):.0f} %, oom {res.metrics['oom']})")
-            if pname == "voltron":
+            if style == "-":                                   # the links once (first planner's run)
                 for c in [c for c in df.columns if c.startswith("rssi_")]:
                     ax2.plot(df.time_s, df[c], lw=0.8, label=c[5:])
     ax.axhline(400, color="k", lw=0.8)
@@ -165,7 +211,11 @@ def main(argv=None) -> None:
                          "runs; largest: the largest model that runs without OOM")
     ap.add_argument("--out", default="outputs/multidevice")
     ap.add_argument("--figure", action="store_true", help="also plot TPOT/RSSI over time (office, qwen2_5_14b)")
+    ap.add_argument("--latency", action="store_true", help="only print the latency-regression accuracy table")
     a = ap.parse_args(argv)
+    if a.latency:
+        print(latency_accuracy(a.seed))
+        return
     if a.figure:
         from pathlib import Path as _P
 
@@ -176,6 +226,7 @@ def main(argv=None) -> None:
     atomic_write_text(out / f"equal_split_{a.trace}.md", markdown(rows_eq, a.trace, a.turns))
     atomic_write_json(out / f"table_{a.trace}_{a.rule}.json", rows)
     atomic_write_text(out / f"table_{a.trace}_{a.rule}.md", markdown(rows, a.trace, a.turns))
+    atomic_write_text(out / f"pred_err_{a.trace}_{a.rule}.md", pred_err_markdown(rows + rows_eq))
     print(markdown(rows, a.trace, a.turns))
 
 

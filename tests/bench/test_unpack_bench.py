@@ -9,6 +9,10 @@ a strided channel slice (`perf stat` has no instruction counter on this host; va
 column is n/a there).
 Also the per-bit-width unpack throughput (all channels at B bits) that the cold-start simulator consumes.
 A second run uses the EdgeFlow Fig. 4a channel shares instead of the twin.
+With the `peer` extra installed (llama-cpp-python), the twin run adds llama.cpp's own K-quant dequantization (ggml's
+`dequantize_row_q4_K/q5_K/q6_K` via hil.peer, the ISA the extra was built for, float32 output as ggml produces it) of
+the same number of weights, quantized from Gaussian weights with ggml's `quantize_row_*_ref`: the real peer beside the
+scalar K-quant-like baseline (`kquant`), same timing loop; × memcpy is against the INT8 memcpy of the same weights.
 Prints tables and writes outputs/bench/unpack.json (twin, with the per-bit table) and unpack_fig4a.json
 (every number is measured).
 """
@@ -39,6 +43,19 @@ FIG4A = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}  # EdgeFlow Fig. 4a 
 REPS = 15                           # timed repetitions (best-of, round-robin) per configuration
 COUNT_STRIDE = 32                   # every 32nd channel for the callgrind instruction counts (128 x 14336 weights)
 PER_BIT_SHAPE = (512, 4096)         # per-bit-width throughput tensor
+GGML_KINDS = ("q4_K", "q5_K", "q6_K")   # llama.cpp K-quants (ggml's dequantize_row_*), with the peer extra only
+GGML_CHECK_ROWS = 16                # rows of each ggml output checked against gguf-py's NumPy dequantizer
+
+
+def ggml_blocks(seed: int = 0) -> tuple[dict[str, np.ndarray], str]:
+    """({kind: ggml blocks of C x D Gaussian weights}, note); empty without the peer extra (note says how to add it)."""
+    from hil import peer
+
+    if not peer.available():
+        return {}, peer.INSTALL_HINT
+    x = np.random.default_rng(seed).standard_normal(C * D, dtype=np.float32)      # (C·D,) weights
+    out = {k: peer.ggml_quantize_ref(k, x) for k in GGML_KINDS}
+    return out, f"llama.cpp {peer.peer_version()} libggml dequantize_row_<kind>, float32 out, 1 thread"
 
 
 def fig4a_bits(seed: int = 0) -> np.ndarray:
@@ -120,6 +137,10 @@ def test_unpack_throughput(alloc):
     payloads[("mixed", 0)] = baselines.mixed_pack(q, bits)
     payloads[("kquant", 0)] = baselines.kquant_pack(q, bits)
     payloads[("int8", 0)] = baselines.int8_pack(q, bits)
+    ggml, ggml_note = ggml_blocks() if alloc == "twin" else ({}, "twin run only")
+    for k, blk in ggml.items():
+        payloads[(f"ggml_{k}", 0)] = blk
+    out_f32 = np.empty(C * D, dtype=np.float32) if ggml else None                  # ggml dequantizes to float32
 
     src8 = q.copy()
     configs = [("memcpy", 0, "libc")]
@@ -128,10 +149,16 @@ def test_unpack_throughput(alloc):
     configs += [("weightlet", 512, i) for i in isas if i in ("avx512",)]
     configs += [("mixed", 0, i) for i in isas]
     configs += [("kquant", 0, "ref"), ("int8", 0, "libc")]
+    configs += [(f"ggml_{k}", 0, "ggml") for k in ggml]
 
     def make_call(fmt, R, isa):
         if fmt == "memcpy":
             return lambda: native.memcpy(out, src8)
+        if fmt.startswith("ggml_"):
+            from hil import peer
+
+            blk = payloads[(fmt, R)]
+            return lambda: peer.ggml_dequant(fmt[5:], blk, C * D, out=out_f32)
         p, f = payloads[(fmt, R)], FORMATS[fmt]
         if isa == "libc":
             return lambda: f.unpack_native(p, b3, C, D, R, out=out)
@@ -140,6 +167,14 @@ def test_unpack_throughput(alloc):
     calls = [make_call(*c) for c in configs]
     for c, call in zip(configs, calls):                    # warm up, and check every kernel before timing it
         call()
+        if c[0].startswith("ggml_"):                      # ggml's C kernel vs gguf-py's NumPy codec, first rows
+            import gguf
+
+            n_chk = GGML_CHECK_ROWS * D
+            blk = payloads[(c[0], 0)][:len(payloads[(c[0], 0)]) * n_chk // (C * D)]
+            ref = gguf.quants.dequantize(blk, getattr(gguf.GGMLQuantizationType, c[0][5:].upper())).reshape(-1)
+            np.testing.assert_allclose(out_f32[:n_chk], ref, rtol=1e-6, atol=1e-7, err_msg=c[0])
+            continue
         assert c[0] == "memcpy" or np.array_equal(out, q), c  # a benchmark of a wrong kernel is worthless
     # round-robin repetitions: interference from other work on this shared host hits every config alike
     times = [[] for _ in configs]
@@ -179,7 +214,8 @@ def test_unpack_throughput(alloc):
         spay[("int8", 0)] = baselines.int8_pack(sq, sb).tobytes()
         for r in rows:
             r["instr_per_weight"] = None
-            if exe is None or r["format"] in ("memcpy", "int8") or r.get("threads", 1) != 1:
+            if exe is None or r["format"] in ("memcpy", "int8") or r.get("threads", 1) != 1 \
+                    or r["format"].startswith("ggml_"):          # ggml rows: its library, not our harness
                 continue                                    # glibc memcpy uses `rep movsb`: callgrind counts bytes
             isa = "ref" if r["isa"] == "libc" else r["isa"]
             r["instr_per_weight"] = count_instructions(exe, d, r["format"], isa, r["group"], sb3,
@@ -216,11 +252,12 @@ def test_unpack_throughput(alloc):
         r["ratio_to_memcpy"] = (t_memcpy if r["threads"] == 1 else t_memcpy2) / r["s"]  # same thread count
         p = payloads.get((r["format"], r["group"]))
         r["packed_bytes"] = int(p.size) if p is not None else n
+        r["out"] = "float32" if r["format"].startswith("ggml_") else "int8"
     hist = {int(b): float(np.mean(bits == b)) for b in range(1, 9) if np.any(bits == b)}
     result = dict(
         measured=True, host=platform.processor() or platform.machine(), cpu_count=os.cpu_count(), threads=1,
         tensor=dict(C=C, D=D, weights=n, allocation=alloc_src, bits_share=hist, mean_bits=float(bits.mean())),
-        reps=REPS, timing="best of reps, round-robin over configs, warm buffers; threads=1 unless a row says 2",
+        ggml=ggml_note, reps=REPS, timing="best of reps, round-robin over configs, warm buffers; threads=1 unless a row says 2",
         isas=isas,
         instr_counter="valgrind callgrind (perf stat: instructions not supported on this host)",
         rows=rows, per_bit=per_bit, per_bit_shape=list(PER_BIT_SHAPE),
@@ -244,6 +281,13 @@ def test_unpack_throughput(alloc):
         cells += f"  mixed-{native.best_isa()}={mx / 1e9:.2f}"
         kq = [x for x in per_bit if x["bits"] == B and x.get("format") == "kquant"][0]["weights_per_s"]
         print(f"  B={B}: {cells}  kquant-ref={kq / 1e9:.3f}")
+    best1 = max((r for r in rows if r["format"] == "weightlet" and r["threads"] == 1), key=lambda r: r["weights_per_s"])
+    for r in rows:
+        if r["format"].startswith("ggml_") or r["format"] == "kquant":
+            print(f"  x {r['format']}: best weightlet ({best1['isa']}, R={best1['group']}) is "
+                  f"{best1['weights_per_s'] / r['weights_per_s']:.2f}x its throughput")
+    if not ggml and alloc == "twin":
+        print(f"  (no llama.cpp K-quant rows: {ggml_note})")
     print(f"wrote {out_json}")
     best = max((r for r in rows if r["format"] == "weightlet" and r["threads"] == 1), key=lambda r: r["weights_per_s"])
     kq = [r for r in rows if r["format"] == "kquant"][0]

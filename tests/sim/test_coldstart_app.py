@@ -46,13 +46,13 @@ def test_workloads_compose(cs, wl):
 
 
 @pytest.mark.parametrize("override,needle", [
-    ("bits=9", "bits must be in 1..8"), ("bits=0.5", "bits must be in 1..8"),
+    ("bits=9", "bits: must be in 1..8"), ("bits=0.5", "bits: must be in 1..8"),
     ("framework.policy=tvm", "framework.policy"), ("device.cpu_big_ghz=0", "device.cpu_big_ghz"),
     ("prompt_tokens=-3", "prompt_tokens"), ("cost_model=table", "cost table"),
     ("workload.min_tokens=0", "workload.min_tokens"), ("framework.compute_threads=0", "framework.compute_threads"),
     ("preloaded_gb=-1", "preloaded_gb"), ("bits_source=magic", "bits_source"),
-    ("bits=abc", "bits must be a number (got 'abc')"), ("prompt_tokens=1.5", "prompt_tokens must be int"),
-    ("write_trace=maybe", "write_trace must be bool"),
+    ("bits=abc", "bits: must be a number (got 'abc')"), ("prompt_tokens=1.5", "prompt_tokens: must be int"),
+    ("write_trace=maybe", "write_trace: must be bool"),
     ("device=pixel7", "device: pixel7 is not a single-SoC cold-start profile (soc_schema); use one of: xiaomi15pro"),
 ])
 def test_bad_input_is_one_line(cs, override, needle, tmp_path, monkeypatch, capsys):

@@ -8,15 +8,16 @@ import numpy as np
 from planner.voltron.comm import LinkState
 from planner.voltron.devices import load_cluster
 from planner.voltron.policy import PlannerConfig
-from planner.voltron.registry import build_context, make_policy
+from planner.voltron.registry import make_policy
 from planner.voltron.rssi import RssiTable
 from quant.gguf_model import model_spec
+from sim.multidevice.runner import build_run_context
 
 
 @lru_cache(maxsize=16)
 def context(model: str, cluster: str = "office", name: str = "voltron", balance: str = "hetero", points: int = 96):
-    ctx, acc = build_context(model_spec(model), load_cluster(cluster), PlannerConfig(name=name, balance=balance,
-                                                                                   profile_points=points))
+    ctx, acc = build_run_context(model_spec(model), load_cluster(cluster),   # the planner profiles the simulated devices
+                                 PlannerConfig(name=name, balance=balance, profile_points=points))
     return ctx, acc
 
 

@@ -7,6 +7,7 @@ from experiments.common import ConfigError, typed
 from experiments.multidevice import register
 from planner.voltron.devices import ClusterSpec, EdgeDevice, load_cluster
 from planner.voltron.policy import PlannerConfig
+from planner.voltron.registry import POLICIES
 from sim.wireless import TraceConfig
 from tests.conftest import CONF_DIR
 
@@ -44,10 +45,16 @@ def test_clusters(compose, name, devices):
     assert load_cluster(name).n == 3
 
 
-@pytest.mark.parametrize("name", ["voltron", "single", "mp", "tp"])
+@pytest.mark.parametrize("name", list(POLICIES))
 def test_planner_configs(compose, name):
     p = typed(compose(overrides=[f"+planner={name}"]).planner, PlannerConfig, "planner")
     assert p.name == name and p.qos_ttft_s == 10.0 and p.qos_tpot_s == 0.4
+
+
+def test_one_registry_of_policy_names():
+    """conf/planner/*.yaml, the registry and the policy classes agree (the registry is the only list of names)."""
+    assert sorted(p.stem for p in (CONF_DIR / "planner").glob("*.yaml")) == sorted(POLICIES)
+    assert all(cls.name == name for name, cls in POLICIES.items())
 
 
 def test_planner_bad_name(compose):

@@ -43,7 +43,7 @@ def test_accuracy_proxy_prefers_lowering_unimportant_layers():
 @pytest.mark.slow
 def test_remeasure_subset_matches_committed():
     """Re-measure two blocks of SmolLM2 with the committed settings; must match the JSON."""
-    from planner.voltron.measure_importance import measure
+    from quant.measure_importance import measure
     from quant.evaluate import eval_text_tokens
 
     doc = load_measurement()

@@ -1,5 +1,8 @@
 """Measure per-sublayer importance on the real SmolLM2-135M (Voltron paper §4.2.2, channel-level importance [43]).
 
+Lives in `quant/` because it runs the real model (GGUF weights, the NumPy reference forward of `quant.llama`); the
+planner only reads its output, `planner/voltron/data/smollm2_importance.json` (`planner.voltron.importance`).
+
 For every block and every shard of its ATTN (one KV-head group: its query heads' slice of the attention output) and
 FFN (`ffn_groups` equal groups of intermediate channels), the shard is pruned (its inputs to `attn_output` /
 `ffn_down` zeroed, which removes its whole contribution) and the perplexity increase over the unpruned reference
@@ -9,7 +12,7 @@ all channels within each layer"). Channels are grouped into shards (not pruned o
 few minutes on 2 cores; the grouping is the TP shard unit of `layers.py`, which is also what gets pruned at run time.
 
 Regenerate (writes atomically):
-    python -m planner.voltron.measure_importance --tokens 128 --ffn-groups 8 \
+    python -m quant.measure_importance --tokens 128 --ffn-groups 8 \
         --out planner/voltron/data/smollm2_importance.json
 """
 from __future__ import annotations
@@ -89,7 +92,7 @@ def main(argv: list[str] | None = None) -> None:
         "tokens": a.tokens, "offset": a.offset, "ffn_groups": a.ffn_groups, "base_ppl": res["base_ppl"],
         "attn_shards": [res["shards"]["attn"][str(i)] for i in range(L)],      # (L, n_kv_heads) Δppl
         "ffn_shards": [res["shards"]["ffn"][str(i)] for i in range(L)],        # (L, ffn_groups) Δppl
-        "regenerate": "python -m planner.voltron.measure_importance --tokens 128 --ffn-groups 8",
+        "regenerate": "python -m quant.measure_importance --tokens 128 --ffn-groups 8",
     }
     atomic_write_json(a.out, doc)
     print(f"wrote {a.out}")

@@ -1,0 +1,162 @@
+"""Host calibration app (docs/hil.md "Host profile"): measure this machine as a cold-start device.
+
+    python -m experiments.calibrate device=host               # full calibration (a few minutes on 2 cores)
+    python -m experiments.calibrate device=host quick=true    # < 30 s, smaller files and grids
+    python -m experiments.calibrate remeasure=false           # reuse this machine's stored profile if it exists
+
+Runs `hil.host.host_from_marker` (measurements in `hil.calibrate`), which stores the profile under
+`outputs/hil/host/<identity hash>/` (device.json, cost_table.json, identity.json, measurements.json). The run directory
+gets `metrics.json` (every profile field: measured ones under measured_keys, assumed / by-construction ones under
+input_keys; the read and GEMM curves, unpack rates), `read_bandwidth.png`, `gemm_gops.png` and `config.yaml`.
+"""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.common import (ConfigError, Estimate, one_line_errors, precheck, prepare_run_dir, register_common,
+                                run_dir, strict_bool, write_run_outputs)
+
+register_common()
+GROUPS = {"device": lambda: ["host"]}
+PLOTS = ("read_bandwidth.png", "gemm_gops.png")
+# Modelled estimate of one calibration (measured wall times of this app on this 2-core host, docs/hil.md).
+EST = {True: Estimate(15.0, 0.4e9, "quick", "quick=true"), False: Estimate(90.0, 1.2e9, "quick", "quick=false")}
+
+
+def _device(cfg: DictConfig) -> dict:
+    dev = OmegaConf.to_container(cfg.device, resolve=True)
+    from hil.host import is_host_marker
+
+    if not is_host_marker(dev):
+        name = dev.get("name", "?") if isinstance(dev, dict) else "?"
+        raise ConfigError(f"device: calibrate measures this machine; use device=host (got {name})")
+    return dev
+
+
+def validate(cfg: DictConfig) -> Estimate:
+    """All checks before any work: the device marker and the two switches. Returns the modelled estimate."""
+    dev = _device(cfg)
+    extra = sorted(set(dev) - {"name", "measured", "store"})
+    if extra:
+        raise ConfigError(f"device.{extra[0]}: not a key of the measured host device; its values are measured")
+    quick = strict_bool(cfg.quick, "quick")
+    strict_bool(cfg.remeasure, "remeasure")
+    return EST[quick]
+
+
+def _plots(meas: dict, out: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for th in sorted({r["threads"] for r in meas["reads"]}):
+        rows = sorted((r for r in meas["reads"] if r["threads"] == th), key=lambda r: r["request_bytes"])
+        ax.errorbar([r["request_bytes"] / 1024 for r in rows], [r["gbps"] for r in rows],
+                    yerr=[[r["gbps"] - r.get("gbps_min", r["gbps"]) for r in rows],
+                          [r.get("gbps_max", r["gbps"]) - r["gbps"] for r in rows]],
+                    marker="o", capsize=3, label=f"{th} reader{'s' if th > 1 else ''}")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("request size (KiB)")
+    ax.set_ylabel("cold read GB/s (measured)")
+    ax.set_title("Cold pread bandwidth, page cache evicted (median, bar = min..max)")
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out / "read_bandwidth.png", dpi=110)
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for (k, n, th) in sorted({(r["k"], r["n"], r["threads"]) for r in meas["gemm"]}):
+        rows = sorted((r for r in meas["gemm"] if (r["k"], r["n"], r["threads"]) == (k, n, th)), key=lambda r: r["m"])
+        ax.plot([r["m"] for r in rows], [r["gops"] for r in rows], marker=".", ls="-" if th == 1 else "--",
+                label=f"{k}->{n}, {th}t")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("M (tokens)")
+    ax.set_ylabel("INT8 GEMM GOP/s (measured)")
+    ax.set_title(f"INT8 GEMM vs M ({meas['kernels']})")
+    ax.legend(fontsize=6, ncol=2)
+    fig.tight_layout()
+    fig.savefig(out / "gemm_gops.png", dpi=110)
+    plt.close(fig)
+
+
+def metrics_of(device_doc: dict, meas: dict, store: Path, table: Path) -> tuple[dict[str, Any], list[str], list[str]]:
+    """Flat metrics: (metrics, measured keys, input keys)."""
+    m: dict[str, Any] = {"profile_dir": str(store), "cost_table": str(table), "kernels": meas["kernels"],
+                         "cpu_model": device_doc["profile"]["soc"]}
+    measured, inputs = [], []
+    for k, v in device_doc["profile"].items():
+        if isinstance(v, str):
+            continue
+        key = f"device.{k}"
+        m[key] = float(v) if isinstance(v, bool) else v
+        src = device_doc["sources"].get(k, "")
+        (measured if src.startswith("measured") else inputs).append(key)
+        if k in device_doc.get("spread", {}):
+            m[f"{key}.spread"] = device_doc["spread"][k]
+            measured.append(f"{key}.spread")
+    m["calibration_wall_s"] = device_doc["wall_s"]
+    m["quick"] = float(device_doc["quick"])
+    measured.append("calibration_wall_s")
+    for i, span in enumerate(("1min", "5min", "15min")):          # other work on the shared host while measuring
+        m[f"loadavg_{span}"] = device_doc.get("loadavg", [0.0] * 3)[i]
+        measured.append(f"loadavg_{span}")
+    inputs.append("quick")
+    for r in meas["reads"]:
+        key = f"cold_read_gbps.{r['threads']}t.{r['request_bytes']}B"
+        m[key] = r["gbps"]
+        measured.append(key)
+    for r in meas["gemm"]:
+        key = f"gemm_gops.{r['threads']}t.m{r['m']}.k{r['k']}.n{r['n']}"
+        m[key] = r["gops"]
+        measured.append(key)
+    for r in meas["unpack"]:
+        key = f"unpack_gweights_per_s.{r['fmt']}.b{r['bits']}.{r['threads']}t"
+        m[key] = 1e-9 / r["s_per_weight"]
+        measured.append(key)
+    for name, s in meas["wall_s"].items():
+        m[f"wall_s.{name}"] = s
+        measured.append(f"wall_s.{name}")
+    return m, measured, inputs
+
+
+@one_line_errors
+def run(cfg: DictConfig) -> dict[str, Any]:
+    validate(cfg)
+    dev = _device(cfg)
+    out = run_dir()
+    prepare_run_dir(out, ["config.yaml", *PLOTS])
+    from hil.host import host_from_marker
+
+    try:
+        prof, table = host_from_marker(dev, quick=bool(cfg.quick), remeasure=bool(cfg.remeasure),
+                                       progress=lambda msg: print(msg, file=sys.stderr))
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    store = table.parent
+    device_doc = json.loads((store / "device.json").read_text())
+    meas = json.loads((store / "measurements.json").read_text())
+    _plots(meas, out)
+    metrics, measured, inputs = metrics_of(device_doc, meas, store, table)
+    write_run_outputs(out, cfg, metrics, measured=measured, modelled=[], inputs=inputs)
+    print(f"host {prof.soc}: cold read {prof.flash_peak_gbps:.2f} GB/s, copy {prof.cpu_copy_gbps:.1f} GB/s, "
+          f"INT8 GEMM {prof.npu_int8_tops * 1e3:.0f} GOP/s/core, dispatch {prof.npu_dispatch_s * 1e6:.0f} us "
+          f"(measured) -> {out}")
+    return metrics
+
+
+@hydra.main(config_path="../conf", config_name="calibrate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    precheck("calibrate", sys.argv[1:], validate, GROUPS)
+    main()

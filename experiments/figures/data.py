@@ -1,0 +1,87 @@
+"""Shared data helpers of the figure modules: typed configs by name, in-process cold-start runs, measured results
+found on disk. Library functions only (`sim/`, `planner/`, `quant/`); nothing here is fitted or hard-coded."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+from planner.device import SocProfile
+from planner.framework import FrameworkSpec
+from planner.workload import WorkloadSpec
+from quant.arch import ModelSpec
+from sim.coldstart.run import ColdStartSettings, run_one
+from sim.coldstart.sweep import load_conf
+
+ROOT = Path(__file__).resolve().parents[2]
+PHONE = "xiaomi15pro"          # EdgeFlow testbed profile (docs/coldstart.md)
+
+
+def model(name: str) -> ModelSpec:
+    return load_conf("model", name, ModelSpec)
+
+
+def device(name: str = PHONE) -> SocProfile:
+    return load_conf("device", name, SocProfile)
+
+
+def framework(name: str) -> FrameworkSpec:
+    return load_conf("framework", name, FrameworkSpec)
+
+
+def workload(name: str) -> WorkloadSpec:
+    return load_conf("workload", name, WorkloadSpec)
+
+
+def coldstart(model_name: str, fw: str, wl: str | None = None, dev: str = PHONE, **settings: Any) -> dict:
+    """One simulated cold start (modelled metrics of `sim.coldstart.run.run_one`), no trace."""
+    return run_one(model(model_name), device(dev), framework(fw), workload(wl) if wl else None,
+                   ColdStartSettings(write_trace=False, **settings))[0]
+
+
+def metrics_files(roots: Iterable[Path]) -> list[tuple[Path, dict]]:
+    """(path, metrics) of every readable metrics.json under `roots` (missing roots are skipped), sorted by path."""
+    out = []
+    for root in roots:
+        root = Path(root)
+        if not root.is_dir():
+            continue
+        for p in sorted(root.rglob("metrics.json")):
+            try:
+                out.append((p, json.loads(p.read_text())))
+            except (OSError, ValueError):
+                continue
+    return out
+
+
+def sweep_frame(models: Iterable[str], frameworks: Iterable[str], workloads: Iterable[str],
+                bits: Iterable[float] = (5.0,), keys: Iterable[str] = ("ttft_s",), dev: str = PHONE) -> list[dict]:
+    """Long rows (model, framework, workload, prompt_tokens, bits, metric, value, source=modelled) of
+    `sim.coldstart.sweep.sweep` over the grid."""
+    from sim.coldstart.sweep import sweep
+
+    rows = []
+    keys = tuple(keys)
+    for m in models:
+        for r in sweep(model=m, device=dev, frameworks=tuple(frameworks), workloads=tuple(workloads),
+                       bits=tuple(bits)):
+            for k in keys:
+                rows.append({"model": m, "framework": r["framework"], "workload": r["workload"],
+                             "prompt_tokens": r["prompt_tokens"], "bits": r["bits"], "metric": k, "value": r[k],
+                             "source": "modelled"})
+    return rows
+
+
+def grouped_bars(ax, df, group: str, series: str, value: str = "value", log: bool = False) -> None:
+    """Bars of `value`: one group per distinct `group`, one bar per `series` (order of first appearance)."""
+    groups = list(dict.fromkeys(df[group]))
+    sers = list(dict.fromkeys(df[series]))
+    cell = {(g, s): v for g, s, v in zip(df[group], df[series], df[value])}
+    width = 0.8 / max(1, len(sers))
+    colors = __import__("matplotlib").pyplot.get_cmap("tab20").colors
+    for i, s in enumerate(sers):
+        ax.bar([j + i * width for j in range(len(groups))],
+               [cell.get((g, s), float("nan")) for g in groups], width, label=str(s), color=colors[i % 20])
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], [str(g) for g in groups])
+    if log:
+        ax.set_yscale("log")

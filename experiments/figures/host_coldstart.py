@@ -1,0 +1,84 @@
+"""This host as a device: cold-start TTFT and phases predicted by the simulator (with the measured host profile)
+beside the same plan run for real by the native runner — the results of `python -m experiments.validate`
+(docs/hil.md) found on disk under `outputs/validate/` and `multirun/validate/` (newest run per framework, bits and
+prompt length). Nothing is run here: without validate results the figure says "not measured in this run".
+
+The EdgeFlow paper's figures are of a phone; this is the measured counterpart on the hardware at hand (§5 of the
+framework's design: predict, run, report the error)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from experiments.figures.base import NOT_MEASURED, FigureSpec, note
+from experiments.figures.data import ROOT, metrics_files
+
+RESULT_ROOTS = [ROOT / "outputs" / "validate", ROOT / "multirun" / "validate"]   # where validate runs are read
+PHASES = ("ttft", "load", "unpack", "prefill")
+
+SPEC = FigureSpec(
+    name="host_coldstart", paper="This host", figure="host cold start",
+    title="cold start on this host: predicted (simulator, measured profile) vs measured (native runner)",
+    claim="The simulator that predicts the phone's cold start must also predict a device we can measure: its "
+          "error on this host is what the phone figures' modelled numbers are worth.",
+    simulated="each validate run's prediction with the measured host profile (predicted_*)",
+    measured="the same plan executed by the native runner, page cache evicted (measured_*: median, min, max)",
+    tolerances={"value": (1e-6, 1e-12)})
+
+
+def runs(roots: list[Path] | None = None) -> list[dict]:
+    """Newest validate metrics per (framework, model, bits, prompt_tokens)."""
+    newest: dict[tuple, tuple[float, dict]] = {}
+    for path, m in metrics_files(RESULT_ROOTS if roots is None else roots):
+        if "predicted_ttft_s" not in m or "measured_ttft_s" not in m:
+            continue
+        key = (m.get("framework"), m.get("model"), m.get("bits"), m.get("prompt_tokens"))
+        t = path.stat().st_mtime
+        if key not in newest or t > newest[key][0]:
+            newest[key] = (t, m)
+    return [newest[k][1] for k in sorted(newest, key=str)]
+
+
+def data(size: str) -> pd.DataFrame:
+    rows = []
+    for m in runs():
+        base = {"framework": m["framework"], "model": m["model"], "bits": m["bits"],
+                "prompt_tokens": m["prompt_tokens"], "repeats": m.get("repeats")}
+        for ph in PHASES:
+            rows.append({**base, "phase": ph, "stat": "predicted", "value": m.get(f"predicted_{ph}_s"),
+                         "source": "modelled"})
+            for stat, suffix in (("median", ""), ("min", "_min"), ("max", "_max")):
+                rows.append({**base, "phase": ph, "stat": stat, "value": m.get(f"measured_{ph}{suffix}_s"),
+                             "source": "measured"})
+    if not rows:
+        rows.append({"framework": "", "model": "", "bits": None, "prompt_tokens": None, "repeats": None,
+                     "phase": "ttft", "stat": NOT_MEASURED, "value": None, "source": "measured"})
+    return pd.DataFrame(rows)
+
+
+def plot(df: pd.DataFrame, fig) -> None:
+    ax = fig.add_subplot(1, 1, 1)
+    d = df[df.value.notna()]
+    if d.empty:
+        ax.text(0.5, 0.5, f"{NOT_MEASURED}\n(run: python -m experiments.validate -m framework=edgeflow,llamacpp,"
+                "mnn,llmnpu_plus)", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    d = d.assign(run=[f"{f} b{b} p{p}" for f, b, p in zip(d.framework, d.bits, d.prompt_tokens)])
+    labels = list(dict.fromkeys(d.run))
+    for j, (ph, color) in enumerate(zip(PHASES, ("tab:purple", "tab:blue", "tab:orange", "tab:green"))):
+        for i, r in enumerate(labels):
+            e = d[(d.run == r) & (d.phase == ph)].set_index("stat")["value"]
+            x = i + (j - 1.5) * 0.2
+            if "predicted" in e:
+                ax.bar(x - 0.05, e["predicted"], 0.09, color=color, alpha=0.45,
+                       label=f"{ph} predicted" if i == 0 else None)
+            if "median" in e:
+                ax.bar(x + 0.05, e["median"], 0.09, color=color, label=f"{ph} measured" if i == 0 else None)
+                if "min" in e and "max" in e:
+                    ax.plot([x + 0.05] * 2, [e["min"], e["max"]], "k-", lw=0.8)
+    ax.set_xticks(range(len(labels)), labels, fontsize=7)
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=7, ncol=4)
+    note(ax, "light: modelled (predicted); dark: measured, min-max whiskers")

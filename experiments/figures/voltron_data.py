@@ -1,0 +1,54 @@
+"""Voltron helpers of the figure modules: one simulated conversation of a planner on a cluster under an RSSI trace,
+with the planner context (latency regression fit, importance) built once per (cluster, model) and reused — the same
+calls as `sim.multidevice.report`. All numbers are modelled except plan times (measured on this host)."""
+from __future__ import annotations
+
+import dataclasses
+from functools import lru_cache
+
+from planner.voltron.accuracy import BASE_MMLU, FAMILIES
+from planner.voltron.devices import load_cluster
+from planner.voltron.policy import PlannerConfig
+from planner.voltron.registry import build_context, make_policy
+from planner.voltron.rssi import RssiTable
+from quant.gguf_model import model_spec
+from sim.multidevice.runner import RunResult, run_conversation
+from sim.multidevice.workload import WorkloadConfig
+from sim.wireless import RssiTrace, TraceConfig
+
+__all__ = ["BASE_MMLU", "FAMILIES", "conversation", "trace", "largest", "summary"]
+
+KEYS = ("ttft_s", "ttft_s_max", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate", "accuracy_proxy",
+        "energy_mj_per_token", "replans")
+
+
+def summary(res: RunResult, keys=KEYS) -> dict:
+    """The run's modelled metrics of interest (None -> NaN) plus `oom` as 0/1."""
+    out = {k: float("nan") if res.metrics.get(k) is None else float(res.metrics[k]) for k in keys}
+    out["oom"] = float(bool(res.metrics["oom"]))
+    return out
+
+
+@lru_cache(maxsize=8)
+def trace(name: str) -> RssiTrace:
+    return RssiTrace.load(TraceConfig(name=name, csv=f"{name}.csv"))
+
+
+@lru_cache(maxsize=32)
+def _context(cluster: str, model: str, seed: int):
+    return build_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
+
+
+def conversation(cluster: str, model: str, planner: str, trace_name: str, turns: int, seed: int = 0,
+                 balance: str = "hetero", think_s: float | None = None, **planner_cfg) -> RunResult:
+    """`sim.multidevice.runner.run_conversation` of one planner (`planner.voltron.registry` name); `planner_cfg`
+    overrides other `PlannerConfig` fields (ablations, energy mode)."""
+    base, _acc = _context(cluster, model, seed)
+    ctx = dataclasses.replace(base, cfg=PlannerConfig(name=planner, balance=balance, **planner_cfg))
+    wl = WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s}))
+    return run_conversation(make_policy(ctx), ctx, trace(trace_name), RssiTable(), wl, seed=seed)
+
+
+def largest(family: str) -> str:
+    """The family's model with the highest published base score (the accuracy ceiling)."""
+    return max(FAMILIES[family], key=lambda m: BASE_MMLU[m])

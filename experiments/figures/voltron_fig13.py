@@ -1,0 +1,58 @@
+"""Voltron evaluation counterpart "Fig. 13": energy mode (§4.4) and planning overhead — energy per generated token
+and TPOT with and without spending the QoS slack on lower DVFS levels, per cluster (simulated), and the time one
+re-plan takes on this host (measured: the planner runs for real here). The paper's evaluation figures are withheld
+from the design text."""
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.figures.base import FigureSpec, note
+from experiments.figures.voltron_data import conversation, summary
+
+GRID = {"full": dict(clusters=("car", "office", "home"), model="qwen2_5_7b", turns=3),
+        "toy": dict(clusters=("office",), model="qwen2_5_3b", turns=1)}
+TRACE = "steady_strong"
+
+SPEC = FigureSpec(
+    name="voltron_fig13", paper="Voltron", figure="Fig. 13", withheld=True,
+    title="energy mode: energy per token and TPOT; re-plan time on this host",
+    claim="When QoS leaves slack, Voltron runs devices at lower frequency to save energy while staying within the "
+          "TPOT target, and re-planning costs well under a millisecond-scale fraction of a token.",
+    simulated="energy per token (device power model) and TPOT with energy mode off / on",
+    measured="re-plan time of the planner on this host (median ms; a wall-clock time, changes run to run)",
+    tolerances={"value": (1e-4, 1e-9)}, measured_columns=("plan_ms_p50",))
+
+
+def data(size: str) -> pd.DataFrame:
+    g = GRID[size]
+    rows = []
+    for cl in g["clusters"]:
+        for label, on in (("voltron", False), ("voltron + energy mode", True)):
+            res = conversation(cl, g["model"], "voltron", TRACE, g["turns"], energy_mode=on)
+            s = summary(res, ("energy_mj_per_token", "tpot_ms_p50", "qos_tpot_violation_rate", "accuracy_proxy"))
+            plan_ms = res.metrics.get("plan_ms_p50")
+            rows += [{"cluster": cl, "model": g["model"], "variant": label, "metric": k, "value": v,
+                      "plan_ms_p50": float("nan") if plan_ms is None else float(plan_ms), "source": "modelled"}
+                     for k, v in s.items()]
+    return pd.DataFrame(rows)
+
+
+def plot(df: pd.DataFrame, fig) -> None:
+    clusters = list(dict.fromkeys(df.cluster))
+    for i, (k, lab) in enumerate((("energy_mj_per_token", "energy per token (mJ)"), ("tpot_ms_p50", "TPOT p50 (ms)"))):
+        ax = fig.add_subplot(1, 3, i + 1)
+        for j, v in enumerate(dict.fromkeys(df.variant)):
+            d = df[(df.metric == k) & (df.variant == v)].set_index("cluster")
+            ax.bar([c + 0.4 * j for c in range(len(clusters))], [d.value.get(c) for c in clusters], 0.4, label=v)
+        ax.set_xticks([c + 0.2 for c in range(len(clusters))], clusters)
+        ax.set_ylabel(lab)
+        if i == 0:
+            ax.legend(fontsize=7)
+            note(ax, "simulated")
+    ax = fig.add_subplot(1, 3, 3)
+    d = df.drop_duplicates(["cluster", "variant"])
+    ax.bar(range(len(d)), d.plan_ms_p50, color="tab:gray")
+    ax.set_xticks(range(len(d)), [f"{c}\n{v.replace('voltron + ', '+')}" for c, v in zip(d.cluster, d.variant)],
+                  fontsize=6)
+    ax.set_ylabel("re-plan time, median (ms)")
+    note(ax, "measured on this host")

@@ -1,0 +1,131 @@
+"""Predict a host cold start with the simulator, run the same plan on this host, compare (docs/hil.md).
+
+The library behind `experiments.validate` (plain typed inputs; no Hydra): it is the one place that sees both the
+simulator (`sim/`) and the hardware runner (`hil/`), which never import each other.
+
+Flow: the framework's policy builds its plan for the measured host profile (threads fitted to the cores,
+`hil.deploy.fit_threads`; unpack work from the real file's bit widths) -> the plan is bound to the packed file's byte
+ranges -> the simulator predicts it with the host's cost table (modelled) -> the runner executes it `repeats` times,
+page cache evicted before each run (measured) -> the same metric function (`sim.metrics.coldstart_metrics`) is applied
+to the predicted and to every measured timeline, so each phase is defined identically on both sides.
+Prediction error = (predicted - measured) / measured, with measured = the median over repeats.
+"""
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from planner.cost import make_cost_model
+from planner.device import SocProfile
+from planner.framework import FrameworkSpec
+from planner.pipeline.bind import bind_plan
+from planner.plan import Plan
+from planner.timeline import Timeline
+from quant.arch import ModelSpec
+from quant.settings import QuantSettings
+
+PHASES = ("ttft_s", "load_s", "unpack_s", "prefill_s", "cpu_bubble_rate", "npu_bubble_rate")
+LOGIT_TOL = 0.05   # max |Δlogit| runner vs NumPy reference on the same packed weights (float summation order; docs/hil.md)
+
+
+@dataclass
+class HostRun:
+    plan: Plan
+    predicted: Timeline
+    measured: list[Timeline]
+    pred_metrics: dict[str, Any]
+    meas_metrics: list[dict[str, Any]]
+    packed_path: Path
+    logits: np.ndarray | None = None
+    token: int = -1
+    info: dict[str, Any] = field(default_factory=dict)
+
+
+def build_host_plan(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int,
+                    tokens: int, qs: QuantSettings) -> tuple[Plan, Path]:
+    """The framework's plan for this host, bound to its packed weight file (made and cached on first use)."""
+    from hil.deploy import file_facts, fit_threads, packed_model, weight_file_kind
+    from sim.coldstart import POLICIES, ColdStartInputs
+
+    policy = POLICIES[fw.policy]()
+    recipe = getattr(policy, "recipe", None)
+    method, fmt = weight_file_kind(fw.policy, getattr(recipe, "fmt", None))
+    path = packed_model(spec, method, bits, fmt, qs)
+    facts = file_facts(path, spec)
+    cost = make_cost_model("table", dev, cost_table)
+    x = ColdStartInputs(spec, dev, fit_threads(fw, dev), cost, tokens, float(bits), bits_override=facts.bits)
+    plan = policy.build(x)
+    return bind_plan(plan, facts.entries, facts.embed_row_bytes), path
+
+
+def predict(plan: Plan, dev: SocProfile, cost_table: str) -> tuple[Timeline, dict[str, Any]]:
+    from sim.executor import simulate
+    from sim.metrics import coldstart_metrics
+
+    tl = simulate(plan, dev, make_cost_model("table", dev, cost_table))
+    return tl, coldstart_metrics(tl, dev)
+
+
+def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int, tokens: np.ndarray,
+             qs: QuantSettings, repeats: int, warmup: int = 1, progress=None) -> HostRun:
+    from hil.runner import run_plan
+    from sim.metrics import coldstart_metrics
+
+    plan, path = build_host_plan(spec, dev, cost_table, fw, bits, int(tokens.size), qs)
+    pred_tl, pred_m = predict(plan, dev, cost_table)
+    measured, meas_m = [], []
+    res = None
+    for k in range(warmup + repeats):
+        res = run_plan(plan, path, tokens, spec=spec)
+        if k >= warmup:
+            measured.append(res.timeline)
+            meas_m.append(coldstart_metrics(res.timeline, dev))
+        if progress:
+            progress(k + 1, warmup + repeats)
+    return HostRun(plan, pred_tl, measured, pred_m, meas_m, path, res.logits if res else None,
+                   res.token if res else -1)
+
+
+def _err(pred: float | None, meas: float | None) -> float | None:
+    if pred is None or meas is None or meas == 0:
+        return None
+    return 100.0 * (pred - meas) / meas
+
+
+def compare(run: HostRun) -> dict[str, Any]:
+    """Flat metrics: predicted_<phase> (modelled), measured_<phase> median/min/max (measured), <phase>_error_pct."""
+    out: dict[str, Any] = {}
+    for ph in PHASES:
+        name = ph[:-2] if ph.endswith("_s") else ph
+        unit = "_s" if ph.endswith("_s") else ""
+        p = run.pred_metrics.get(ph)
+        vals = [m[ph] for m in run.meas_metrics if m.get(ph) is not None]
+        med = statistics.median(vals) if vals else None
+        out[f"predicted_{name}{unit}"] = p
+        out[f"measured_{name}{unit}"] = med
+        out[f"measured_{name}_min{unit}"] = min(vals) if vals else None
+        out[f"measured_{name}_max{unit}"] = max(vals) if vals else None
+        out[f"{name}_error_pct"] = _err(p, med)
+    return out
+
+
+def merged_trace(run: HostRun) -> dict[str, Any]:
+    """One Chrome trace: the prediction (process 1, modelled) and the median measured run (process 2)."""
+    from sim.trace import timeline_trace
+
+    med = sorted(run.measured, key=lambda t: t.end_s)[len(run.measured) // 2]
+    a = timeline_trace(run.predicted)
+    b = timeline_trace(med)
+    for ev in a["traceEvents"]:
+        if ev.get("name") == "process_name":
+            ev["args"]["name"] = f"predicted (modelled): {run.plan.framework} {run.plan.model}"
+    for ev in b["traceEvents"]:
+        ev["pid"] = 2
+        if ev.get("name") == "process_name":
+            ev["args"]["name"] = (f"measured on this host (median of {len(run.measured)} cold runs; 'npu' = the NPU "
+                                  f"stand-in, a CPU core): {run.plan.framework} {run.plan.model}")
+    return {"traceEvents": a["traceEvents"] + b["traceEvents"], "displayTimeUnit": "ms"}

@@ -1,0 +1,208 @@
+"""Host hardware-in-the-loop validation app (docs/hil.md): predict a cold start, run it for real, report the error.
+
+    python -m experiments.validate device=host model=smollm2_135m framework=edgeflow bits=5 prompt_tokens=128 repeats=5
+    python -m experiments.validate -m framework=edgeflow,llamacpp,mnn,llmnpu_plus      # + speedups.csv in the sweep dir
+    python -m experiments.validate peer=llamacpp                 # + llama.cpp's cold TTFT on the same model and prompt
+
+Writes `metrics.json` (predicted_* modelled; measured_* measured: median, min, max over `repeats` cold runs; *_error_pct
+= (predicted - measured) / measured), `trace.json` (predicted and measured tracks side by side) and `plan.json` into
+the run directory. Jobs of a sweep run one after the other (timing runs must not share the cores).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.config_store import ConfigStore
+from hydra.experimental.callback import Callback
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+from experiments.common import (ConfigError, check_group_choices, one_line_errors, register_common, run_dir, typed,
+                                write_run_outputs)
+from planner.framework import FrameworkSpec
+from quant.arch import ModelSpec, WeightSource
+from quant.atomic import atomic_write_json, atomic_write_text
+from quant.settings import QuantSettings
+
+MAX_PROMPT = 1024       # tokens: KV cache and activations of a host run stay small; longer prompts are not validated
+MAX_REPEATS = 50
+
+
+@dataclass
+class ValidateConfig:
+    model: ModelSpec = MISSING
+    framework: FrameworkSpec = MISSING
+    quant: QuantSettings = field(default_factory=QuantSettings)
+    device: Any = MISSING
+    bits: int = 5
+    prompt_tokens: int = 128
+    repeats: int = 5
+    warmup: int = 1
+    peer: str = "none"
+    peer_gguf: str = "q4_1"
+    check_logits: bool = True
+    remeasure: bool = False
+    quick_profile: bool = False
+    write_trace: bool = True
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.bits <= 8:
+            raise ValueError(f"bits must be in 1..8 (got {self.bits})")
+        if not 1 <= self.prompt_tokens <= MAX_PROMPT:
+            raise ValueError(f"prompt_tokens must be in 1..{MAX_PROMPT} (got {self.prompt_tokens})")
+        if not 1 <= self.repeats <= MAX_REPEATS:
+            raise ValueError(f"repeats must be in 1..{MAX_REPEATS} (got {self.repeats})")
+        if not 0 <= self.warmup <= 10:
+            raise ValueError(f"warmup must be in 0..10 (got {self.warmup})")
+        if self.peer not in ("none", "llamacpp"):
+            raise ValueError(f"peer must be none or llamacpp (got {self.peer!r})")
+        if self.peer_gguf not in ("q4_1", "q8_0"):
+            raise ValueError(f"peer_gguf must be q4_1 or q8_0 (got {self.peer_gguf!r})")
+
+
+def register() -> None:
+    register_common()
+    cs = ConfigStore.instance()
+    cs.store(group="quant", name="quant_schema", node=QuantSettings)
+    cs.store(group="framework", name="framework_schema", node=FrameworkSpec)
+    cs.store(name="validate_schema", node=ValidateConfig)
+
+
+register()
+GROUPS = {"model": None, "framework": None, "device": lambda: ["host"], "quant": None}
+
+
+def _host(cfg: DictConfig, remeasure: bool, quick: bool):
+    from hil.host import host_from_marker, is_host_marker
+
+    doc = OmegaConf.to_container(cfg.device, resolve=True) if isinstance(cfg.device, DictConfig) else None
+    if not is_host_marker(doc):
+        name = doc.get("name") if isinstance(doc, dict) else doc
+        raise ConfigError(f"device: validate runs plans on this machine: use device=host (got {name!r})")
+    try:
+        return host_from_marker(doc, quick=quick, remeasure=remeasure)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+@one_line_errors
+def run(cfg: DictConfig) -> dict[str, Any]:
+    from experiments.hostrun import LOGIT_TOL, compare, merged_trace, run_host
+    from hil.deploy import plan_summary
+    from quant.evaluate import eval_text_tokens
+
+    c = typed({k: cfg[k] for k in ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits",
+                                   "remeasure", "quick_profile", "write_trace")} | {"model": typed(cfg.model, ModelSpec, "model"),
+                                                                   "framework": typed(cfg.framework, FrameworkSpec,
+                                                                                      "framework"),
+                                                                   "quant": typed(cfg.quant, QuantSettings, "quant"),
+                                                                   "device": "host"}, ValidateConfig)
+    if c.model.weights == WeightSource.twin:
+        raise ConfigError(f"model: {c.model.name} has no weights on this machine (model.weights=twin); validate needs "
+                          f"real or synthetic weights, e.g. model=smollm2_135m")
+    peer = None
+    if c.peer == "llamacpp":
+        from hil.peer import check_available
+
+        check_available()                                   # one line naming the install command, before any work
+    dev, table = _host(cfg, c.remeasure, c.quick_profile)
+    tokens = eval_text_tokens(c.model, c.prompt_tokens)
+    run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
+                    progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True))
+    print(file=sys.stderr)
+    m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
+                         "bits": c.bits, "prompt_tokens": c.prompt_tokens, "repeats": c.repeats,
+                         "packed_file": run_.packed_path.name, "packed_file_bytes": run_.packed_path.stat().st_size}
+    m.update({k: v for k, v in plan_summary(run_.plan).items() if not isinstance(v, str)})
+    m["priority"] = run_.plan.schedule.priority
+    m.update(compare(run_))
+    if c.check_logits:
+        from quant.packed_forward import forward_last_logits, read_model
+
+        ref = forward_last_logits(read_model(run_.packed_path), c.model, tokens)
+        m["logits_max_abs_diff"] = float(abs(ref - run_.logits).max())
+        m["logits_top1_match"] = bool(int(ref.argmax()) == run_.token)
+        m["logits_tolerance"] = LOGIT_TOL
+    if c.peer == "llamacpp":
+        from hil.peer import llamacpp_cold_ttft, peer_gguf
+
+        peer = llamacpp_cold_ttft(peer_gguf(c.model, c.peer_gguf), tokens, threads=dev.cpu_cores, repeats=c.repeats)
+        m.update({f"peer_{k}": v for k, v in peer.items() if not isinstance(v, (list, dict))})
+        m["peer_weight_type"] = c.peer_gguf.upper()
+        if m.get("peer_ttft_s") and m.get("measured_ttft_s"):
+            m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
+    out = run_dir()
+    atomic_write_text(out / "plan.json", run_.plan.to_json())
+    if c.write_trace:
+        atomic_write_json(out / "trace.json", merged_trace(run_))
+    inputs = ["bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
+              "steal_threshold", "n_tasks", "logits_tolerance", "packed_file_bytes"]
+    modelled = [k for k in m if k.startswith("predicted_")]
+    measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
+    write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
+    _print(m, out)
+    return m
+
+
+def _fmt(v) -> str:
+    return "n/a" if v is None else f"{v:.3f}"
+
+
+def _print(m: dict[str, Any], out: Path) -> None:
+    print(f"{m['framework']} {m['model']} bits={m['bits']} prompt={m['prompt_tokens']} on this host -> {out}")
+    print(f"  {'phase':<16}{'predicted':>11}{'measured (median, min-max)':>32}{'error':>9}")
+    for ph in ("ttft", "load", "unpack", "prefill", "cpu_bubble_rate", "npu_bubble_rate"):
+        unit = "" if "rate" in ph else "_s"
+        p, med = m.get(f"predicted_{ph}{unit}"), m.get(f"measured_{ph}{unit}")
+        lo, hi = m.get(f"measured_{ph}_min{unit}"), m.get(f"measured_{ph}_max{unit}")
+        e = m.get(f"{ph}_error_pct")
+        print(f"  {ph:<16}{_fmt(p):>11}{_fmt(med):>14} ({_fmt(lo)}-{_fmt(hi)}){'' if e is None else f'{e:+8.1f}%':>9}")
+    if "logits_max_abs_diff" in m:
+        print(f"  logits vs NumPy reference: top-1 {'match' if m['logits_top1_match'] else 'MISMATCH'}, "
+              f"max |Δ| {m['logits_max_abs_diff']:.4f} (tolerance {m['logits_tolerance']})")
+    if "peer_ttft_s" in m:
+        print(f"  llama.cpp ({m['peer_weight_type']}) cold TTFT {m['peer_ttft_s']:.3f} s -> ours "
+              f"{m.get('speedup_vs_peer', float('nan')):.2f}x faster (measured, same run)")
+
+
+class SpeedupCallback(Callback):
+    """After a `-m` sweep: EdgeFlow's host speed-up over each other framework, predicted and measured (speedups.csv)."""
+
+    def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
+        sweep = Path(config.hydra.sweep.dir)
+        rows = [json.loads(p.read_text()) for p in sorted(sweep.glob("*/metrics.json"))]
+        table = speedup_table(rows)
+        if table:
+            atomic_write_text(sweep / "speedups.csv", "\n".join(",".join(map(str, r)) for r in table) + "\n")
+            print("\n".join("  ".join(f"{x}" for x in r) for r in table))
+
+
+def speedup_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
+    """[[header], [framework, bits, prompt, predicted speed-up, measured speed-up, error %], ...] of EdgeFlow vs each."""
+    ef = {(r["model"], r["bits"], r["prompt_tokens"]): r for r in rows if r.get("framework") == "edgeflow"}
+    out: list[list[Any]] = [["baseline", "model", "bits", "prompt_tokens", "predicted_speedup", "measured_speedup",
+                             "speedup_error_pct"]]
+    for r in rows:
+        e = ef.get((r["model"], r["bits"], r["prompt_tokens"]))
+        if e is None or r is e or not r.get("measured_ttft_s") or not e.get("measured_ttft_s"):
+            continue
+        ps = r["predicted_ttft_s"] / e["predicted_ttft_s"]
+        ms = r["measured_ttft_s"] / e["measured_ttft_s"]
+        out.append([r["framework"], r["model"], r["bits"], r["prompt_tokens"], round(ps, 3), round(ms, 3),
+                    round(100 * (ps - ms) / ms, 1)])
+    return out if len(out) > 1 else []
+
+
+@hydra.main(config_path="../conf", config_name="validate", version_base="1.3")
+def main(cfg: DictConfig) -> None:
+    run(cfg)
+
+
+if __name__ == "__main__":
+    check_group_choices(sys.argv[1:], GROUPS)
+    main()

@@ -1,0 +1,567 @@
+"""Host calibration (docs/hil.md "Host profile"): measure what the cold-start components cost on THIS machine and map
+the numbers onto a device profile (`planner.device.SocProfile`) plus a cost table (`planner.cost.table`).
+
+The papers calibrate a phone's profile from component figures (EdgeFlow §3 / §4.2-4.3: flash read bandwidth, unpack
+throughput per format, INT8 matmul roofline, dispatch overheads); here the same components are measured directly:
+- cold read bandwidth vs request size (64 KiB ... 16 MiB) and reader threads (1, 2, 4) on a scratch file whose pages are
+  evicted (`hil.pagecache.evict`, fsync + POSIX_FADV_DONTNEED) before every cold measurement -> flash_peak_gbps,
+  flash_reader_gbps and flash_request_latency_s (fit of `SocProfile.reader_rate` to the 1-reader curve),
+  flash_bulk_request_bytes; mmap_readahead_bytes = pages made resident by one page fault on an evicted file (mincore);
+- warm read (page cache -> user buffer, the CPU part of a read) -> read_cpu_gbps; native memcpy 1 / 2 threads ->
+  cpu_copy_gbps / dram_gbps;
+- native unpack per format (weightlet R=128, mixed, kquant) x bit width 1..8 x threads -> seconds per weight;
+- INT8 GEMM (native.compute) vs M x the (K, N) of SmolLM2-135M and a 1B Llama x threads; float32 elementwise ops vs
+  bytes; attention vs (m, ctx, heads, head_dim); the Python thread hand-off through a threading.Condition (what the
+  HIL runner pays per task).
+Every figure is the median of >= 3 repeats; the spread ((max - min) / median) is recorded with it. The host is shared
+and noisy: compare figures of one run, not runs.
+"""
+from __future__ import annotations
+
+import contextlib
+import math
+import os
+import signal
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable, Iterator
+
+import numpy as np
+
+import native
+from hil.pagecache import evict, resident_fraction
+
+KIB, MIB = 1 << 10, 1 << 20
+
+
+# ================================================ settings ===========================================================
+@dataclass
+class CalibrationSettings:
+    """What to measure. `quick()` is the < 30 s variant the tests use (smaller files, fewer sizes and shapes)."""
+    quick: bool = False
+    reps: int = 5                                                       # repeats per figure (median, spread)
+    scratch_bytes: int = 256 * MIB                                      # B, cold-read scratch file
+    request_sizes: tuple[int, ...] = (64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB)   # B per read request
+    reader_threads: tuple[int, ...] = (1, 2, 4)
+    copy_bytes: int = 64 * MIB                                          # B per memcpy measurement
+    unpack_shape: tuple[int, int] = (2048, 8192)     # (C out channels, D weights per channel): a 1B-Llama FFN tensor
+    unpack_formats: tuple[str, ...] = ("weightlet", "mixed", "kquant")
+    unpack_bits: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
+    threads: tuple[int, ...] = (1, 2)                                   # threads of unpack / GEMM / elementwise
+    gemm_m: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+    # (K in, N out): SmolLM2-135M q/o, k/v, gate/up, down, LM head; 1B Llama q/o, k/v, gate/up, down, LM head
+    gemm_kn: tuple[tuple[int, int], ...] = ((576, 576), (576, 192), (576, 1536), (1536, 576), (576, 49152),
+                                           (2048, 2048), (2048, 512), (2048, 8192), (8192, 2048), (2048, 49152))
+    elem_rows: tuple[int, ...] = (1, 16, 128)                           # M tokens of the elementwise ops
+    elem_dims: tuple[int, ...] = (576, 2048)                            # d_model (silu_mul: 8/3 d_model)
+    # attention: (m new tokens, past tokens, heads, kv heads, head_dim)
+    attn_shapes: tuple[tuple[int, int, int, int, int], ...] = (
+        (1, 128, 9, 3, 64), (16, 0, 9, 3, 64), (128, 0, 9, 3, 64), (128, 128, 9, 3, 64),
+        (1, 128, 32, 8, 64), (16, 0, 32, 8, 64), (128, 0, 32, 8, 64), (128, 128, 32, 8, 64))
+    dispatch_tasks: int = 2000                                          # hand-offs per dispatch measurement
+
+    def __post_init__(self) -> None:
+        if self.reps < 3:
+            raise ValueError(f"calibrate.reps must be >= 3 (median of >= 3 repeats; got {self.reps})")
+        if self.scratch_bytes < 16 * MIB:
+            raise ValueError(f"calibrate.scratch_bytes must be >= 16 MiB (got {self.scratch_bytes})")
+
+    @classmethod
+    def make(cls, quick: bool) -> "CalibrationSettings":
+        if not quick:
+            return cls()
+        return cls(quick=True, reps=3, scratch_bytes=32 * MIB, request_sizes=(64 * KIB, MIB, 8 * MIB),
+                   reader_threads=(1, 2),
+                   copy_bytes=16 * MIB, unpack_shape=(256, 2048), threads=(1,), gemm_m=(1, 16, 128),
+                   gemm_kn=((576, 576), (576, 1536)), elem_rows=(1, 64), elem_dims=(576,),
+                   attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300)
+
+
+# ================================================ statistics =========================================================
+@dataclass
+class Stat:
+    """Median of repeated timings (s) and their spread."""
+    median: float          # s
+    spread: float          # 1, (max - min) / median
+    n: int
+
+    @classmethod
+    def of(cls, samples: list[float]) -> "Stat":
+        a = np.asarray(samples, dtype=np.float64)
+        med = float(np.median(a))
+        return cls(med, float(np.ptp(a) / med) if med > 0 else 0.0, int(a.size))
+
+
+def timed(fn: Callable[[], object], reps: int, warm: bool = True) -> Stat:
+    """Median wall time (s) of `reps` calls of fn (one untimed warm-up call first unless warm=False)."""
+    if warm:
+        fn()
+    ts = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        ts.append(time.perf_counter() - t0)
+    return Stat.of(ts)
+
+
+_POOL: ThreadPoolExecutor | None = None
+
+
+def in_threads(calls: list[Callable[[], object]]) -> None:
+    """Run the calls in parallel (native calls release the GIL): the first in this thread, the others on persistent
+    pool threads (no thread creation inside a timing; what a runner with long-lived workers pays); re-raise errors."""
+    global _POOL
+    if len(calls) > 1 and _POOL is None:
+        _POOL = ThreadPoolExecutor(max_workers=8, thread_name_prefix="calibrate")
+    futs = [_POOL.submit(c) for c in calls[1:]] if len(calls) > 1 else []
+    try:
+        calls[0]()
+    finally:
+        for f in futs:
+            f.result()
+
+
+def split(n: int, parts: int) -> list[tuple[int, int]]:
+    """[0, n) cut into `parts` contiguous ranges."""
+    cuts = [n * k // parts for k in range(parts + 1)]
+    return [(cuts[k], cuts[k + 1]) for k in range(parts)]
+
+
+# ================================================ scratch file =======================================================
+@contextlib.contextmanager
+def scratch_file(directory: Path, nbytes: int) -> Iterator[Path]:
+    """A file of `nbytes` random bytes under `directory`, fsynced; removed on every exit path (exceptions, Ctrl-C and
+    SIGTERM while inside the block). Files left by a killed earlier run (their pid is gone) are removed first."""
+    directory.mkdir(parents=True, exist_ok=True)
+    for old in directory.glob("read-*.bin"):
+        pid = old.stem.split("-")[-1]
+        if pid.isdigit() and not _alive(int(pid)):
+            with contextlib.suppress(FileNotFoundError):
+                old.unlink()
+    path = directory / f"read-{os.getpid()}.bin"
+    prev = None
+    if threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):                 # turn SIGTERM into an exception so `finally` runs
+            raise SystemExit(128 + signum)
+        prev = signal.signal(signal.SIGTERM, on_term)
+    try:
+        rng = np.random.default_rng(0)
+        chunk = 8 * MIB
+        with open(path, "wb") as f:
+            left = nbytes
+            while left > 0:
+                n = min(chunk, left)
+                f.write(rng.integers(0, 256, n, dtype=np.uint8).tobytes())
+                left -= n
+            f.flush()
+            os.fsync(f.fileno())
+        yield path
+    finally:
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        if prev is not None:
+            signal.signal(signal.SIGTERM, prev)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ================================================ reads ==============================================================
+def _read_range(path: Path, lo: int, hi: int, request: int) -> int:
+    """pread [lo, hi) of `path` in `request`-byte requests into one reused buffer; returns bytes read."""
+    buf = bytearray(request)
+    mv = memoryview(buf)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        off, got = lo, 0
+        while off < hi:
+            n = os.preadv(fd, [mv[:min(request, hi - off)]], off)
+            if n <= 0:
+                break
+            off += n
+            got += n
+        return got
+    finally:
+        os.close(fd)
+
+
+def read_rate(path: Path, request: int, threads: int, cold: bool) -> tuple[float, float]:
+    """One measurement: `threads` readers each read a contiguous 1/threads of the file in `request`-byte preads.
+    cold: the file is evicted first. Returns (aggregate B/s, resident fraction before the read)."""
+    size = path.stat().st_size
+    if cold:
+        evict(path)
+    before = resident_fraction(path)
+    got = [0] * threads
+    ranges = split(size, threads)
+
+    def reader(i: int) -> Callable[[], None]:
+        def run() -> None:
+            got[i] = _read_range(path, *ranges[i], request)
+        return run
+
+    t0 = time.perf_counter()
+    in_threads([reader(i) for i in range(threads)])
+    dt = time.perf_counter() - t0
+    return sum(got) / dt, before
+
+
+@dataclass
+class ReadCurve:
+    """Cold read rates: one row per (request B, reader threads) with the median aggregate rate and its spread."""
+    rows: list[dict] = field(default_factory=list)  # {request_bytes, threads, gbps (median, min, max), spread,
+    #                                                   resident_before}
+
+
+def measure_cold_reads(path: Path, s: CalibrationSettings) -> ReadCurve:
+    curve = ReadCurve()
+    for req in s.request_sizes:
+        for th in s.reader_threads:
+            rates, res = [], []
+            for _ in range(s.reps):
+                r, before = read_rate(path, req, th, cold=True)
+                rates.append(r)
+                res.append(before)
+            st = Stat.of([1.0 / r for r in rates])            # spread of the time per byte
+            curve.rows.append(dict(request_bytes=req, threads=th, gbps=float(np.median(rates)) / 1e9,
+                                   gbps_min=min(rates) / 1e9, gbps_max=max(rates) / 1e9, spread=st.spread,
+                                   resident_before=max(res)))
+    return curve
+
+
+def fit_reader(curve: ReadCurve) -> tuple[float, float]:
+    """Fit `SocProfile.reader_rate` (request / (latency + request / reader_bw)) to the 1-reader rows: seconds per byte
+    = latency x (1 / request) + 1 / reader_bw, least squares with latency >= 0. Returns (latency s, reader GB/s)."""
+    one = [r for r in curve.rows if r["threads"] == 1]
+    x = np.array([1.0 / r["request_bytes"] for r in one])       # 1/B
+    y = np.array([1.0 / (r["gbps"] * 1e9) for r in one])        # s/B
+    if len(one) >= 2 and np.ptp(x) > 0:
+        lat, inv_bw = np.polyfit(x, y, 1)
+        if lat < 0 or inv_bw <= 0:
+            lat, inv_bw = 0.0, float(y.mean())
+    else:
+        lat, inv_bw = 0.0, float(y.mean())
+    return float(lat), float(1.0 / inv_bw / 1e9)
+
+
+def bulk_request(curve: ReadCurve, within: float = 0.95) -> int:
+    """Smallest request size whose best aggregate rate (over reader counts) is within `within` of the best overall."""
+    best_by_req: dict[int, float] = {}
+    for r in curve.rows:
+        best_by_req[r["request_bytes"]] = max(best_by_req.get(r["request_bytes"], 0.0), r["gbps"])
+    top = max(best_by_req.values())
+    return min(q for q, g in best_by_req.items() if g >= within * top)
+
+
+def mmap_readahead(path: Path, reps: int) -> Stat:
+    """Bytes one mmap page fault brings into the page cache: evict, touch one byte in the middle of the file through
+    an mmap, count resident bytes with mincore. Returned as a Stat of bytes (not seconds)."""
+    import mmap
+
+    size = path.stat().st_size
+    vals = []
+    for i in range(reps):
+        evict(path)
+        off = (size // (reps + 1) * (i + 1)) // mmap.PAGESIZE * mmap.PAGESIZE
+        with open(path, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
+            _ = m[off]
+            time.sleep(0.05)                                     # let the read-around I/O of the fault complete
+        vals.append(resident_fraction(path) * size)
+    return Stat.of(vals)
+
+
+def measure_warm_read(path: Path, s: CalibrationSettings) -> dict[int, Stat]:
+    """Page cache -> user buffer (the CPU cost of a read()), 1 MiB preads over the whole resident file, per thread
+    count: Stat of seconds per byte (aggregate)."""
+    size = path.stat().st_size
+    _read_range(path, 0, size, 4 * MIB)                          # make it resident
+    out = {}
+    for th in sorted(set(s.threads) | {1}):
+        ranges = split(size, th)
+        st = timed(lambda: in_threads([lambda r=r: _read_range(path, r[0], r[1], MIB) for r in ranges]), s.reps)
+        out[th] = Stat(st.median / size, st.spread, st.n)
+    return out
+
+
+# ================================================ copy ===============================================================
+def measure_copy(s: CalibrationSettings) -> dict[int, Stat]:
+    """native.memcpy of `copy_bytes` (beyond the caches), split over 1 or 2 threads: Stat of seconds per byte."""
+    src = np.random.default_rng(1).integers(0, 256, s.copy_bytes, dtype=np.uint8)
+    dst = np.empty_like(src)
+    out = {}
+    for th in sorted(set(s.threads) | {1, 2}):
+        parts = split(s.copy_bytes, th)
+        st = timed(lambda: in_threads([lambda a=a, b=b: native.memcpy(dst[a:b], src[a:b]) for a, b in parts]),
+                   s.reps)
+        out[th] = Stat(st.median / s.copy_bytes, st.spread, st.n)
+    return out
+
+
+# ================================================ unpack =============================================================
+def _codes(bits: int, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
+    lo = -(1 << (bits - 1))
+    return rng.integers(lo, -lo, size=shape).astype(np.int8)
+
+
+def measure_unpack(s: CalibrationSettings) -> list[dict]:
+    """Seconds per weight of each native unpack kernel with every channel at one bit width: rows {fmt, bits, threads,
+    s_per_weight, spread} (weightlet with R = 128 weights per group)."""
+    from quant.pack import pack_bits3
+    from quant.pack.formats import get_format
+
+    C, D = s.unpack_shape
+    rng = np.random.default_rng(2)
+    out_buf = np.empty((C, D), dtype=np.int8)
+    rows = []
+    for fmt in s.unpack_formats:
+        f = get_format(fmt)
+        for b in s.unpack_bits:
+            bits = np.full(C, b, dtype=np.int64)
+            payload = np.ascontiguousarray(f.pack(_codes(b, (C, D), rng), bits, 128, "calibration"))
+            b3 = pack_bits3(bits)
+            for th in s.threads:                                     # channel ranges split over threads
+                calls = [lambda a=a, z=z: f.unpack_native(payload, b3, C, D, 128, out=out_buf, c0=a, c1=z)
+                         for a, z in split(C, th)]
+                st = timed(lambda: in_threads(calls), s.reps)
+                rows.append(dict(fmt=fmt, bits=b, threads=th, s_per_weight=st.median / (C * D), spread=st.spread))
+    return rows
+
+
+# ================================================ compute kernels ====================================================
+class Kernels:
+    """The compute kernels the HIL runner uses: native.compute (C, SIMD) when it is built, else NumPy stand-ins
+    (float32 BLAS matmul etc.; `label` says which, and the profile's sources repeat it)."""
+
+    def __init__(self) -> None:
+        try:
+            from native import compute as nc
+            self.nc = nc
+            self.label = "native.compute"
+        except Exception as e:               # not built yet / import error: measured NumPy stand-ins, labelled
+            self.nc = None
+            self.label = f"numpy stand-in (native.compute unavailable: {type(e).__name__})"
+
+    # ---- GEMM: x int8 (M, K), w int8 (N, K) -> out int32 (M, N), output columns [n0, n1) -----------------------
+    def gemm_call(self, M: int, K: int, N: int, threads: int, rng: np.random.Generator) -> Callable[[], None]:
+        x = rng.integers(-127, 128, size=(M, K), dtype=np.int8)
+        w = rng.integers(-127, 128, size=(N, K), dtype=np.int8)
+        out = np.empty((M, N), dtype=np.int32)
+        parts = split(N, threads)
+        if self.nc is not None:
+            g = self.nc.gemm_i8_i32
+            return lambda: in_threads([lambda a=a, b=b: g(x, w, out, a, b) for a, b in parts])
+        xf, wf = x.astype(np.float32), w.astype(np.float32)
+        of = out.view(np.float32)
+        return lambda: in_threads([lambda a=a, b=b: np.matmul(xf, wf[a:b].T, out=of[:, a:b]) for a, b in parts])
+
+    # ---- float32 elementwise ops: (callable, bytes read + written) ----------------------------------------------
+    def elementwise_calls(self, M: int, d: int, rng: np.random.Generator) -> dict[str, tuple[Callable, int]]:
+        x = rng.standard_normal((M, d)).astype(np.float32)
+        y = rng.standard_normal((M, d)).astype(np.float32)
+        g = rng.standard_normal(d).astype(np.float32)
+        o = np.empty_like(x)
+        dff = (8 * d // 3 + 63) // 64 * 64
+        a = rng.standard_normal((M, dff)).astype(np.float32)
+        b = rng.standard_normal((M, dff)).astype(np.float32)
+        of = np.empty_like(a)
+        i32 = rng.integers(-1 << 20, 1 << 20, size=(M, d), dtype=np.int32)
+        i8 = np.empty((M, d), dtype=np.int8)
+        scale = np.full(d, 1e-3, dtype=np.float32)
+        hd = 64
+        H = max(1, d // hd)
+        q = rng.standard_normal((M, H, hd)).astype(np.float32)
+        cos = np.cos(rng.standard_normal((M, hd // 2))).astype(np.float32)
+        sin = np.sin(rng.standard_normal((M, hd // 2))).astype(np.float32)
+        nb = 4 * M * d
+        sizes = dict(rmsnorm=2 * nb + 4 * d, quantize=nb + M * d, dequant=2 * nb + 4 * d, rope=2 * 4 * M * H * hd
+                     + 2 * 4 * M * hd // 2, silu_mul=3 * 4 * M * dff, add=3 * nb)
+        nc = self.nc
+        if nc is not None:
+            calls = dict(
+                rmsnorm=lambda: nc.rmsnorm(x, g, 1e-5, out=o),
+                quantize=lambda: nc.quantize_i8(x, 0.05, out=i8),
+                dequant=lambda: nc.dequant_i32(i32, 0.05, scale, out=o),
+                rope=lambda: nc.rope(q, cos, sin),
+                silu_mul=lambda: nc.silu_mul(a, b, out=of),
+                add=lambda: nc.add(x, y, out=o))
+        else:
+            def rms() -> None:
+                np.multiply(x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5), g, out=o)
+
+            def quant() -> None:
+                np.clip(np.rint(x / 0.05), -127, 127, out=o)
+                i8[...] = o
+
+            def rope() -> None:
+                e, od = q[..., 0::2], q[..., 1::2]
+                c, s_ = cos[:, None, :], sin[:, None, :]
+                e2 = e * c - od * s_
+                q[..., 1::2] = e * s_ + od * c
+                q[..., 0::2] = e2
+
+            calls = dict(rmsnorm=rms, quantize=quant,
+                         dequant=lambda: np.multiply(i32 * np.float32(0.05), scale, out=o),
+                         rope=rope, silu_mul=lambda: np.multiply(a / (1 + np.exp(-a)), b, out=of),
+                         add=lambda: np.add(x, y, out=o))
+        return {k: (calls[k], sizes[k]) for k in calls}
+
+    # ---- attention: q (m, H, hd), caches (ctx_cap, KV, hd) -> out (m, H*hd); FLOPs 4 m ctx H hd --------------
+    def attention_call(self, m: int, past: int, H: int, KV: int, hd: int, rng: np.random.Generator
+                       ) -> tuple[Callable[[], None], float]:
+        cap = past + m
+        q = rng.standard_normal((m, H, hd)).astype(np.float32)
+        k = rng.standard_normal((cap, KV, hd)).astype(np.float32)
+        v = rng.standard_normal((cap, KV, hd)).astype(np.float32)
+        out = np.empty((m, H * hd), dtype=np.float32)
+        ctx = past + (m + 1) / 2                                    # mean keys per query (causal)
+        flops = 4.0 * m * ctx * H * hd
+        if self.nc is not None:
+            return (lambda: self.nc.attention(q, k, v, past, out=out)), flops
+        rep = H // KV
+
+        def ref() -> None:
+            kk = np.repeat(k, rep, axis=1)                          # (cap, H, hd)
+            vv = np.repeat(v, rep, axis=1)
+            sc = np.einsum("mhd,chd->hmc", q, kk) / math.sqrt(hd)   # (H, m, cap)
+            mask = np.arange(cap)[None, :] > (past + np.arange(m))[:, None]
+            sc[:, mask] = -np.inf
+            sc = np.exp(sc - sc.max(-1, keepdims=True))
+            sc /= sc.sum(-1, keepdims=True)
+            out[...] = np.einsum("hmc,chd->mhd", sc, vv).reshape(m, H * hd)
+        return ref, flops
+
+
+def measure_gemm(k: Kernels, s: CalibrationSettings) -> list[dict]:
+    """Rows {m, k, n, threads, seconds, spread, gops}: INT8 GEMM (M, K) x (N, K)^T, N split over threads."""
+    rng = np.random.default_rng(3)
+    rows = []
+    for K, N in s.gemm_kn:
+        for M in s.gemm_m:
+            for th in s.threads:
+                st = timed(k.gemm_call(M, K, N, th, rng), s.reps)
+                rows.append(dict(m=M, k=K, n=N, threads=th, seconds=st.median, spread=st.spread,
+                                 gops=2.0 * M * K * N / st.median / 1e9))
+    return rows
+
+
+def measure_elementwise(k: Kernels, s: CalibrationSettings) -> list[dict]:
+    """Rows {op, m, d, bytes, seconds, spread} of the float32 elementwise ops, 1 thread."""
+    rng = np.random.default_rng(4)
+    rows = []
+    for d in s.elem_dims:
+        for M in s.elem_rows:
+            for op, (fn, nb) in k.elementwise_calls(M, d, rng).items():
+                st = timed(fn, s.reps)
+                rows.append(dict(op=op, m=M, d=d, bytes=int(nb), seconds=st.median, spread=st.spread))
+    return rows
+
+
+def measure_attention(k: Kernels, s: CalibrationSettings) -> list[dict]:
+    """Rows {m, past, heads, kv_heads, head_dim, flops, seconds, spread}, 1 thread."""
+    rng = np.random.default_rng(5)
+    rows = []
+    for m, past, H, KV, hd in s.attn_shapes:
+        fn, flops = k.attention_call(m, past, H, KV, hd, rng)
+        st = timed(fn, s.reps)
+        rows.append(dict(m=m, past=past, heads=H, kv_heads=KV, head_dim=hd, flops=flops, seconds=st.median,
+                         spread=st.spread))
+    return rows
+
+
+# ================================================ dispatch ===========================================================
+def measure_dispatch(s: CalibrationSettings) -> Stat:
+    """Seconds per task of a hand-off to a worker thread through a threading.Condition and back (post a task, the
+    worker runs it — a no-op — and posts completion, the dispatcher wakes): the runner's per-task cost."""
+    cond = threading.Condition()
+    state = {"task": 0, "done": 0, "stop": False}
+
+    def worker() -> None:
+        with cond:
+            while True:
+                while state["task"] == state["done"] and not state["stop"]:
+                    cond.wait()
+                if state["stop"]:
+                    return
+                state["done"] += 1
+                cond.notify_all()
+
+    t = threading.Thread(target=worker, daemon=True)
+    t.start()
+
+    def round_trips() -> None:
+        for _ in range(s.dispatch_tasks):
+            with cond:
+                state["task"] += 1
+                cond.notify_all()
+                while state["done"] != state["task"]:
+                    cond.wait()
+
+    try:
+        st = timed(round_trips, s.reps)
+    finally:
+        with cond:
+            state["stop"] = True
+            cond.notify_all()
+        t.join()
+    return Stat(st.median / s.dispatch_tasks, st.spread, st.n)
+
+
+# ================================================ everything ========================================================
+@dataclass
+class Measurements:
+    """Raw results of one calibration run (every number measured here)."""
+    settings: CalibrationSettings
+    reads: ReadCurve
+    reader_latency_s: float
+    reader_gbps: float
+    bulk_request_bytes: int
+    readahead: Stat                       # B
+    warm_read: dict[int, Stat]            # threads -> s per B
+    copy: dict[int, Stat]                 # threads -> s per B
+    unpack: list[dict]
+    kernels: str                          # which compute kernels were measured
+    gemm: list[dict]
+    elementwise: list[dict]
+    attention: list[dict]
+    dispatch: Stat                        # s per task
+    wall_s: dict[str, float]              # s per measurement group
+    loadavg: tuple[float, float, float]   # 1/5/15-min load average at the start (other work on the shared host)
+
+
+def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
+                ) -> Measurements:
+    """Run every measurement; the scratch file lives under `scratch_dir` only while the read measurements run."""
+    wall: dict[str, float] = {}
+    load = os.getloadavg()
+
+    def step(name: str, fn: Callable[[], object]):
+        t0 = time.perf_counter()
+        r = fn()
+        wall[name] = time.perf_counter() - t0
+        log(f"calibrate: {name} {wall[name]:.1f} s")
+        return r
+
+    with scratch_file(scratch_dir, s.scratch_bytes) as path:
+        reads = step("cold_read", lambda: measure_cold_reads(path, s))
+        ra = step("mmap_readahead", lambda: mmap_readahead(path, s.reps))
+        warm = step("warm_read", lambda: measure_warm_read(path, s))
+    lat, rbw = fit_reader(reads)
+    copy = step("copy", lambda: measure_copy(s))
+    unpack = step("unpack", lambda: measure_unpack(s))
+    k = Kernels()
+    gemm = step("gemm", lambda: measure_gemm(k, s))
+    elem = step("elementwise", lambda: measure_elementwise(k, s))
+    attn = step("attention", lambda: measure_attention(k, s))
+    disp = step("dispatch", lambda: measure_dispatch(s))
+    return Measurements(s, reads, lat, rbw, bulk_request(reads), ra, warm, copy, unpack, k.label, gemm, elem, attn,
+                        disp, wall, load)

@@ -1,0 +1,120 @@
+"""Deploying a cold-start plan to this host (docs/hil.md): which packed file a framework's plan reads, how its threads
+fit the host's cores, and the facts of that file a plan is bound to.
+
+- Weight files. EdgeFlow and its ablation steps read the EdgeFlow-quantized model (adaptive per-channel bits at the
+  budget) in their recipe's format (weightlet; INT4/INT8 mixed for `ef_mixed`). The baselines read per-channel INT8
+  (the papers' evaluation set-up gives every cold-start baseline INT8 weights): MNN and llm.npu(+) natively; the
+  llama.cpp-style plan reads the same INT8 rows through on-demand paging (llama.cpp's own Q8_0 — per-block scales,
+  weight-only — runs as the separate peer, `hil.peer`). Files are produced by the real quantizer
+  (`quant.pipeline.run_quantization` + `quant.export.write_pack`) and cached under `outputs/cache/hil/`, keyed by model,
+  method, budget, format and the quantizer settings.
+- Threads. A plan's threads must fit the device's cores (every thread occupies a core while it runs; the simulator
+  models the sharing). On an NPU-less host one core is the NPU stand-in, so NPU plans get a 1-thread CPU compute pool,
+  1 unpack thread and at most 2 loaders; CPU-only plans (llama.cpp, MNN) compute on every core.
+- Binding. `file_facts` reads the file's index: byte ranges for `planner.pipeline.bind.bind_plan`, the embedding's
+  bytes per row, and the per-channel bit widths (so the plan's unpack work is the file's, not a model of it).
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+
+import numpy as np
+
+from planner.device import SocProfile
+from planner.framework import FrameworkSpec
+from planner.plan import Plan
+from quant.arch import ModelSpec
+from quant.settings import QuantSettings
+
+CACHE = Path(__file__).resolve().parents[1] / "outputs" / "cache" / "hil"
+CPU_ONLY = ("llamacpp", "mnn")
+
+
+def weight_file_kind(policy: str, recipe_fmt: str | None) -> tuple[str, str]:
+    """(quantization method, packed format) a framework's plan reads."""
+    if recipe_fmt in ("weightlet", "mixed", "kquant"):
+        return "edgeflow", recipe_fmt
+    return "int8", "int8"
+
+
+def fit_threads(fw: FrameworkSpec, dev: SocProfile) -> FrameworkSpec:
+    """The framework's thread counts, fitted to the device's cores (see module docstring)."""
+    cores = dev.cpu_cores
+    if fw.policy in CPU_ONLY:
+        return dataclasses.replace(fw, compute_threads=cores, loader_threads=min(fw.loader_threads, cores),
+                                   unpack_threads=1, graph_threads=1)
+    if not dev.npu_on_cpu_core:
+        return fw
+    free = max(1, cores - 1)                     # one core is the NPU stand-in
+    return dataclasses.replace(fw, compute_threads=1, unpack_threads=min(fw.unpack_threads, free),
+                               loader_threads=min(fw.loader_threads, 2), graph_threads=1)
+
+
+def _settings_key(settings: QuantSettings) -> str:
+    doc = json.dumps(dataclasses.asdict(settings), sort_keys=True, default=str)
+    return hashlib.sha1(doc.encode()).hexdigest()[:10]
+
+
+def packed_model(spec: ModelSpec, method: str, bits: int, fmt: str, settings: QuantSettings,
+                 cache: Path = CACHE) -> Path:
+    """Path of the packed file of `spec` quantized with `method` at `bits`, in `fmt`; made once, then cached."""
+    from quant.export import write_pack
+    from quant.gguf_model import load_weights
+    from quant.pipeline import run_quantization
+
+    b = 8 if method == "int8" else int(bits)
+    path = cache / f"{spec.name}.{method}.b{b}.{fmt}.{_settings_key(settings)}.efpk"
+    if path.is_file():
+        return path
+    res = run_quantization(spec, method, b, float(b), settings)
+    tmp_dir = cache / f".build-{path.stem}"
+    tmp_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        made = write_pack(res.model, spec, load_weights(spec), tmp_dir, fmt=fmt)
+        made.replace(path)                        # the writer is atomic; the rename keys it in the cache
+    finally:
+        for p in tmp_dir.glob("*"):
+            p.unlink()
+        tmp_dir.rmdir()
+    return path
+
+
+@dataclasses.dataclass
+class FileFacts:
+    entries: dict[str, tuple[int, int]]   # name -> (offset B, size B)
+    embed_row_bytes: int                  # B per embedding row (INT8 row; its scale is read with it)
+    bits: dict[str, np.ndarray]           # kind -> (n_layers, C) per-channel bit widths
+    fmt: str                              # packed format of the linear weights
+    size_bytes: int                       # B, whole file
+
+
+def file_facts(path: Path, spec: ModelSpec) -> FileFacts:
+    from quant.pack.container import PackedFile
+
+    with PackedFile(path) as f:
+        entries = {n: (f.entry(n).offset, f.entry(n).size) for n in f.names()}
+        emb = f.entry("token_embd.weight")
+        bits: dict[str, list] = {}
+        fmts = set()
+        for kind in spec.linear_shapes():
+            rows = []
+            for i in range(spec.n_layers):
+                name = f"blk.{i}.{kind}.weight"
+                _b3, b, _s, _p = f.split_blob(name, f.read_blob(name))
+                rows.append(b)
+                fmts.add(f.entry(name).fmt_name)
+            bits[kind] = rows
+    if len(fmts) != 1:
+        raise ValueError(f"{path}: linear weights in several formats {sorted(fmts)}")
+    return FileFacts(entries, emb.D + 4, {k: np.stack(v).astype(np.int8) for k, v in bits.items()}, fmts.pop(),
+                     path.stat().st_size)
+
+
+def plan_summary(plan: Plan) -> dict:
+    """Thread counts and schedule of a plan (echoed into metrics as inputs)."""
+    return {"loader_threads": plan.loader_threads, "unpack_threads": plan.unpack_threads,
+            "cpu_threads": plan.cpu_threads, "steal_threshold": plan.schedule.steal_threshold,
+            "priority": plan.schedule.priority, "n_tasks": len(plan.tasks)}

@@ -1,0 +1,465 @@
+"""This machine as a device (docs/hil.md "Host profile"): its identity and the store of its measured profile.
+
+Identity: CPU model name, vendor/family/model/stepping, logical and physical cores, the ISA flags the kernels care
+about, total RAM (GiB) and kernel release — hashed into an id. The store `outputs/hil/host/<id-hash>/` (a quick
+calibration: `<id-hash>-quick/`, so it never replaces a full one) holds
+- `identity.json`: the identity the profile was measured on;
+- `device.json`: `{"profile": <SocProfile fields>, "sources": {field: "measured: how" | "assumed: why" | ...},
+  "spread": {field: (max - min) / median of the repeats}, "quick", "measured_at", "identity_hash", "wall_s"}`;
+- `cost_table.json`: the table the `table` cost model loads (`planner.cost.table`);
+- `measurements.json`: the raw curves (read bandwidth per request size / threads, GEMM per shape, ...);
+all written atomically (`quant.atomic`). `host_device()` loads the stored profile when its identity equals this
+machine's, else measures (`hil.calibrate`): a profile from another machine is re-measured, never used. A quick profile
+(`quick=True`, < 30 s, smaller grids) only serves quick requests; a full one serves both (and is preferred).
+
+The mapping of the measurements onto the phone-shaped `SocProfile` (EdgeFlow §3 components) is `build_profile`:
+cpu_big_cores = physical cores, no little cores, GHz = the nominal clock; the NPU fields describe the NPU stand-in (one
+CPU core running the INT8 GEMM); no NPU graph exists here, so its set-up / compose / optimize / prepare costs are 0.
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import fcntl
+import hashlib
+import json
+import os
+import platform
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from planner.device import SocProfile
+from quant.atomic import atomic_open
+
+REPO = Path(__file__).resolve().parents[1]
+DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
+GIB = 1 << 30
+ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
+             "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
+STORE_VERSION = 1
+
+
+# ================================================ identity ===========================================================
+@dataclass(frozen=True)
+class HostIdentity:
+    cpu_model: str                 # /proc/cpuinfo "model name" (or "Processor"/"CPU part" on Arm)
+    cpu_signature: str             # vendor family/model/stepping
+    logical_cores: int
+    physical_cores: int
+    isa_flags: tuple[str, ...]     # the ISA_FLAGS this CPU has
+    mem_gib: int                   # GiB, MemTotal rounded to the nearest GiB
+    kernel_release: str            # uname -r
+    machine: str                   # uname -m
+
+    def id_hash(self) -> str:
+        blob = json.dumps(asdict(self), sort_keys=True).encode()
+        return hashlib.sha256(blob).hexdigest()[:16]
+
+    def to_json(self) -> dict:
+        return {**asdict(self), "isa_flags": list(self.isa_flags)}
+
+    @classmethod
+    def from_json(cls, d: dict) -> "HostIdentity":
+        return cls(**{**d, "isa_flags": tuple(d["isa_flags"])})
+
+
+def _cpuinfo() -> list[dict[str, str]]:
+    procs, cur = [], {}
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return []
+    for line in text.splitlines():
+        if not line.strip():
+            if cur:
+                procs.append(cur)
+            cur = {}
+            continue
+        k, _, v = line.partition(":")
+        cur[k.strip()] = v.strip()
+    if cur:
+        procs.append(cur)
+    return procs
+
+
+def _mem_total() -> int:
+    """B, /proc/meminfo MemTotal."""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def host_identity() -> HostIdentity:
+    """This machine's identity (from /proc/cpuinfo, /proc/meminfo, uname)."""
+    procs = _cpuinfo()
+    p0 = procs[0] if procs else {}
+    model = p0.get("model name") or p0.get("Processor") or p0.get("CPU part") or platform.processor() or "unknown"
+    sig = "/".join(p0.get(k, "?") for k in ("vendor_id", "cpu family", "model", "stepping"))
+    logical = os.cpu_count() or len(procs) or 1
+    cores = {(p.get("physical id", "0"), p.get("core id")) for p in procs if p.get("core id") is not None}
+    physical = len(cores) or logical
+    flags = set((p0.get("flags") or p0.get("Features") or "").split())
+    return HostIdentity(cpu_model=model, cpu_signature=sig, logical_cores=logical, physical_cores=physical,
+                        isa_flags=tuple(f for f in ISA_FLAGS if f in flags), mem_gib=round(_mem_total() / GIB),
+                        kernel_release=platform.release(), machine=platform.machine())
+
+
+def nominal_ghz() -> tuple[float, str]:
+    """(GHz, how): cpufreq base_frequency, else the "@ x.xxGHz" of the model name, else cpufreq max, else the
+    /proc/cpuinfo "cpu MHz" of core 0 (a VM reports the host's nominal TSC clock there)."""
+    base = Path("/sys/devices/system/cpu/cpu0/cpufreq")
+    with contextlib.suppress(OSError, ValueError):
+        return int((base / "base_frequency").read_text()) / 1e6, "cpufreq base_frequency"
+    model = ((_cpuinfo() or [{}])[0]).get("model name", "")
+    if "@" in model and model.rstrip().endswith("GHz"):
+        with contextlib.suppress(ValueError):
+            return float(model.rsplit("@", 1)[1].strip()[:-3]), "model name"
+    with contextlib.suppress(OSError, ValueError):
+        return int((base / "cpuinfo_max_freq").read_text()) / 1e6, "cpufreq cpuinfo_max_freq"
+    with contextlib.suppress(KeyError, ValueError, IndexError):
+        return float(_cpuinfo()[0]["cpu MHz"]) / 1e3, "/proc/cpuinfo cpu MHz"
+    raise ValueError("cannot determine this CPU's clock (no cpufreq, no GHz in the model name, no cpu MHz)")
+
+
+# ================================================ profile mapping ====================================================
+def build_profile(m, ident: HostIdentity, ghz: float, ghz_how: str
+                  ) -> tuple[SocProfile, dict[str, str], dict[str, float]]:
+    """Map a `hil.calibrate.Measurements` onto SocProfile fields: (profile, sources, spread) — see the module doc."""
+    s = m.settings
+    src: dict[str, str] = {}
+    spr: dict[str, float] = {}
+    v: dict[str, float | int | str] = {}
+    kern = m.kernels
+
+    def put(key: str, val, how: str, spread: float | None = None) -> None:
+        v[key], src[key] = val, how
+        if spread is not None:
+            spr[key] = float(spread)
+
+    reads = m.reads.rows
+    best = max(reads, key=lambda r: r["gbps"])
+    put("flash_peak_gbps", best["gbps"], f"measured: best aggregate cold pread rate over request sizes x readers "
+        f"({best['request_bytes']} B, {best['threads']} readers; scratch file evicted before each)", best["spread"])
+    one = [r for r in reads if r["threads"] == 1]
+    rg = min(m.reader_gbps, best["gbps"])
+    put("flash_reader_gbps", rg, "measured: 1-reader fit of reader_rate(request) = request / (latency + request / "
+        "reader_bw) to the cold pread curve" + (" (clipped to flash_peak_gbps)" if rg < m.reader_gbps else ""),
+        max(r["spread"] for r in one))
+    put("flash_request_latency_s", m.reader_latency_s, "measured: latency term of the same fit (kernel readahead "
+        "hides most of it for sequential preads)")
+    put("flash_bulk_request_bytes", int(m.bulk_request_bytes), "measured: smallest request size within 5 % of the "
+        "best cold read rate")
+    put("mmap_readahead_bytes", int(round(m.readahead.median / 4096) * 4096) or 4096,
+        "measured: bytes made resident by one mmap page fault on an evicted file (mincore)", m.readahead.spread)
+    put("mem_capacity_bytes", _mem_total(), "measured: /proc/meminfo MemTotal")
+    c1 = m.copy[1]
+    put("cpu_copy_gbps", 1.0 / c1.median / 1e9, f"measured: native.memcpy of {s.copy_bytes} B, 1 thread", c1.spread)
+    c2 = m.copy.get(2)
+    if c2 is not None:
+        put("dram_gbps", 2.0 / c2.median / 1e9, f"measured: native.memcpy of {s.copy_bytes} B split over 2 threads "
+            "(DRAM traffic = 2 x bytes copied / s: a copy reads and writes each byte, as CostModel.dram_bytes counts)",
+            c2.spread)
+    w1 = m.warm_read[1]
+    put("read_cpu_gbps", 1.0 / w1.median / 1e9, "measured: pread of a page-cache-resident file into a user buffer "
+        "(1 MiB requests), 1 thread", w1.spread)
+    put("cpu_big_cores", ident.physical_cores, "measured: physical cores (/proc/cpuinfo core ids)")
+    put("cpu_big_ghz", ghz, f"measured: nominal clock ({ghz_how})")
+    put("cpu_little_cores", 0, "this host has one core type")
+    put("cpu_little_ghz", 0.0, "this host has one core type")
+
+    g1 = [r for r in m.gemm if r["threads"] == 1]
+    ms = sorted({r["m"] for r in g1})
+    large = ms[-2:] if len(ms) > 2 else ms[-1:]                 # "large M": the two largest measured M
+    big1 = [r for r in g1 if r["m"] in large]
+    gops = float(np.median([r["gops"] for r in big1]))
+    gspread = float(np.median([r["spread"] for r in big1]))
+    mtxt = "/".join(map(str, large))
+    put("cpu_int8_gemm_gops_per_ghz", gops / ghz, f"measured: {kern} INT8 GEMM, 1 thread, M={mtxt}, median GOP/s "
+        f"over {len(big1)} (M, K, N) points / GHz", gspread)
+    put("npu_int8_tops", gops / 1e3, f"measured: NPU stand-in = one core running {kern} INT8 GEMM, M={mtxt}, "
+        "median over shapes", gspread)
+    gemv = max((r for r in g1 if r["m"] == min(x["m"] for x in g1)), key=lambda r: r["k"] * r["n"])
+    put("npu_weight_gbps", gemv["k"] * gemv["n"] / gemv["seconds"] / 1e9, f"measured: GEMV (M={gemv['m']}) of the "
+        f"largest weight ({gemv['k']}x{gemv['n']} INT8), weight bytes / s, 1 thread", gemv["spread"])
+    g2 = {(r["m"], r["k"], r["n"]): r for r in m.gemm if r["threads"] == 2}
+    effs = [big["seconds"] / g2[(big["m"], big["k"], big["n"])]["seconds"] - 1.0
+            for big in big1 if (big["m"], big["k"], big["n"]) in g2]
+    if effs:
+        eff = float(min(1.0, max(0.05, np.median(effs))))
+        put("cpu_parallel_eff", eff, f"measured: INT8 GEMM M={mtxt} 1-thread time / 2-thread time - 1, median over "
+            "shapes (clipped to [0.05, 1]; low when other work occupies the second core)")
+    else:
+        put("cpu_parallel_eff", 1.0, "assumed: 2-thread GEMM not measured (quick calibration)")
+    put("cpu_kquant_gemm_slowdown", 1.0, "assumed: the host runner has no K-quant GEMM (it unpacks to INT8 first)")
+
+    att = m.attention
+    put("cpu_fp16_gflops_per_ghz", sum(r["flops"] for r in att) / sum(r["seconds"] for r in att) / 1e9 / ghz,
+        f"measured: {kern} float32 attention (FP32 here, no FP16), total FLOPs / total s over "
+        f"{len(att)} shapes / GHz", float(np.median([r["spread"] for r in att])))
+    el = m.elementwise
+    emax = max(r["m"] for r in el)
+    eb = [r for r in el if r["m"] == emax]
+    put("cpu_elementwise_gbps_per_core", sum(r["bytes"] for r in eb) / sum(r["seconds"] for r in eb) / 1e9,
+        f"measured: {kern} float32 rmsnorm/quantize/dequant/rope/silu_mul/add at M={emax}, bytes read + written / s",
+        float(np.median([r["spread"] for r in eb])))
+    put("cpu_op_overhead_s", m.dispatch.median, "measured: Python thread hand-off through a threading.Condition "
+        "and back (the HIL runner's per-task cost)", m.dispatch.spread)
+
+    from planner.formats import unpack_work
+
+    C, D = s.unpack_shape
+    wl = [r for r in m.unpack if r["fmt"] == "weightlet" and r["threads"] == 1]
+    if wl:
+        ipcs = [unpack_work(np.full(C, r["bits"]), D, "weightlet")[0] / (C * D) / (r["s_per_weight"] * ghz * 1e9)
+                for r in wl]
+        put("cpu_simd_ipc", float(np.median(ipcs)), "measured (effective): planner.formats weightlet instruction "
+            "count (16-weight stripes) / measured native unpack time x GHz, median over bit widths, 1 thread",
+            float(np.median([r["spread"] for r in wl])))
+    kq = [r for r in m.unpack if r["fmt"] == "kquant" and r["threads"] == 1]
+    if kq:
+        put("kquant_unpack_cycles_per_weight", float(np.median([r["s_per_weight"] for r in kq])) * ghz * 1e9,
+            "measured: native kquant unpack s/weight x GHz, median over bit widths, 1 thread",
+            float(np.median([r["spread"] for r in kq])))
+
+    put("npu_on_cpu_core", True, "by construction: the runner's NPU worker is a thread on a CPU core")
+    put("npu_inefficient_factor", 1.0, "by construction: the NPU stand-in is a CPU core running the same kernels")
+    put("npu_dispatch_s", m.dispatch.median, "measured: same thread hand-off as cpu_op_overhead_s (the runner's NPU "
+        "worker is a thread)", m.dispatch.spread)
+    for key in ("npu_setup_s", "npu_compose_s_per_gb", "npu_optimize_s_per_gb", "npu_prepare_s_per_gb"):
+        put(key, 0.0, "this host has no NPU graph (no QNN set-up / compose / optimize / prepare)")
+    put("npu_ctx_deserialize_gbps", v["cpu_copy_gbps"], "measured: = cpu_copy_gbps (the runner's stand-in for "
+        "deserializing a context binary is a real copy)", spr.get("cpu_copy_gbps"))
+    put("power_idle_w", 5.0, "assumed: idle share of a server host (no power sensor readable here)")
+    put("power_big_core_w", 3.75, "assumed: server CPU TDP per core order (e.g. 360 W / 96 cores)")
+    put("power_little_core_w", 0.0, "this host has one core type")
+    put("power_npu_w", 3.75, "assumed: = power_big_core_w (the NPU stand-in is a core)")
+    put("flash_nj_per_byte", 1.5, "assumed: datacenter SSD order (~5 W at ~3 GB/s)")
+    for f in dataclasses.fields(SocProfile):                 # fields this calibration does not know: schema default
+        if f.name not in v and f.name not in ("name", "soc", "source"):
+            src[f.name] = f"default: not calibrated on this host (schema default {f.default!r})"
+    prof = SocProfile(name="host", soc=ident.cpu_model,
+                      source=f"measured on this host by hil.calibrate ({'quick' if s.quick else 'full'}; compute "
+                             f"kernels: {kern}); per-field sources in device.json", **v)
+    return prof, src, spr
+
+
+def cost_table(m) -> dict:
+    """The cost table of `planner.cost.table.TableCostModel` from a `hil.calibrate.Measurements` (docs/hil.md)."""
+    pts: list[dict] = []
+    s = m.settings
+    for th, st in sorted(m.copy.items()):
+        pts.append(dict(unit="cpu", kind="copy", threads=th, work=s.copy_bytes, seconds=st.median * s.copy_bytes,
+                        spread=st.spread))
+    C, D = s.unpack_shape
+    for r in m.unpack:
+        pts.append(dict(unit="cpu", kind="unpack", threads=r["threads"], work=C * D,
+                        seconds=r["s_per_weight"] * C * D, spread=r["spread"], fmt=r["fmt"], bits=r["bits"]))
+    for unit in ("cpu", "npu"):                                     # npu = the stand-in core: same kernels
+        for r in m.elementwise:
+            pts.append(dict(unit=unit, kind="elementwise", threads=1, work=r["bytes"], seconds=r["seconds"],
+                            spread=r["spread"], op=r["op"]))
+        for r in m.attention:
+            pts.append(dict(unit=unit, kind="attention", threads=1, work=r["flops"], seconds=r["seconds"],
+                            spread=r["spread"]))
+    unpack = [dict(fmt=r["fmt"], bits=r["bits"], threads=r["threads"], s_per_weight=r["s_per_weight"],
+                   spread=r["spread"]) for r in m.unpack]
+    matmul = [dict(unit="cpu", threads=r["threads"], m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"],
+                   spread=r["spread"]) for r in m.gemm]
+    matmul += [dict(unit="npu", threads=1, m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"], spread=r["spread"])
+               for r in m.gemm if r["threads"] == 1]
+    return dict(version=2, source=f"measured on this host by hil.calibrate ({m.kernels})", points=pts, unpack=unpack,
+                matmul=matmul, op_overhead_s=dict(cpu=m.dispatch.median, npu=m.dispatch.median))
+
+
+def measurements_json(m) -> dict:
+    """The raw curves of a `Measurements` (JSON-ready)."""
+    s = m.settings
+
+    def stat(st) -> dict:
+        return dict(median=st.median, spread=st.spread, n=st.n)
+
+    return dict(settings={**asdict(s)}, kernels=m.kernels, reads=m.reads.rows,
+                reader_fit=dict(latency_s=m.reader_latency_s, reader_gbps=m.reader_gbps),
+                bulk_request_bytes=m.bulk_request_bytes, mmap_readahead_bytes=stat(m.readahead),
+                warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
+                copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
+                elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch), wall_s=m.wall_s,
+                loadavg=m.loadavg)
+
+
+# ================================================ store ==============================================================
+def _write_json(path: Path, obj) -> None:
+    with atomic_open(path) as f:
+        f.write((json.dumps(obj, indent=1, default=_np_default) + "\n").encode())
+
+
+def _np_default(o):
+    if isinstance(o, np.generic):
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def load_device_json(path: str | os.PathLike) -> SocProfile:
+    """The SocProfile of a stored `device.json`; ValueError naming the file when it is malformed."""
+    p = Path(path)
+    try:
+        doc = json.loads(p.read_text())
+        return SocProfile(**doc["profile"])
+    except FileNotFoundError:
+        raise
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{p}: not a valid host device profile ({str(e).splitlines()[0] if str(e) else e!r})"
+                         ) from None
+
+
+def _stored(d: Path, ident: HostIdentity, need_full: bool) -> tuple[SocProfile | None, str]:
+    """(profile, "") when `d` holds a usable profile for `ident`, else (None, why not)."""
+    if not (d / "device.json").is_file():
+        return None, "no stored profile"
+    try:
+        stored_id = HostIdentity.from_json(json.loads((d / "identity.json").read_text()))
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
+        return None, f"stored identity unreadable ({type(e).__name__})"
+    if stored_id != ident:
+        diff = [k for k in asdict(ident) if getattr(ident, k) != getattr(stored_id, k)]
+        return None, f"stored profile is from another machine ({', '.join(diff)} differ)"
+    try:
+        doc = json.loads((d / "device.json").read_text())
+        prof = load_device_json(d / "device.json")
+    except (OSError, ValueError) as e:
+        return None, f"stored profile unreadable ({str(e)[:80]})"
+    if doc.get("identity_hash") != ident.id_hash() or doc.get("version") != STORE_VERSION:
+        return None, "stored profile has another identity hash or store version"
+    if need_full and doc.get("quick", True):
+        return None, "stored profile is a quick calibration and a full one was asked for"
+    if not (d / "cost_table.json").is_file():
+        return None, "stored cost table missing"
+    return prof, ""
+
+
+def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None = None, quick: bool = False) -> Path:
+    """`<root>/<identity hash>` (full calibration) or `<root>/<identity hash>-quick` (quick calibration: kept apart,
+    so a quick run never replaces a full profile)."""
+    return Path(root or DEFAULT_ROOT) / ((ident or host_identity()).id_hash() + ("-quick" if quick else ""))
+
+
+def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
+                      log: Callable[[str], None] = lambda m: None) -> tuple[SocProfile, Path, float]:
+    """Calibrate this host and write its store directory; (profile, cost table path, wall s)."""
+    from hil.calibrate import CalibrationSettings, measure_all
+
+    d = store_dir(root, ident, quick)
+    ghz, how = nominal_ghz()
+    t0 = time.perf_counter()
+    meas = measure_all(root / "scratch", CalibrationSettings.make(quick), log)
+    wall = time.perf_counter() - t0
+    prof, src, spr = build_profile(meas, ident, ghz, how)
+    table = cost_table(meas)
+    d.mkdir(parents=True, exist_ok=True)
+    _write_json(d / "measurements.json", measurements_json(meas))
+    _write_json(d / "cost_table.json", table)
+    _write_json(d / "identity.json", ident.to_json())
+    _write_json(d / "device.json", dict(version=STORE_VERSION, identity_hash=ident.id_hash(), quick=quick,
+                                        measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                        wall_s=wall, loadavg=meas.loadavg, profile=asdict(prof), sources=src,
+                                        spread=spr))
+    return prof, d / "cost_table.json", wall
+
+
+def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, quick: bool = False,
+                log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None
+                ) -> tuple[SocProfile, Path]:
+    """(SocProfile, cost table path) of this machine: the stored full profile when its identity matches (with
+    `quick`, else the stored quick one), otherwise measured now (a quick calibration with `quick`) and stored. Prints
+    one line (`log`) saying which."""
+    root = Path(root or DEFAULT_ROOT)
+    ident = host_identity()
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lk:                      # one calibration at a time (they disturb each other)
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        reasons = []
+        for q in ((False, True) if quick else (False,)):
+            d = store_dir(root, ident, q)
+            prof, why = _stored(d, ident, need_full=not q)
+            if prof is not None and not remeasure:
+                log(f"host profile: loaded {d} (identity {ident.id_hash()} matches this machine)")
+                return prof, d / "cost_table.json"
+            reasons.append(why)
+        why = "remeasure requested" if remeasure else next((w for w in reasons if w != "no stored profile"),
+                                                           "no stored profile")
+        prof, table, wall = measure_and_store(root, ident, quick, progress)
+        log(f"host profile: measured this host ({why}; {'quick' if quick else 'full'} calibration {wall:.1f} s) "
+            f"-> {table.parent}")
+        return prof, table
+
+
+# ================================================ the `device=host` marker ==========================================
+MARKER_KEYS = {"name", "measured", "store"}
+
+
+def is_host_marker(device: dict) -> bool:
+    """True for the plain dict of `conf/device/host.yaml` (`measured: true`): a device that is this machine,
+    resolved by measuring it (`host_from_marker`) instead of read from the config."""
+    return isinstance(device, dict) and device.get("measured") is True
+
+
+def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
+                     log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None
+                     ) -> tuple[SocProfile, Path]:
+    """(SocProfile, cost table path) for a `device=host` marker dict (keys: name, measured, store); ValueError
+    naming the key for anything else."""
+    extra = sorted(set(device) - MARKER_KEYS)
+    if extra:
+        raise ValueError(f"device.{extra[0]}: not a key of the measured host device (keys: "
+                         f"{', '.join(sorted(MARKER_KEYS))}); its values are measured, not configured")
+    if device.get("measured") is not True:
+        raise ValueError(f"device.measured: must be true for the measured host device (got {device.get('measured')!r})")
+    store = device.get("store") or ""
+    if not isinstance(store, str):
+        raise ValueError(f"device.store: must be a directory path or empty (got {store!r})")
+    return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress)
+
+
+# ================================================ report =============================================================
+def _unit(field_name: str) -> str:
+    for suffix, unit in (("_gbps_per_core", "GB/s per core"), ("_gops_per_ghz", "GOP/s per GHz"),
+                         ("_gflops_per_ghz", "GFLOP/s per GHz"), ("_s_per_gb", "s/GB"), ("_gbps", "GB/s"),
+                         ("_tops", "TOP/s"), ("_bytes", "B"), ("_ghz", "GHz"), ("_cores", "cores"),
+                         ("_nj_per_byte", "nJ/B"), ("_per_weight", "cycles/weight"), ("_w", "W"), ("_s", "s")):
+        if field_name.endswith(suffix):
+            return unit
+    return "1"
+
+
+def markdown_table(device_doc: dict) -> str:
+    """The stored profile as a Markdown table: field, value, unit, how measured, spread (docs/hil.md)."""
+    rows = ["| field | value | unit | how | spread |", "|---|---|---|---|---|"]
+    for k, v in device_doc["profile"].items():
+        if k in ("name", "soc", "source"):
+            continue
+        val = f"{v:.4g}" if isinstance(v, float) else str(v)
+        sp = device_doc.get("spread", {}).get(k)
+        rows.append(f"| `{k}` | {val} | {_unit(k)} | {device_doc['sources'].get(k, '')} | "
+                    f"{'' if sp is None else f'{sp:.2f}'} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":        # python -m hil.host: print this machine's stored profile (never measures)
+    import sys
+
+    d = store_dir()
+    if not (d / "device.json").is_file():
+        d = store_dir(quick=True)
+    if not (d / "device.json").is_file():
+        print(f"error: no stored profile for this machine in {d}; run python -m experiments.calibrate", file=sys.stderr)
+        raise SystemExit(2)
+    doc = json.loads((d / "device.json").read_text())
+    print(f"{d} ({'quick' if doc['quick'] else 'full'}, measured {doc['measured_at']}, {doc['wall_s']:.0f} s, "
+          f"load average {doc.get('loadavg')})\n")
+    print(markdown_table(doc))

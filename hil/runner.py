@@ -1,0 +1,358 @@
+"""Host HIL runner: executes a bound cold-start `Plan` for real on this machine and measures it (docs/hil.md
+"Runner"; EdgeFlow §4.3 granular pipeline and dynamic dispatch, §4.1 W8A8 NPU linear layers).
+
+`run_plan(plan, packed_path, tokens)` runs the plan of any framework policy on a packed model file and returns the
+measured `Timeline` (source "measured", seconds from t0 = the start of the cold start) plus the logits of the last
+prompt token. Before t0: the file's index is read, the file is evicted from the page cache (hil.pagecache) and its
+resident fraction recorded (0.0 = every weight byte comes from disk), and every compute buffer is allocated (KV cache,
+RoPE tables, chunk activations); the weights are not touched before t0.
+Threads (one OS thread per plan worker, like the simulator's processes in sim.executor): `plan.loader_threads`
+loaders, `plan.unpack_threads` unpackers, `plan.graph_threads` graph threads, one `cpu` worker (its GEMMs split over
+`plan.cpu_threads` threads) and one `npu` worker. THE NPU WORKER IS A STAND-IN: this host has no NPU, so a CPU thread
+runs the NPU queue (INT8 matmuls in EdgeFlow's fine placement; whole subgraphs in llm.npu's coarse placement) with the
+same native INT8 kernels; its spans carry unit "npu" so traces show which work the plan put on the NPU.
+Dispatch: `planner.pipeline.dispatch.Dispatcher` (the simulator's rules: static / position priority, CPU stealing of
+NPU INT8 matmuls) under one lock, one Condition per resource. Stolen ops run on the cpu worker (span resource "cpu",
+stolen=True). Per resource:
+- load: preadv of the task's byte ranges into page-aligned buffers in `request_bytes` requests; `copy_bytes` > 0 (or
+  `duration_s` > 0: a phone's materialized-graph deserialization, whose host stand-in is the same copy) -> a real
+  native memcpy into a second ("NPU") buffer, timed as the span's `cpu_s`. The embedding task reads only the prompt's
+  rows and their scales and dequantizes them.
+- unpack: native unpack of the task's tensors to INT8 (an INT8 blob is a zero-copy view).
+- graph: nothing to do on this host; a task with `duration_s` > 0 is refused (the plan targets a device with NPU
+  graphs: build it for device=host or zero the graph durations).
+- cpu / npu: the task's ops (hil.runner_ops) on its chunk.
+Any error in a worker stops every worker; all threads are joined and one RuntimeError names the task.
+"""
+from __future__ import annotations
+
+import os
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+import native
+from hil.packed_index import EMBED, FileIndex, check_spec, read_index
+from hil.pagecache import evict as evict_file
+from hil.pagecache import resident_fraction
+from hil.runner_ops import OpRunner, needed_tensors
+from hil.runner_state import RunState, WeightStore, aligned_empty, run_state
+from planner.pipeline.builder import chunks
+from planner.pipeline.dispatch import QUEUED, Dispatcher
+from planner.plan import Plan, Task
+from planner.timeline import Span, Timeline
+from quant.arch import ModelSpec
+from quant.pack.formats import BY_CODE, F32_CODE
+from quant.pack.layout import pack_bits3
+
+STALL_S = 5.0     # s without progress while every worker waits -> the plan deadlocked
+
+
+@dataclass
+class RunResult:
+    timeline: Timeline               # measured spans, s from t0
+    logits: np.ndarray               # (vocab,) float32, last prompt token
+    token: int                       # argmax of logits (greedy first token)
+    resident_before: float           # page-cache resident fraction of the file at t0 (0.0 after eviction)
+    info: dict = field(default_factory=dict)   # lazy unpacks, embedding waits, ...
+
+
+def _check_bound(plan: Plan, ix: FileIndex) -> None:
+    if not plan.info.get("bound"):
+        raise ValueError(f"plan {plan.framework}: not bound to a packed file (call hil.packed_index.bind_to_file "
+                         f"or planner.pipeline.bind.bind_plan first)")
+    for t in plan.tasks:
+        for r in t.tensors:
+            e = ix.entries.get(r.name)
+            if e is None:
+                raise ValueError(f"plan task {t.name}: tensor {r.name!r} is not in {ix.path}")
+            ok = (e.offset <= r.offset and r.offset + r.nbytes <= e.offset + e.size) if t.resource == "load" \
+                else (r.offset, r.nbytes) == (e.offset, e.size)
+            if not ok and not (t.ops == ["embed"]):
+                raise ValueError(f"plan task {t.name}: tensor {r.name!r} is bound to bytes {r.offset}+{r.nbytes}, "
+                                 f"not to {ix.path} ({e.offset}+{e.size}): bind the plan to this file")
+
+
+class _Run:
+    def __init__(self, plan: Plan, ix: FileIndex, spec: ModelSpec, tokens: np.ndarray, isa: str | None) -> None:
+        self.plan, self.ix, self.spec, self.tokens, self.isa = plan, ix, spec, tokens, isa
+        sizes = chunks(plan.prompt_tokens, plan.chunk_tokens)
+        self.rs: RunState = run_state(spec, sizes)
+        self.ws = WeightStore(ix, isa)
+        n_help = max(plan.cpu_threads - 1, 0)
+        self.pool = ThreadPoolExecutor(n_help, thread_name_prefix="hil-cpu-help") if n_help else None
+        if self.pool is not None:                     # start the helper threads now, not inside the first GEMM
+            gate = threading.Barrier(n_help)
+            for f in [self.pool.submit(gate.wait) for _ in range(n_help)]:
+                f.result()
+        self.ops = OpRunner(self.rs, self.ws, ix.act_scales, isa, self.pool, n_help)
+        self.dispatch = Dispatcher(plan)
+        self.lock = threading.Lock()
+        self.cond = {r: threading.Condition(self.lock) for r in QUEUED}
+        self.spans: list[Span] = []
+        self.error: tuple[Task | None, BaseException] | None = None
+        self.mem = self.peak = 0
+        self.mem_samples: list[tuple[float, int]] = [(0.0, 0)]
+        self.bytes_read = 0
+        self.running = 0
+        self.waiting = 0
+        self.embedded = threading.Event()
+        self.stop = threading.Event()                 # set when every task ran or a worker failed
+        self.go = threading.Event()                   # workers start (threads exist before t0)
+        self.implicit_waits: list[str] = []          # compute tasks that waited for data the plan did not order
+        self.faulted: list[str] = []                 # task:tensor read by a compute task itself (see _inputs_ready)
+        self.faulted_bytes = 0
+        self.fd = -1
+        self.t0 = 0.0
+
+    # ---- bookkeeping (under self.lock) -----------------------------------------------------------------------
+    def _now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def _mem(self, delta: int) -> None:
+        if delta:
+            self.mem += delta
+            self.peak = max(self.peak, self.mem)
+            self.mem_samples.append((self._now(), self.mem))
+
+    def _after(self, wake: list[str], joins: list[int]) -> None:
+        for j in joins:
+            self._mem(-self.plan.tasks[j].mem_free)
+        for r in set(wake):
+            self.cond[r].notify_all()
+        if self.dispatch.finished:
+            for c in self.cond.values():
+                c.notify_all()
+            self.stop.set()
+
+    def _abort(self, task: Task | None, exc: BaseException) -> None:
+        with self.lock:
+            if self.error is None:
+                self.error = (task, exc)
+            for c in self.cond.values():
+                c.notify_all()
+        self.embedded.set()
+        self.stop.set()
+
+    # ---- workers ---------------------------------------------------------------------------------------------
+    def worker(self, resource: str, idx: int) -> None:
+        task = None
+        self.go.wait()
+        try:
+            while True:
+                with self.lock:
+                    while True:
+                        if self.error is not None or self.dispatch.finished:
+                            return
+                        got = self.dispatch.pop(resource)
+                        if got is not None:
+                            break
+                        self.waiting += 1
+                        self.cond[resource].wait()
+                        self.waiting -= 1
+                    tid, stolen, wake = got
+                    self._after(wake, [])
+                    self.running += 1
+                    task = self.plan.tasks[tid]
+                if resource in ("cpu", "npu") and not self._inputs_ready(task):
+                    return
+                with self.lock:
+                    start = self._now()
+                    self._mem(task.mem_alloc)
+                unit, cpu_s = self._execute(task, resource, idx, stolen)
+                with self.lock:
+                    end = self._now()
+                    self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, end, unit, stolen,
+                                           cpu_s))
+                    self._mem(-task.mem_free)
+                    self.running -= 1
+                    self._after(*self.dispatch.complete(tid))
+                task = None
+        except BaseException as e:     # noqa: BLE001 - reported once by run()
+            self._abort(task, e)
+
+    def _inputs_ready(self, t: Task) -> bool:
+        """Make sure the data a compute task reads is in memory before its span starts: the prompt's embedding and
+        the task's weights. A correct plan orders this through its dependencies. Where a plan leaves an edge out
+        (only the matmuls of a layer wait for `layer_ready`, so a layer's first op, attn_norm, and the final norm
+        may start before their float32 norm vector is read), the task faults the missing float32 tensor in itself
+        with one pread, as a touch of an mmap'ed page would (counted in bytes_read and in
+        RunResult.info["faulted"]); for an INT8 weight it waits for the load (info["implicit_waits"])."""
+        evs = [] if self.embedded.is_set() else [self.embedded]
+        for name in needed_tensors(t):
+            ev = self.ws.arrived(name)
+            if ev.is_set() or name in self.ws.ready:
+                continue
+            e = self.ix.entries[name]
+            if e.fmt == F32_CODE:
+                buf = aligned_empty(e.size)
+                self._read(buf, e.offset, max(e.size, 1))
+                self.ws.fault_in(name, buf)
+                with self.lock:
+                    self.faulted.append(f"{t.name}:{name}")
+                    self.faulted_bytes += e.size
+            else:
+                evs.append(ev)
+        if evs:
+            with self.lock:
+                self.implicit_waits.append(t.name)
+                self.waiting += 1
+            try:
+                for ev in evs:
+                    while not ev.wait(0.05):
+                        if self.error is not None:
+                            return False
+            finally:
+                with self.lock:
+                    self.waiting -= 1
+        return self.error is None
+
+    def _execute(self, t: Task, resource: str, idx: int, stolen: bool) -> tuple[str, float]:
+        if resource == "load":
+            return "io", (self._embed(t) if t.ops == ["embed"] else self._load(t))
+        if resource == "graph":
+            if t.duration_s > 0:
+                raise ValueError(f"plan built for a device with an NPU graph (duration_s={t.duration_s:g}); "
+                                 f"build it for device=host")
+            return "graph", 0.0
+        if resource == "unpack":
+            for r in t.tensors:
+                self.ws.unpack(r.name)
+            return "cpu", 0.0
+        threads = self.plan.cpu_threads if (resource == "cpu" or stolen) else 1
+        self.ops.run(t, threads)
+        return ("cpu" if resource == "cpu" or stolen else "npu"), 0.0
+
+    def _read(self, buf: np.ndarray, off: int, request: int) -> None:
+        """Fill `buf` from file offset `off` with preadv requests of at most `request` bytes."""
+        mv = memoryview(buf)
+        got, n = 0, buf.nbytes
+        while got < n:
+            k = os.preadv(self.fd, [mv[got:min(n, got + request)]], off + got)
+            if k <= 0:
+                raise OSError(f"{self.ix.path}: short read at offset {off + got}")
+            got += k
+        with self.lock:
+            self.bytes_read += n
+
+    def _load(self, t: Task) -> float:
+        copy = t.copy_bytes > 0 or t.duration_s > 0
+        cpu_s = 0.0
+        req = t.request_bytes or (1 << 20)
+        for r in t.tensors:
+            e = self.ix.entries[r.name]
+            b = self.ws.blob(r.name)
+            lo = r.offset - e.offset
+            piece = b.buf[lo:lo + r.nbytes]
+            self._read(piece, r.offset, req)
+            if copy:
+                c0 = time.perf_counter()
+                native.memcpy(self.ws.npu_buffer(r.name)[lo:lo + r.nbytes], piece)
+                cpu_s += time.perf_counter() - c0
+            self.ws.landed(r.name, r.nbytes, copy)
+        return cpu_s
+
+    def _embed(self, t: Task) -> float:
+        """Read the prompt's rows (+ their float32 scales) of the INT8 embedding and dequantize into the chunks."""
+        e = self.ix.entries[EMBED]
+        row = self.ix.embed_row_payload
+        uniq, inv = np.unique(self.tokens, return_inverse=True)
+        payload = aligned_empty(row * uniq.size)
+        scales = np.empty(uniq.size, np.float32)
+        for i, tok in enumerate(uniq):
+            self._read(payload[i * row:(i + 1) * row], e.offset + e.payload_off + int(tok) * row, t.request_bytes)
+            self._read(scales[i:i + 1].view(np.uint8), e.offset + e.scales_off + 4 * int(tok), 4)
+        bits3 = pack_bits3(np.full(uniq.size, 8, dtype=np.int8))
+        q = BY_CODE[e.fmt].unpack_native(payload, bits3, uniq.size, e.D, e.group, isa=self.ws.unpack_isa)
+        x = (q.astype(np.float32) * scales[:, None])[inv]                       # (T, d)
+        for c in self.rs.chunks:
+            c.x[:] = x[c.past:c.past + c.m]
+        self.embedded.set()
+        return 0.0
+
+    # ---- driver ----------------------------------------------------------------------------------------------
+    def run(self) -> Timeline:
+        threads = [threading.Thread(target=self.worker, args=(r, i), name=f"hil-{r}{i}", daemon=True)
+                   for r in QUEUED for i in range(self.plan.workers(r))]
+        self.fd = os.open(self.ix.path, os.O_RDONLY)
+        try:
+            if not any(t.ops == ["embed"] for t in self.plan.tasks):
+                raise ValueError(f"plan {self.plan.framework}: no embedding task (ops == ['embed'])")
+            for th in threads:
+                th.start()
+            self.t0 = time.perf_counter()
+            with self.lock:
+                self._after(*self.dispatch.start())
+            self.go.set()
+            last, last_t = -1, time.perf_counter()
+            while not self.stop.wait(0.1):
+                with self.lock:
+                    if self.dispatch.done != last or self.running:
+                        last, last_t = self.dispatch.done, time.perf_counter()
+                    elif self.waiting == len(threads) and time.perf_counter() - last_t > STALL_S:
+                        self.error = (None, RuntimeError(f"plan deadlocked: {self.dispatch.done}/"
+                                                         f"{len(self.plan.tasks)} tasks ran"))
+                        for c in self.cond.values():
+                            c.notify_all()
+                        break
+        finally:
+            self._abort_if_running(threads)
+            for th in threads:
+                if th.ident is not None:
+                    th.join()
+            if self.pool is not None:
+                self.pool.shutdown(wait=True)
+            os.close(self.fd)
+        if self.error is not None:
+            task, exc = self.error
+            where = f"task {task.name} ({task.resource})" if task is not None else "dispatch"
+            raise RuntimeError(f"hil run failed in {where}: {type(exc).__name__}: {exc}") from exc
+        if not self.dispatch.finished:
+            raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
+        end = max((s.end for s in self.spans), default=0.0)
+        return Timeline(self.plan, self.spans, end, self.bytes_read, self.peak, [], self.mem_samples,
+                        source="measured")
+
+    def _abort_if_running(self, threads: list[threading.Thread]) -> None:
+        """Make every worker return: after a deadlock or an interrupt of the driver (KeyboardInterrupt)."""
+        with self.lock:
+            done = self.dispatch.finished
+        if not done:
+            self._abort(None, RuntimeError("run interrupted"))
+        self.go.set()
+
+
+def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | None = None, evict: bool = True,
+             isa: str | None = None) -> RunResult:
+    """Run a bound cold-start plan on `packed_path` for the prompt `tokens` (prompt_tokens ints) and measure it.
+
+    spec: the model's shapes (default: conf/model/<plan.model>.yaml). evict: drop the file from the page cache first
+    (a cold start); resident_before records what remained. isa: force one native ISA (None: the fastest)."""
+    path = Path(packed_path)
+    ix = read_index(path)
+    _check_bound(plan, ix)
+    if spec is None:
+        from quant.gguf_model import model_spec
+
+        spec = model_spec(plan.model)
+    check_spec(ix, spec)
+    toks = np.asarray(tokens, dtype=np.int64)
+    if toks.ndim != 1 or toks.size != plan.prompt_tokens:
+        raise ValueError(f"tokens: need {plan.prompt_tokens} token ids (plan prompt_tokens), got shape {toks.shape}")
+    if toks.min() < 0 or toks.max() >= spec.vocab:
+        raise ValueError(f"tokens: ids must be in 0..{spec.vocab - 1}")
+    if isa is not None and isa not in native.COMPUTE_ISAS:
+        raise ValueError(f"isa: unknown {isa!r} (one of {', '.join(native.COMPUTE_ISAS)})")
+    run = _Run(plan, ix, spec, toks, isa)             # every compute buffer allocated before t0
+    if evict:
+        evict_file(path)
+    resident = resident_fraction(path)
+    tl = run.run()
+    logits = run.rs.logits[0].copy()
+    info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
+            "faulted_bytes": run.faulted_bytes, "isa": isa or "best"}
+    return RunResult(tl, logits, int(np.argmax(logits)), resident, info)

@@ -1,0 +1,213 @@
+"""Per-run state of the host HIL runner (docs/hil.md "Runner"): weight buffers filled by the loaders, unpacked INT8
+tensors, the KV cache, RoPE tables and the activations of every prompt chunk.
+
+Owns the memory a cold start works in, allocated before t0 except the weight buffers (allocated by the load task
+that fills them, as a real runtime does):
+- `WeightStore`: page-aligned blob buffers (one per container tensor, filled piece by piece by load tasks: llama.cpp
+  plans split a layer's byte range over several reader tasks), the optional "NPU buffer" copy, and the unpacked
+  (C, D) INT8 weights + per-channel scales. A tensor that no unpack task of the plan unpacks (INT8 files need none;
+  CPU frameworks dequantize inside their matmuls; the LM head) is unpacked by the compute task that first uses it.
+- `ChunkState`: the activation buffers of one prompt chunk (m tokens after `past` earlier ones), reused layer after
+  layer (a chunk's layer l+1 starts only after every op of its layer l: the DAG of planner.pipeline.dag).
+- `RunState`: the chunks, the per-layer KV cache (prompt, KV, hd) float32 and the RoPE tables (prompt, hd/2).
+"""
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import numpy as np
+
+import native
+from hil.packed_index import FileIndex
+from quant.arch import ModelSpec
+from quant.pack.formats import BY_CODE, F32_CODE
+from quant.llama import rope_tables
+
+PAGE = 4096   # B, buffer alignment (direct-I/O / page size)
+
+
+def aligned_empty(nbytes: int, align: int = PAGE) -> np.ndarray:
+    """uint8 (nbytes,) buffer whose first byte is `align`-aligned (not initialised: no page is touched)."""
+    raw = np.empty(nbytes + align, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align
+    return raw[start:start + nbytes]
+
+
+@dataclass
+class _Blob:
+    buf: np.ndarray                 # uint8 (size,), page-aligned: bytes as read from the file
+    npu: np.ndarray | None = None   # uint8 (size,): the "NPU buffer" copy (load tasks with copy_bytes / duration_s)
+    landed: int = 0                 # B of the blob read so far
+    copied: int = 0                 # B of the blob copied into `npu` so far
+
+
+class WeightStore:
+    """Blob buffers and unpacked weights of one run. Thread-safe: one lock for the dicts, unpack outside it."""
+
+    def __init__(self, ix: FileIndex, isa: str | None) -> None:
+        self.ix = ix
+        self.unpack_isa = isa if isa in native.ISAS else None   # compute-only levels (avxvnni, ...) unpack by default
+        self.lock = threading.Lock()
+        self.blobs: dict[str, _Blob] = {}
+        self.ready: dict[str, object] = {}          # name -> (q (C, D) int8, scales (C,) f32) | float32 array
+        self.name_locks: dict[str, threading.Lock] = {}
+        self.lazy_unpacked: list[str] = []          # tensors unpacked by the compute task that used them
+        self.events: dict[str, threading.Event] = {}  # name -> set when every byte of the blob was read
+
+    # ---- loads -------------------------------------------------------------------------------------------------
+    def blob(self, name: str) -> _Blob:
+        """The blob buffer of `name`, allocated on first use."""
+        with self.lock:
+            b = self.blobs.get(name)
+            if b is None:
+                b = self.blobs[name] = _Blob(aligned_empty(self.ix.entries[name].size))
+            return b
+
+    def npu_buffer(self, name: str) -> np.ndarray:
+        with self.lock:
+            b = self.blobs[name]
+            if b.npu is None:
+                b.npu = aligned_empty(b.buf.size)
+            return b.npu
+
+    def arrived(self, name: str) -> threading.Event:
+        """Event set once every byte of `name`'s blob is in memory."""
+        with self.lock:
+            ev = self.events.get(name)
+            if ev is None:
+                ev = self.events[name] = threading.Event()
+            return ev
+
+    def landed(self, name: str, nbytes: int, copied: bool) -> None:
+        with self.lock:
+            b = self.blobs[name]
+            b.landed += nbytes
+            b.copied += nbytes if copied else 0
+            done = b.landed >= self.ix.entries[name].size
+        if done:
+            self.arrived(name).set()
+
+    def complete_blob(self, name: str) -> np.ndarray:
+        """The whole blob (the NPU copy when every byte was copied). Raises if not all of it was read yet."""
+        with self.lock:
+            b = self.blobs.get(name)
+            size = self.ix.entries[name].size
+            if b is None or b.landed < size:
+                got = 0 if b is None else b.landed
+                raise RuntimeError(f"tensor {name!r} used after {got} of its {size} bytes were read "
+                                   f"(a plan dependency is missing)")
+            return b.npu if b.copied >= size else b.buf
+
+    # ---- unpack ------------------------------------------------------------------------------------------------
+    def unpack(self, name: str, threads: int = 1) -> None:
+        """Unpack `name` from its loaded blob: INT8 (C, D) + scales (an INT8 blob: zero-copy views)."""
+        e = self.ix.entries[name]
+        blob = self.complete_blob(name)
+        if e.fmt == F32_CODE:
+            a = blob[:e.payload_size].view(np.float32)
+            val: object = a if e.group == 1 else a.reshape(e.C, e.D)
+        else:
+            scales = blob[e.scales_off:e.scales_off + 4 * e.C].view(np.float32)
+            payload = blob[e.payload_off:e.payload_off + e.payload_size]
+            if e.fmt == 1:                                       # int8: the payload IS the (C, D) array
+                q = payload.view(np.int8).reshape(e.C, e.D)
+            else:
+                bits3 = blob[:(3 * e.C + 7) // 8]
+                q = BY_CODE[e.fmt].unpack_native(payload, bits3, e.C, e.D, e.group, isa=self.unpack_isa,
+                                                 threads=threads)
+                scales = scales.copy()
+            val = (q, scales)
+        with self.lock:
+            self.ready.setdefault(name, val)
+            if e.fmt not in (1, F32_CODE):                       # the packed bytes are no longer needed
+                self.blobs[name] = _Blob(np.empty(0, np.uint8), None, e.size, e.size)
+
+    def fault_in(self, name: str, blob: np.ndarray) -> None:
+        """A float32 tensor read directly by the compute task that needs it (before its load task ran)."""
+        e = self.ix.entries[name]
+        a = blob[:e.payload_size].view(np.float32)
+        with self.lock:
+            self.ready.setdefault(name, a if e.group == 1 else a.reshape(e.C, e.D))
+
+    def get(self, name: str, threads: int = 1):
+        """The unpacked tensor; unpacked here (on the caller's thread) when no unpack task did it."""
+        v = self.ready.get(name)
+        if v is not None:
+            return v
+        with self.lock:
+            lk = self.name_locks.setdefault(name, threading.Lock())
+        with lk:
+            if name not in self.ready:
+                self.unpack(name, threads)
+                with self.lock:
+                    self.lazy_unpacked.append(name)
+        return self.ready[name]
+
+
+@dataclass
+class ChunkState:
+    """Activations of one prompt chunk: m tokens at positions past..past+m-1. float32 unless noted."""
+    m: int
+    past: int
+    x: np.ndarray                  # (m, d) residual stream
+    h: np.ndarray                  # (m, d) normed input of the attention / FFN block
+    x8: list[np.ndarray]           # 3 x (m * max(d, q),) int8 flat: quantized linear inputs (per distinct act scale)
+    x8f: np.ndarray                # (m, f) int8 quantized input of ffn_down
+    use: dict[str, np.ndarray]     # linear kind -> its quantized input (set by the quant_* ops)
+    acc: dict[str, np.ndarray]     # linear kind -> (m, C) int32 GEMM output
+    q: np.ndarray                  # (m, H, hd)
+    k: np.ndarray                  # (m, KV, hd)
+    v: np.ndarray                  # (m, KV, hd)
+    o: np.ndarray                  # (m, H*hd) attention output
+    y: np.ndarray                  # (m, d) block output before the residual add
+    g: np.ndarray                  # (m, f) gate
+    u: np.ndarray                  # (m, f) up
+    s: np.ndarray                  # (m, f) silu(gate), then silu(gate) * up
+    ones: np.ndarray               # (m, f) 1.0 (silu alone through the fused silu_mul kernel)
+
+
+@dataclass
+class RunState:
+    spec: ModelSpec
+    chunks: list[ChunkState]
+    kcache: list[np.ndarray]       # per layer (prompt, KV, hd) float32
+    vcache: list[np.ndarray]
+    cos: np.ndarray                # (prompt, hd/2) float32
+    sin: np.ndarray
+    hf: np.ndarray                 # (1, d) final-normed last token
+    head_x8: np.ndarray            # (1, d) int8
+    head_acc: np.ndarray           # (1, vocab) int32
+    logits: np.ndarray             # (1, vocab) float32
+    extra: dict = field(default_factory=dict)
+
+
+def chunk_state(spec: ModelSpec, m: int, past: int) -> ChunkState:
+    d, qd, kv, f = spec.d_model, spec.q_dim, spec.kv_dim, spec.d_ffn
+    z = np.zeros
+    acc = {"attn_q": z((m, qd), np.int32), "attn_k": z((m, kv), np.int32), "attn_v": z((m, kv), np.int32),
+           "attn_output": z((m, d), np.int32), "ffn_gate": z((m, f), np.int32), "ffn_up": z((m, f), np.int32),
+           "ffn_down": z((m, d), np.int32)}
+    return ChunkState(m, past, z((m, d), np.float32), z((m, d), np.float32),
+                      [z(m * max(d, qd), np.int8) for _ in range(3)], z((m, f), np.int8), {}, acc,
+                      z((m, spec.n_heads, spec.head_dim), np.float32),
+                      z((m, spec.n_kv_heads, spec.head_dim), np.float32),
+                      z((m, spec.n_kv_heads, spec.head_dim), np.float32), z((m, qd), np.float32),
+                      z((m, d), np.float32), z((m, f), np.float32), z((m, f), np.float32), z((m, f), np.float32),
+                      np.ones((m, f), np.float32))
+
+
+def run_state(spec: ModelSpec, sizes: list[int]) -> RunState:
+    """Every buffer of the compute side, allocated (and zero-filled: pages touched) before t0."""
+    T = sum(sizes)
+    chunks, past = [], 0
+    for m in sizes:
+        chunks.append(chunk_state(spec, m, past))
+        past += m
+    cache = (T, spec.n_kv_heads, spec.head_dim)
+    cos, sin = rope_tables(T, spec.head_dim, spec.rope_base)
+    return RunState(spec, chunks, [np.zeros(cache, np.float32) for _ in range(spec.n_layers)],
+                    [np.zeros(cache, np.float32) for _ in range(spec.n_layers)], np.ascontiguousarray(cos),
+                    np.ascontiguousarray(sin), np.zeros((1, spec.d_model), np.float32),
+                    np.zeros((1, spec.d_model), np.int8), np.zeros((1, spec.vocab), np.int32),
+                    np.zeros((1, spec.vocab), np.float32))

@@ -1,0 +1,232 @@
+"""Option tables of the hybrid MP/TP planner (Voltron paper §4.2.1): for every class of identical sublayers
+c = (type, weight precision, activation precision), the cost, memory and shard placement of every parallel option —
+MP on each live device, TP over every subset of ≥ 2 live devices (greedy speed-balanced shards), and a
+memory-proportional TP fallback — priced with the fitted latency regression and the communication model.
+
+Design for speed (re-planning runs token by token): option costs are computed once per class with NumPy; the greedy
+shard assignment of all classes and subsets is one sort (the greedy picks the S smallest of the per-device finishing
+times b_d + k·u_d, k = 1..S). The link-independent compute/memory part is cached separately from the communication
+part, so an RSSI change only re-prices communication. The sequential memory-aware pass over these tables is in
+`assign.py`; `hybrid.py` composes both into `HybridPlanner`.
+"""
+from __future__ import annotations
+
+import dataclasses
+import itertools
+from dataclasses import dataclass
+
+import numpy as np
+
+from planner.voltron.comm import LinkState
+from planner.voltron.devices import ACT_BYTES, BYTES_PER_WEIGHT, PRECISIONS
+from planner.voltron.layers import ACT_WORK_BYTES, HEAD
+
+P = len(PRECISIONS)
+
+
+@dataclass
+class PhaseEnv:
+    """What one planning call sees: the phase workload, links, live devices and memory budgets."""
+    phase: int                   # 0 prefill, 1 decode
+    n_tokens: int                # new tokens per step
+    kv_len: int                  # tokens already cached (time estimate)
+    kv_plan: int                 # cached tokens to reserve memory for
+    links: LinkState
+    budgets: np.ndarray          # (D,) bytes available to the LLM per device (0 for devices that left)
+
+    @property
+    def alive(self) -> np.ndarray:
+        return self.links.connected & (self.budgets > 0)
+
+
+@dataclass
+class OptionTable:
+    """Per class c = (type, weight precision, act precision) and option o (MP on d for o < D, else TP over a subset)."""
+    comp: np.ndarray             # (C, O) s compute time (slowest device for TP)
+    comm: np.ndarray             # (C, O) s communication time used for the choice (MP: one transfer; TP: bcast+agg)
+    mem: np.ndarray              # (C, O, D) bytes per device
+    shards: np.ndarray           # (C, O, D) shards per device
+    order: np.ndarray            # (C, O) options sorted by comp + comm (invalid last)
+    n_valid: np.ndarray          # (C,) number of valid options
+    pruned: np.ndarray           # (T,) pruned shards per type
+    reserve: np.ndarray          # (D,) bytes reserved before layers (workspace, LM head)
+    head_time: float             # s LM head on the main device
+    act_bytes: np.ndarray        # (A,) bytes per activation transfer at each activation precision
+    hop: np.ndarray              # (A, D) one-hop time per activation precision
+    n_dev: int
+    b: np.ndarray                # (D, P) s regression intercept per device and precision
+    u: np.ndarray                # (D, P, T) s per shard of each present type
+    unit: np.ndarray             # (T, P) resident bytes per shard (weights + KV at kv_plan)
+    w_unit: np.ndarray           # (T, P) weight bytes per shard
+    sorted_mem: np.ndarray       # (C, O, D) memory of each class's options in preference order
+    valid: np.ndarray            # (C, O) option rank < n_valid
+
+
+def _subsets(D: int) -> np.ndarray:
+    """(Sub, D) bool masks of all device subsets with ≥ 2 members."""
+    out = [np.isin(np.arange(D), c) for k in range(2, D + 1) for c in itertools.combinations(range(D), k)]
+    return np.array(out, dtype=bool).reshape(-1, D)
+
+
+class OptionBuilder:
+    """Mixin of `HybridPlanner`: builds and caches the option tables (needs table, D, T, types, subsets, latency,
+    head_precision and the caches set up by `HybridPlanner.__init__`)."""
+
+    # ---- option tables --------------------------------------------------------------------------------------------
+    def options(self, env: PhaseEnv, prune_frac: float = 0.0) -> OptionTable:
+        key = (env.phase, env.n_tokens, env.kv_len, env.kv_plan, env.links.mcs_key,
+               tuple(env.budgets.tolist()), round(prune_frac, 6))
+        hit = self._cache.get(key)
+        if hit is not None:
+            return hit
+        if len(self._cache) > 4096:
+            self._cache.clear()
+        opt = self._build(env, prune_frac)
+        self._cache[key] = opt
+        return opt
+
+    def _build(self, env: PhaseEnv, prune_frac: float) -> OptionTable:
+        """Option table = link-independent compute/memory part (cached separately: an RSSI change only re-prices
+        communication) + the communication part of this link state."""
+        tb, D, T = self.table, self.D, self.T
+        ckey = (env.phase, env.n_tokens, env.kv_len, env.kv_plan, tuple(env.budgets.tolist()),
+                tuple(env.alive.tolist()), round(prune_frac, 6))
+        part = self._compute_cache.get(ckey)
+        if part is None:
+            if len(self._compute_cache) > 1024:
+                self._compute_cache.clear()
+            part = self._compute_cache[ckey] = self._build_compute(env, prune_frac)
+        comp, used, b, u, unit, w_unit, pruned, reserve, head_time, run_len, comp_c, mem_c, shards_c = part
+        act_bytes = env.n_tokens * tb.act_width * ACT_BYTES                 # (A,)
+        hop = env.links.hop(act_bytes)                                      # (A, D)
+        A = len(ACT_BYTES)
+        O = comp.shape[2]
+        comm = np.zeros((T, P, A, O))
+        # MP: the paper charges one activation transfer per layer (`comm`); the alternative ranking (`comm_run`)
+        # charges the transfer into and out of a remote device once per *run* of layers on it, shared by the run's
+        # layers, a run lasting as many sublayers as the device can hold. The search ranks with the paper's charge;
+        # the final plan is built with both rankings and the one with the lower exact estimate is kept.
+        comm[:, :, :, :D] = hop[None, None, :, :]
+        comm[:, :, :, D:] = np.moveaxis(env.links.tp_comm(act_bytes[:, None, None, None], used[None, :, :, D:]), 0, 2)
+        if env.phase == 0:
+            comm_run = comm.copy()
+            comm_run[:, :, :, :D] = 2 * hop[None, None, :, :] / run_len[:, :, None, :]
+        comm_c = comm.reshape(-1, O)                                        # classes c = (t, p, a)
+        total = comp_c + comm_c
+        total = np.where(np.isfinite(total), total, np.inf)
+        order = np.argsort(total, axis=1, kind="stable")
+        n_valid = np.isfinite(total).sum(axis=1)
+        main = OptionTable(comp=comp_c, comm=comm_c, mem=mem_c, shards=shards_c, order=order, n_valid=n_valid,
+                           pruned=pruned, reserve=reserve, head_time=head_time, act_bytes=act_bytes, hop=hop, n_dev=D,
+                           b=b, u=u, unit=unit, w_unit=w_unit,
+                           sorted_mem=np.take_along_axis(mem_c, order[:, :, None], axis=1),
+                           valid=np.arange(O)[None, :] < n_valid[:, None])
+        if env.phase == 0:                   # the run-amortised ranking is only used for prefill (see `assign`)
+            total_run = comp_c + comm_run.reshape(-1, O)
+            order_run = np.argsort(np.where(np.isfinite(total_run), total_run, np.inf), axis=1, kind="stable")
+            main.alt = dataclasses.replace(main, order=order_run,
+                                           sorted_mem=np.take_along_axis(mem_c, order_run[:, :, None], axis=1))
+        return main
+
+    def _build_compute(self, env: PhaseEnv, prune_frac: float):
+        tb, D, T = self.table, self.D, self.T
+        alive = env.alive
+        feats, _ = tb.features(env.n_tokens, env.kv_len)                    # (6, 3)
+        _, kv_res = tb.features(0, env.kv_plan)                             # resident KV per type at kv_plan
+        icpt, slope = self.latency.type_costs(env.phase, feats)             # (D, P), (D, P, 6)
+        ty = self.types
+        S = tb.shards[ty].astype(float)                                     # (T,)
+        pruned = np.minimum(np.rint(prune_frac * tb.shards), tb.shards - 1).astype(np.int64)   # (6,)
+        Sk = (tb.shards[ty] - pruned[ty])                                   # (T,) kept shards
+        unit = (tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] + kv_res[ty][:, None]) / S[:, None]  # (T, P) bytes
+        u = slope[:, :, ty] / S[None, None, :]                              # (D, P, T) s per shard
+        b = icpt                                                            # (D, P)
+        Sub = len(self.subsets)
+        O = D + Sub + 1                      # + TP over all live devices with shards ∝ free memory (fallback)
+        comp = np.full((T, P, O), np.inf)
+        mem = np.zeros((T, P, O, D))
+        shards = np.zeros((T, P, O, D), dtype=np.int64)
+        used_all = np.zeros((T, P, O, D), dtype=bool)
+        # MP on each live device
+        mp_time = b.T[None, :, :] + (Sk / S)[:, None, None] * np.transpose(u, (2, 1, 0)) * S[:, None, None]  # (T,P,D)
+        for d in range(D):
+            if not alive[d]:
+                continue
+            comp[:, :, d] = mp_time[:, :, d]
+            mem[:, :, d, d] = Sk[:, None] * unit
+            shards[:, :, d, d] = Sk[:, None]
+            used_all[:, :, d, d] = True
+        # TP over each subset of live devices: greedy = the Sk smallest finishing times b_d + k·u_d
+        K = int(Sk.max())
+        k = np.arange(1, K + 1)
+        fin = b.T[None, :, :, None] + np.transpose(u, (2, 1, 0))[..., None] * k           # (T, P, D, K)
+        fin = fin + np.arange(D)[None, None, :, None] * 1e-12                               # deterministic ties
+        fin = np.where(k[None, None, None, :] <= Sk[:, None, None, None], fin, np.inf)
+        # (all subsets of live devices at once: the same per-subset arithmetic, batched along a leading axis)
+        subs = np.flatnonzero(~(self.subsets & ~alive[None, :]).any(axis=1))
+        if subs.size:
+            members = self.subsets[subs]                                                    # (s, D)
+            ns = len(subs)
+            f = np.where(members[:, None, None, :, None], fin[None], np.inf).reshape(ns, T, P, D * K)
+            srt = np.sort(f, axis=-1)
+            thr = srt[:, np.arange(T)[:, None], np.arange(P)[None, :], (Sk - 1)[:, None]]  # (s, T, P)
+            cnt = (fin[None] <= thr[..., None, None]) & members[:, None, None, :, None]
+            kd = cnt.sum(axis=-1)                                                           # (s, T, P, D)
+            used = kd > 0
+            t_dev = np.where(used, b.T[None, None] + kd * np.transpose(u, (2, 1, 0))[None], 0.0)
+            o = D + subs
+            comp[:, :, o] = np.moveaxis(t_dev.max(axis=-1), 0, -1)
+            mem[:, :, o, :] = np.moveaxis(kd * unit[None, :, :, None], 0, 2)
+            shards[:, :, o, :] = np.moveaxis(kd, 0, 2)
+            used_all[:, :, o, :] = np.moveaxis(used, 0, 2)
+        # memory-proportional TP over all live devices: fills every device at the same rate, so memory left over by
+        # the speed-balanced options is not stranded in fragments no whole layer fits into (fallback option)
+        free = np.where(alive, np.maximum(env.budgets - self._reserve(env, alive), 0.0), 0.0)      # (D,) bytes
+        if alive.sum() >= 2 and free.sum() > 0:
+            o = D + Sub
+            for ti, kd in enumerate(self._proportional(free, Sk)):
+                used = kd > 0
+                t_dev = np.where(used[None, :], b.T + kd[None, :] * u[:, :, ti].T, 0.0)    # (P, D)
+                comp[ti, :, o] = t_dev.max(axis=1)
+                mem[ti, :, o, :] = kd[None, :] * unit[ti][:, None]
+                shards[ti, :, o, :] = kd[None, :]
+                used_all[ti, :, o, :] = used[None, :]
+        reserve = self._reserve(env, alive)
+        head_time = float(icpt[0, self.head_precision] + slope[0, self.head_precision, HEAD])
+        w_unit = tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None]
+        layer_bytes = np.maximum(Sk[:, None] * unit, 1.0)                                  # (T, P)
+        run_len = np.clip(free[None, None, :] / layer_bytes[:, :, None], 1.0, tb.n)         # (T, P, D) sublayers
+        # per class c = (t, p, a): the compute side does not depend on the activation precision
+        A = len(ACT_BYTES)
+        comp_c = np.broadcast_to(comp[:, :, None, :], (T, P, A, O)).reshape(-1, O)
+        mem_c = np.broadcast_to(mem[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        shards_c = np.broadcast_to(shards[:, :, None], (T, P, A, O, D)).reshape(-1, O, D)
+        return comp, used_all, b, u, unit, w_unit, pruned, reserve, head_time, run_len, comp_c, mem_c, shards_c
+
+    def _proportional(self, free: np.ndarray, Sk: np.ndarray) -> list[np.ndarray]:
+        """Per type: shards per device ∝ free memory (largest remainder). Depends on memory only, not on the KV
+        length or the links, so it is cached across the token-level re-plans."""
+        key = (free.tobytes(), Sk.tobytes())
+        hit = self._prop_cache.get(key)
+        if hit is None:
+            if len(self._prop_cache) > 1024:
+                self._prop_cache.clear()
+            hit = []
+            for sk in Sk:
+                share = sk * free / free.sum()
+                kd = np.floor(share).astype(np.int64)
+                for j in np.argsort(-(share - kd), kind="stable")[:int(sk - kd.sum())]:
+                    kd[j] += 1
+                hit.append(kd)
+            self._prop_cache[key] = hit
+        return hit
+
+    def _reserve(self, env: PhaseEnv, alive: np.ndarray) -> np.ndarray:
+        """(D,) bytes reserved before layers: activation workspace on every live device (two buffers of the widest
+        per-token activation, fp32; attention assumed fused as with llama.cpp's flash attention, so the
+        n_tokens × context score matrix is not materialised), LM head and, for untied models, the token-embedding
+        table on the main device (both at `head_precision`, as llama.cpp quantizes output.weight / token_embd)."""
+        tb = self.table
+        reserve = np.where(alive, env.n_tokens * (tb.act_width + tb.ffn_width) * ACT_WORK_BYTES * 2, 0.0)
+        reserve[0] += (tb.params[HEAD] + tb.embed_params) * BYTES_PER_WEIGHT[self.head_precision]
+        return reserve

@@ -1,0 +1,64 @@
+"""Host HIL runner benchmark (`make bench`): measured cold TTFT of SmolLM2-135M, EdgeFlow 5 bits (fast quantizer
+settings), for 16 / 64 / 128-token prompts, with the plans of EdgeFlow and the llama.cpp / MNN / llm.npu+ policies
+(built on the xiaomi15pro profile with its NPU graph durations zeroed: this host has no NPU graph; the NPU queue runs
+on the runner's NPU stand-in thread). Median of 3 cold runs (file evicted from the page cache before each), per-phase
+spans (hil.runner_report). Every run must give the reference's top-1. Prints a table, writes
+outputs/bench/runner.json (every number measured).
+"""
+from __future__ import annotations
+
+import statistics
+
+import numpy as np
+import pytest
+
+from hil.runner import run_plan
+from hil.runner_report import phase_summary
+from quant.atomic import atomic_write_json
+from quant.packed_forward import forward_last_logits, read_model
+from tests.conftest import REPO
+from tests.hil.test_runner import smol_pack  # noqa: F401  (session fixture: the packed SmolLM2)
+from tests.hil.tinymodel import bound_plan
+from tests.quant.conftest import needs_model
+
+pytestmark = pytest.mark.bench
+
+FRAMEWORKS = ("edgeflow", "llamacpp", "mnn", "llmnpu_plus")
+PROMPTS = (16, 64, 128)
+REPEATS = 3
+
+
+@needs_model
+def test_runner_cold_ttft(smol_pack):  # noqa: F811
+    from quant.evaluate import eval_text_tokens
+
+    spec, path = smol_pack
+    pm = read_model(path)
+    rows = []
+    for T in PROMPTS:
+        toks = eval_text_tokens(spec, T, 5000)
+        top1 = int(forward_last_logits(pm, spec, toks).argmax())
+        for fw in FRAMEWORKS:
+            plan = bound_plan(fw, spec, path, T)
+            runs = []
+            for _ in range(REPEATS):
+                r = run_plan(plan, path, toks, spec=spec)
+                assert r.resident_before == 0.0 and r.token == top1, (fw, T)
+                runs.append(phase_summary(plan, r.timeline))
+            med = sorted(runs, key=lambda x: x["ttft_s"])[REPEATS // 2]
+            rows.append({"framework": fw, "prompt_tokens": T, **med,
+                         "ttft_all_s": [x["ttft_s"] for x in runs],
+                         "ttft_median_s": statistics.median(x["ttft_s"] for x in runs)})
+    print(f"\nSmolLM2-135M EdgeFlow 5 b, cold TTFT on this host (measured; median of {REPEATS})")
+    print(f"{'framework':<13}{'T':>5}{'TTFT s':>9}{'load s':>15}{'unpack s':>15}{'prefill s':>15}{'stolen':>8}")
+
+    def span(r, ph):
+        return f"{r[ph + '_start_s']:.3f}-{r[ph + '_end_s']:.3f}" if ph + "_start_s" in r else "-"
+
+    for r in rows:
+        print(f"{r['framework']:<13}{r['prompt_tokens']:>5}{r['ttft_median_s']:>9.3f}{span(r, 'load'):>15}"
+              f"{span(r, 'unpack'):>15}{span(r, 'prefill'):>15}{int(r['stolen_ops']):>8}")
+    atomic_write_json(REPO / "outputs" / "bench" / "runner.json",
+                      {"model": spec.name, "bits": 5, "repeats": REPEATS, "measured": True,
+                       "device_plan": "xiaomi15pro, NPU graph durations zeroed", "rows": rows,
+                       "bytes_read": int(np.median([r["bytes_read"] for r in rows]))})

@@ -1,0 +1,6 @@
+from tests.figures.golden import check
+
+
+def test_golden():
+    df = check("edgeflow_fig14")
+    assert set(df.source) == {"modelled"}

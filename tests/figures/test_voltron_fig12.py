@@ -1,0 +1,6 @@
+from tests.figures.golden import check
+
+
+def test_golden():
+    df = check("voltron_fig12")
+    assert "modelled" in set(df.source)

@@ -1,0 +1,278 @@
+"""Host calibration (hil/calibrate.py, hil/host.py), the measured-table cost model (planner/cost/table.py) and the
+calibrate app. One quick calibration per module (a few seconds); no timing thresholds: only structure, the profile
+store's decisions and the cost model's rules are checked."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from hil import calibrate as cal
+from hil import host
+from planner.cost import AnalyticCostModel, TableCostModel, make_cost_model
+from planner.device import SocProfile
+from planner.plan import OpWork
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def quick_store(tmp_path_factory):
+    root = tmp_path_factory.mktemp("hoststore")
+    lines: list[str] = []
+    prof, table = host.host_device(root, quick=True, log=lines.append)
+    return root, prof, table, lines
+
+
+def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
+    root, prof, table, lines = quick_store
+    assert len(lines) == 1 and lines[0].startswith("host profile: measured")
+    d = table.parent
+    assert d.name == host.host_identity().id_hash() + "-quick"
+    assert {p.name for p in d.iterdir()} >= {"device.json", "cost_table.json", "identity.json", "measurements.json"}
+    assert not list((root / "scratch").glob("*")), "scratch file left behind"
+    doc = json.loads((d / "device.json").read_text())
+    again = SocProfile(**doc["profile"])                        # the schema accepts it (all > 0 checks)
+    assert again == prof and prof.name == "host" and doc["quick"] is True
+    for f in dataclasses.fields(SocProfile):                     # every value says where it comes from
+        if f.name not in ("name", "soc", "source"):
+            assert doc["sources"].get(f.name), f.name
+    assert prof.cpu_big_cores == host.host_identity().physical_cores and prof.cpu_little_cores == 0
+    assert prof.npu_setup_s == 0 and prof.npu_on_cpu_core and prof.read_cpu_gbps > 0 and prof.dram_gbps > 0
+    assert doc["sources"]["flash_peak_gbps"].startswith("measured")
+    assert doc["sources"]["power_big_core_w"].startswith("assumed")
+    model = make_cost_model("table", prof, str(table))
+    assert ("npu", "matmul") in model.fitted_kinds() and ("cpu", "unpack") in model.fitted_kinds()
+    times = [model.op_time(OpWork("matmul", m=m, k=576, n=576), "npu") for m in (1, 16, 128, 1024)]
+    assert all(t > 0 for t in times) and times == sorted(times)
+    bw = [0] * 9
+    bw[5] = 1 << 20
+    assert model.op_time(OpWork("unpack", weights=1 << 20, fmt="weightlet", bits_weights=bw), "cpu") > 0
+    assert model.copy_time(1 << 20) > 0
+
+
+def test_stored_profile_is_loaded_when_identity_matches(quick_store, monkeypatch):
+    root, prof, _table, _ = quick_store
+    monkeypatch.setattr(host, "measure_and_store", lambda *a, **k: pytest.fail("re-measured a matching profile"))
+    lines: list[str] = []
+    got, table = host.host_device(root, quick=True, log=lines.append)
+    assert got == prof and table.is_file()
+    assert len(lines) == 1 and lines[0].startswith("host profile: loaded")
+
+
+def test_a_full_profile_serves_quick_requests_and_is_preferred(quick_store, monkeypatch, tmp_path):
+    _root, prof, table, _ = quick_store
+    root = tmp_path / "store"
+    ident = host.host_identity()
+    full = root / ident.id_hash()
+    shutil.copytree(table.parent, full)
+    shutil.copytree(table.parent, root / f"{ident.id_hash()}-quick")
+    doc = json.loads((full / "device.json").read_text())
+    doc["quick"] = False
+    (full / "device.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(host, "measure_and_store", lambda *a, **k: pytest.fail("re-measured"))
+    lines: list[str] = []
+    for quick in (True, False):
+        _prof, t = host.host_device(root, quick=quick, log=lines.append)
+        assert t == full / "cost_table.json"
+    assert all(f"loaded {full} " in line for line in lines)
+
+
+def _spy(calls, prof, table):
+    def measure(root, ident, quick, log=None):
+        calls.append((ident, quick))
+        return prof, table, 0.0
+    return measure
+
+
+def test_profile_of_another_machine_is_remeasured(quick_store, monkeypatch, tmp_path):
+    root, prof, table, _ = quick_store
+    calls: list = []
+    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    real = host.host_identity()
+    other = dataclasses.replace(real, cpu_model="Some Other CPU", physical_cores=real.physical_cores + 6)
+    # the stored directory copied under the other machine's hash: identity.json still says the real machine
+    shutil.copytree(table.parent, root / f"{other.id_hash()}-quick", dirs_exist_ok=True)
+    monkeypatch.setattr(host, "host_identity", lambda: other)
+    lines: list[str] = []
+    host.host_device(root, quick=True, log=lines.append)
+    assert len(calls) == 1 and calls[0][0] == other
+    assert "another machine" in lines[0] and "cpu_model" in lines[0]
+    # a new machine with nothing stored: measured as well
+    monkeypatch.setattr(host, "host_identity", lambda: dataclasses.replace(real, kernel_release="0.0-test"))
+    host.host_device(root, quick=True, log=lines.append)
+    assert len(calls) == 2 and "no stored profile" in lines[1]
+
+
+def test_quick_profile_does_not_serve_a_full_request(quick_store, monkeypatch):
+    root, prof, table, _ = quick_store
+    calls: list = []
+    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    lines: list[str] = []
+    host.host_device(root, quick=False, log=lines.append)
+    host.host_device(root, quick=True, remeasure=True, log=lines.append)
+    assert [q for _i, q in calls] == [False, True]
+    assert "no stored profile" in lines[0] and "full calibration" in lines[0] and "remeasure requested" in lines[1]
+
+
+def test_marker_config_and_bad_markers(quick_store, monkeypatch):
+    root, prof, _table, _ = quick_store
+    assert host.is_host_marker({"name": "host", "measured": True, "store": ""})
+    assert not host.is_host_marker({"name": "xiaomi15pro", "flash_peak_gbps": 2.8})
+    got, _ = host.host_from_marker({"name": "host", "measured": True, "store": str(root)}, quick=True,
+                                   log=lambda m: None)
+    assert got == prof
+    with pytest.raises(ValueError, match="device.flash_peak_gbps"):
+        host.host_from_marker({"name": "host", "measured": True, "store": str(root), "flash_peak_gbps": 1.0})
+    with pytest.raises(ValueError, match="device.measured"):
+        host.host_from_marker({"name": "host", "measured": False})
+
+
+def test_scratch_file_is_removed_on_error(tmp_path):
+    with pytest.raises(RuntimeError):
+        with cal.scratch_file(tmp_path, 16 * cal.MIB) as p:
+            assert p.stat().st_size == 16 * cal.MIB
+            raise RuntimeError("boom")
+    assert not list(tmp_path.glob("*.bin"))
+    (tmp_path / "read-999999999.bin").write_bytes(b"x")          # left by a dead process: cleaned up next time
+    with cal.scratch_file(tmp_path, 16 * cal.MIB):
+        pass
+    assert not list(tmp_path.glob("*.bin"))
+
+
+def test_reader_fit_recovers_latency_and_bandwidth():
+    lat, bw = 1e-4, 2.0                                          # s, GB/s
+    rows = [dict(request_bytes=r, threads=1, gbps=r / (lat + r / (bw * 1e9)) / 1e9, spread=0.0)
+            for r in (64 << 10, 1 << 20, 16 << 20)]
+    rows.append(dict(request_bytes=16 << 20, threads=2, gbps=3.5, spread=0.0))
+    curve = cal.ReadCurve(rows)
+    got_lat, got_bw = cal.fit_reader(curve)
+    assert got_lat == pytest.approx(lat, rel=1e-6) and got_bw == pytest.approx(bw, rel=1e-6)
+    assert cal.bulk_request(curve) == 16 << 20
+
+
+# ---- table cost model ------------------------------------------------------------------------------------------------
+def _table(**kw) -> TableCostModel:
+    unpack = [dict(fmt="weightlet", bits=b, threads=1, s_per_weight=1e-10 * (1 + b)) for b in (1, 3, 5, 8)]
+    matmul = [dict(unit="npu", threads=1, m=m, k=k, n=n, seconds=1e-5 + 2 * m * k * n / 1e11)
+              for m in (1, 16, 128) for k, n in ((576, 576), (2048, 8192))]
+    return TableCostModel(kw.get("points", []), kw.get("fallback"), unpack, matmul, kw.get("over", {}))
+
+
+def _bw(**by_bits: int) -> list[int]:
+    out = [0] * 9
+    for k, v in by_bits.items():
+        out[int(k[1:])] = v
+    return out
+
+
+def test_table_unpack_honours_bit_width_and_format():
+    t = _table(points=[{"unit": "cpu", "kind": "unpack", "work": 1e6, "seconds": 7e-4}])
+    n = 1 << 20
+    t3 = t.op_time(OpWork("unpack", weights=n, fmt="weightlet", bits_weights=_bw(b3=n)), "cpu")
+    t5 = t.op_time(OpWork("unpack", weights=n, fmt="weightlet", bits_weights=_bw(b5=n)), "cpu")
+    assert t3 < t5
+    assert t3 == pytest.approx(n * 4e-10) and t5 == pytest.approx(n * 6e-10)
+    mixed = t.op_time(OpWork("unpack", weights=3 * n, fmt="weightlet", bits_weights=_bw(b3=n, b5=2 * n)), "cpu")
+    assert mixed == pytest.approx(t3 + 2 * t5)
+    # 4 bits was not measured: nearest measured width (3 and 5 tie -> the lower), 0 bits -> the 1-bit row
+    assert t.op_time(OpWork("unpack", weights=n, fmt="weightlet", bits_weights=_bw(b4=n)), "cpu") == pytest.approx(t3)
+    assert t.op_time(OpWork("unpack", weights=n, fmt="weightlet", bits_weights=_bw(b0=n)), "cpu") == \
+        pytest.approx(n * 2e-10)
+    # no histogram, or a format / thread count without rows: the old per-weight fit
+    old = OpWork("unpack", weights=n, fmt="weightlet")
+    assert t.op_time(old, "cpu") == pytest.approx(n * 7e-10)
+    assert t.op_time(OpWork("unpack", weights=n, fmt="kquant", bits_weights=_bw(b5=n)), "cpu") == \
+        pytest.approx(n * 7e-10)
+    with pytest.raises(KeyError, match="2 thread"):              # rows are 1-thread; no 2-thread fit, no fallback
+        t.op_time(OpWork("unpack", weights=n, fmt="weightlet", bits_weights=_bw(b5=n)), "cpu", 2)
+
+
+def test_table_matmul_grid_grows_with_m_and_kn():
+    t = _table(over={"npu": 1e-6})
+    def mm(m, k=576, n=576):
+        return t.op_time(OpWork("matmul", m=m, k=k, n=n), "npu")
+    ms = [1, 8, 16, 64, 128, 512]
+    assert [mm(m) for m in ms] == sorted(mm(m) for m in ms) and mm(512) > mm(128) > mm(1)
+    assert mm(16) == pytest.approx(1e-5 + 2 * 16 * 576 * 576 / 1e11 + 1e-6)          # measured point (+ overhead)
+    assert mm(256) == pytest.approx((mm(128) - 1e-6) * 2 + 1e-6)                       # beyond M_max: x M / M_max
+    assert mm(16, 2048, 8192) > mm(16, 576, 576)
+    # (K, N) not measured: nearest curve scaled by K N / (K' N')
+    assert mm(16, 576, 1152) == pytest.approx((mm(16) - 1e-6) * 2 + 1e-6)
+    assert mm(16, 2048, 16384) > mm(16, 2048, 8192) > mm(16, 1024, 4096)
+    head = OpWork("lm_head", m=1, k=576, n=49152)
+    assert t.op_time(head, "npu") > mm(1)
+    # units / thread counts without a grid and K-quant weights fall back
+    fb = AnalyticCostModel(_xiaomi())
+    t2 = _table(fallback=fb)
+    w = OpWork("matmul", m=16, k=576, n=576)
+    assert t2.op_time(w, "cpu") == fb.op_time(w, "cpu")
+    assert t2.op_time(w, "npu", 2) == fb.op_time(w, "npu", 2)
+    kq = OpWork("matmul", m=16, k=576, n=576, wfmt="kquant")
+    assert t2.op_time(kq, "npu") == fb.op_time(kq, "npu")
+
+
+def test_table_noisy_curve_is_made_monotonic():
+    rows = [dict(unit="cpu", m=m, k=64, n=64, seconds=s) for m, s in ((1, 2e-5), (2, 1e-5), (4, 3e-5))]
+    t = TableCostModel([], matmul=rows)
+    assert t.op_time(OpWork("matmul", m=2, k=64, n=64), "cpu") == pytest.approx(2e-5)
+
+
+def test_old_format_tables_still_load_and_bad_rows_name_themselves(tmp_path):
+    p = tmp_path / "old.json"
+    p.write_text(json.dumps({"points": [{"unit": "cpu", "kind": "matmul", "work": 1e9, "seconds": 0.01}]}))
+    t = TableCostModel.from_json_file(str(p))
+    assert t.op_time(OpWork("matmul", m=100, k=1000, n=1000), "cpu") == pytest.approx(0.002)
+    assert t.fitted_kinds() == [("cpu", "matmul")]
+    p.write_text(json.dumps({"points": [], "unpack": [{"fmt": "weightlet", "bits": 9, "s_per_weight": 1e-9}]}))
+    with pytest.raises(ValueError, match="unpack row 0"):
+        TableCostModel.from_json_file(str(p))
+    p.write_text(json.dumps({"points": [], "matmul": [{"unit": "npu", "m": 0, "k": 1, "n": 1, "seconds": 1}]}))
+    with pytest.raises(ValueError, match="matmul row 0"):
+        TableCostModel.from_json_file(str(p))
+    p.write_text(json.dumps({"points": [], "op_overhead_s": {"npu": -1}}))
+    with pytest.raises(ValueError, match="op_overhead_s.npu"):
+        TableCostModel.from_json_file(str(p))
+
+
+def _xiaomi() -> SocProfile:
+    import yaml
+
+    d = yaml.safe_load((REPO / "conf" / "device" / "xiaomi15pro.yaml").read_text())
+    d.pop("defaults", None)
+    return SocProfile(**d)
+
+
+# ---- the app ---------------------------------------------------------------------------------------------------------
+def test_calibrate_app_quick_run_and_bad_input(quick_store, tmp_path):
+    root = quick_store[0]
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "experiments.calibrate", "quick=true", "remeasure=false",
+                        f"device.store={root}", f"hydra.run.dir={run}"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0, r.stderr
+    m = json.loads((run / "metrics.json").read_text())
+    assert "device.flash_peak_gbps" in m["measured_keys"] and "device.power_idle_w" in m["input_keys"]
+    assert m["modelled_keys"] == [] and m["profile_dir"].startswith(str(root))
+    assert (run / "read_bandwidth.png").stat().st_size > 0 and (run / "gemm_gops.png").stat().st_size > 0
+    bad = subprocess.run([sys.executable, "-m", "experiments.calibrate", "device=xiaomi15pro"], cwd=REPO,
+                         capture_output=True, text=True, timeout=120)
+    assert bad.returncode == 2 and bad.stderr.strip().count("\n") == 0 and "device" in bad.stderr
+
+
+def test_numpy_stand_in_kernels_run_when_native_compute_is_missing():
+    import numpy as np
+
+    k = cal.Kernels()
+    k.nc, k.label = None, "numpy stand-in (test)"
+    rng = np.random.default_rng(0)
+    k.gemm_call(4, 64, 96, 2, rng)()
+    for op, (fn, nbytes) in k.elementwise_calls(3, 128, rng).items():
+        fn()
+        assert nbytes > 0, op
+    fn, flops = k.attention_call(4, 8, 4, 2, 16, rng)
+    fn()
+    assert flops == 4.0 * 4 * (8 + 2.5) * 4 * 16

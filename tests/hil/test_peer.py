@@ -1,0 +1,66 @@
+"""hil.peer: without the `peer` extra every entry point says in one line how to install it; with it, ggml's own
+(de)quantization kernels agree with gguf-py's NumPy codecs and the cold-TTFT function checks its input."""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+
+from hil import peer
+
+
+@pytest.fixture
+def no_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "llama_cpp", None)          # `import llama_cpp` -> ImportError
+    monkeypatch.setattr(peer, "_GGML", None)
+
+
+def test_without_extra_one_line(no_extra, tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    calls = [lambda: peer.llamacpp_cold_ttft(f, [1, 2, 3]),
+             lambda: peer.ggml_dequant("q4_K", np.zeros(144, np.uint8)),
+             lambda: peer.ggml_quantize_ref("q6_K", np.zeros(256, np.float32)),
+             lambda: peer.requantize(f, tmp_path / "o.gguf"),
+             peer.peer_version]
+    for call in calls:
+        with pytest.raises(peer.PeerUnavailable) as e:
+            call()
+        msg = str(e.value)
+        assert "\n" not in msg and "pip install 'edgellm[peer]'" in msg and "4 min" in msg
+    assert peer.available() is False
+
+
+needs_extra = pytest.mark.skipif(not peer.available(), reason=peer.INSTALL_HINT)
+
+
+@needs_extra
+@pytest.mark.parametrize("kind", ["q8_0", "q4_1", "q4_K", "q5_K", "q6_K"])
+def test_ggml_dequant_matches_gguf_py(kind):
+    import gguf
+
+    x = np.random.default_rng(3).standard_normal(8 * 256).astype(np.float32)
+    blocks = peer.ggml_quantize_ref(kind, x)
+    assert blocks.size == peer.ggml_row_bytes(kind, x.size)
+    y = peer.ggml_dequant(kind, blocks)                                        # ggml's C kernel
+    ref = gguf.quants.dequantize(blocks, getattr(gguf.GGMLQuantizationType, kind.upper())).reshape(-1)
+    assert y.shape == x.shape
+    np.testing.assert_allclose(y, ref, rtol=1e-6, atol=1e-7)                  # same codec, two implementations
+    assert np.sqrt(np.mean((y - x) ** 2)) < 0.1                                 # and it is a quantizer of x
+
+
+@needs_extra
+def test_bad_input(tmp_path):
+    with pytest.raises(ValueError, match="kind"):
+        peer.ggml_dequant("q3_X", np.zeros(34, np.uint8))
+    with pytest.raises(ValueError, match="blocks"):
+        peer.ggml_dequant("q8_0", np.zeros(33, np.uint8))
+    with pytest.raises(FileNotFoundError, match="gguf_path"):
+        peer.llamacpp_cold_ttft(tmp_path / "missing.gguf", [1])
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    with pytest.raises(ValueError, match="tokens"):
+        peer.llamacpp_cold_ttft(f, [])
+    with pytest.raises(ValueError, match="threads"):
+        peer.llamacpp_cold_ttft(f, [1], threads=0)

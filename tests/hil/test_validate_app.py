@@ -1,0 +1,63 @@
+"""The host validate app end to end on the real SmolLM2 (docs/hil.md "Validate"): a quick host profile, the real
+quantizer (fast settings), one framework plan predicted and run twice cold. Checks structure and labels, that the
+runner's first token equals the NumPy reference on the same packed weights, and the trace holds both sides; no timing
+thresholds (the machine is shared)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from experiments.validate import speedup_table
+from tests.conftest import REPO
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    return tmp_path_factory.mktemp("hoststore")
+
+
+def _validate(store, run, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "experiments.validate", "quick_profile=true", f"device.store={store}",
+                           "quant=fast", "prompt_tokens=16", "repeats=2", "warmup=0", f"hydra.run.dir={run}", *args],
+                          cwd=REPO, capture_output=True, text=True, timeout=900)
+
+
+@pytest.mark.parametrize("framework", ["edgeflow", "llamacpp"])
+def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
+    run = tmp_path / "run"
+    r = _validate(store, run, f"framework={framework}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((run / "metrics.json").read_text())
+    for ph in ("ttft_s", "load_s", "prefill_s"):
+        name = ph[:-2]
+        assert m[f"predicted_{ph}"] > 0 and m[f"measured_{ph}"] > 0
+        assert m[f"measured_{name}_min_s"] <= m[f"measured_{ph}"] <= m[f"measured_{name}_max_s"]
+        assert f"predicted_{ph}" in m["modelled_keys"] and f"measured_{ph}" in m["measured_keys"]
+        want = 100 * (m[f"predicted_{ph}"] - m[f"measured_{ph}"]) / m[f"measured_{ph}"]
+        assert m[f"{name}_error_pct"] == pytest.approx(want)
+    assert m["logits_top1_match"] is True and m["logits_max_abs_diff"] <= m["logits_tolerance"]
+    assert m["device"] == "host" and m["repeats"] == 2
+    trace = json.loads((run / "trace.json").read_text())
+    procs = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
+    assert procs[1].startswith("predicted (modelled)") and procs[2].startswith("measured")
+    assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {1, 2}
+    plan = json.loads((run / "plan.json").read_text())
+    assert plan["info"]["bound"] is True and plan["cpu_threads"] >= 1
+
+
+def test_validate_rejects_a_phone_device_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "experiments.validate", "device=xiaomi15pro",
+                        f"hydra.run.dir={tmp_path / 'r'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "device" in r.stderr
+
+
+def test_speedup_table_pairs_edgeflow_with_each_baseline():
+    rows = [{"framework": f, "model": "m", "bits": 5, "prompt_tokens": 16, "predicted_ttft_s": p,
+             "measured_ttft_s": q} for f, p, q in (("edgeflow", 1.0, 2.0), ("llamacpp", 3.0, 5.0), ("mnn", 2.0, 4.0))]
+    t = speedup_table(rows)
+    assert t[0][:2] == ["baseline", "model"]
+    body = {r[0]: r for r in t[1:]}
+    assert body["llamacpp"][4:] == [3.0, 2.5, 20.0] and body["mnn"][4:] == [2.0, 2.0, 0.0]
