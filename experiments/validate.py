@@ -22,8 +22,8 @@ from hydra.core.config_store import ConfigStore
 from hydra.experimental.callback import Callback
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from experiments.common import (ConfigError, check_group_choices, one_line_errors, register_common, run_dir, typed,
-                                write_run_outputs)
+from experiments.common import (ConfigError, Estimate, one_line_errors, precheck, prepare_run_dir, register_common,
+                                run_dir, typed, watch_parent, write_run_outputs)
 from planner.framework import FrameworkSpec
 from quant.arch import ModelSpec, WeightSource
 from quant.atomic import atomic_write_json, atomic_write_text
@@ -78,16 +78,49 @@ GROUPS = {"model": None, "framework": None, "device": lambda: ["host"], "quant":
 
 
 def _host(cfg: DictConfig, remeasure: bool, quick: bool):
-    from hil.host import host_from_marker, is_host_marker
+    from hil.host import host_from_marker
+
+    doc = OmegaConf.to_container(cfg.device, resolve=True)
+    try:
+        return host_from_marker(doc, quick=quick, remeasure=remeasure)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+
+
+KEYS = ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits", "remeasure", "quick_profile",
+        "write_trace")
+
+
+def settings(cfg: DictConfig) -> ValidateConfig:
+    """Typed settings; every check that needs no work (one line naming the key on bad input)."""
+    from hil.host import is_host_marker
 
     doc = OmegaConf.to_container(cfg.device, resolve=True) if isinstance(cfg.device, DictConfig) else None
     if not is_host_marker(doc):
         name = doc.get("name") if isinstance(doc, dict) else doc
         raise ConfigError(f"device: validate runs plans on this machine: use device=host (got {name!r})")
-    try:
-        return host_from_marker(doc, quick=quick, remeasure=remeasure)
-    except ValueError as e:
-        raise ConfigError(str(e)) from None
+    c = typed({k: cfg[k] for k in KEYS} | {"model": typed(cfg.model, ModelSpec, "model"),
+                                           "framework": typed(cfg.framework, FrameworkSpec, "framework"),
+                                           "quant": typed(cfg.quant, QuantSettings, "quant"), "device": "host"},
+              ValidateConfig)
+    if c.model.weights == WeightSource.twin:
+        raise ConfigError(f"model: {c.model.name} has no weights on this machine (model.weights=twin); validate needs "
+                          f"real or synthetic weights, e.g. model=smollm2_135m")
+    if c.peer == "llamacpp":
+        from hil.peer import check_available
+
+        check_available()                                   # one line naming the install command, before any work
+    return c
+
+
+def validate(cfg: DictConfig) -> Estimate:
+    """Checks before any work, and the modelled cost of the run: quantization once per packed file (~params / 5e6
+    s, cached afterwards), each cold run ~params / 2e8 s, ~12 B of memory per parameter (fp32 weights, calibration
+    and the NumPy reference forward) — per-unit costs measured with SmolLM2 on this 2-core host."""
+    c = settings(cfg)
+    params = c.model.total_params()
+    runs = c.warmup + c.repeats
+    return Estimate(20.0 + params / 5e6 + runs * params / 2e8, 12.0 * params, "model", f"model={c.model.name}")
 
 
 @one_line_errors
@@ -96,20 +129,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from hil.deploy import plan_summary
     from quant.evaluate import eval_text_tokens
 
-    c = typed({k: cfg[k] for k in ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits",
-                                   "remeasure", "quick_profile", "write_trace")} | {"model": typed(cfg.model, ModelSpec, "model"),
-                                                                   "framework": typed(cfg.framework, FrameworkSpec,
-                                                                                      "framework"),
-                                                                   "quant": typed(cfg.quant, QuantSettings, "quant"),
-                                                                   "device": "host"}, ValidateConfig)
-    if c.model.weights == WeightSource.twin:
-        raise ConfigError(f"model: {c.model.name} has no weights on this machine (model.weights=twin); validate needs "
-                          f"real or synthetic weights, e.g. model=smollm2_135m")
-    peer = None
-    if c.peer == "llamacpp":
-        from hil.peer import check_available
-
-        check_available()                                   # one line naming the install command, before any work
+    watch_parent()
+    c = settings(cfg)
+    out = run_dir()
+    prepare_run_dir(out, ["trace.json", "plan.json", "config.yaml"])
     dev, table = _host(cfg, c.remeasure, c.quick_profile)
     tokens = eval_text_tokens(c.model, c.prompt_tokens)
     run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
@@ -136,7 +159,6 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         m["peer_weight_type"] = c.peer_gguf.upper()
         if m.get("peer_ttft_s") and m.get("measured_ttft_s"):
             m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
-    out = run_dir()
     atomic_write_text(out / "plan.json", run_.plan.to_json())
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
@@ -204,5 +226,5 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    check_group_choices(sys.argv[1:], GROUPS)
+    precheck("validate", sys.argv[1:], validate, GROUPS)
     main()
