@@ -107,10 +107,28 @@ def settings(cfg: DictConfig) -> ValidateConfig:
         raise ConfigError(f"model: {c.model.name} has no weights on this machine (model.weights=twin); validate needs "
                           f"real or synthetic weights, e.g. model=smollm2_135m")
     if c.peer == "llamacpp":
-        from hil.peer import check_available
+        from hil.peer import INSTALL_HINT, available
 
-        check_available()                                   # one line naming the install command, before any work
+        if not available():                                 # one line naming the install command, before any work
+            raise ConfigError(f"peer: {INSTALL_HINT}")
     return c
+
+
+def peer_gguf(spec: ModelSpec, kind: str):
+    """The GGUF file llama.cpp reads: SmolLM2's shipped Q4_1 (Q8_0 requantized from it, cached), or the synthetic
+    model's generated Q4_1 / Q8_0."""
+    from quant.gguf_model import gguf_path
+
+    if spec.weights == WeightSource.synthetic:
+        from quant.synth import ensure_gguf
+
+        return ensure_gguf(spec, kind)
+    src = gguf_path(spec)
+    if kind == "q4_1":
+        return src
+    from hil.peer import ensure_requantized
+
+    return ensure_requantized(src, kind)
 
 
 def validate(cfg: DictConfig) -> Estimate:
@@ -152,10 +170,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         m["logits_top1_match"] = bool(int(ref.argmax()) == run_.token)
         m["logits_tolerance"] = LOGIT_TOL
     if c.peer == "llamacpp":
-        from hil.peer import llamacpp_cold_ttft, peer_gguf
+        from hil.peer import llamacpp_cold_ttft
 
         peer = llamacpp_cold_ttft(peer_gguf(c.model, c.peer_gguf), tokens, threads=dev.cpu_cores, repeats=c.repeats)
-        m.update({f"peer_{k}": v for k, v in peer.items() if not isinstance(v, (list, dict))})
+        for k in ("load_s", "prefill_s", "ttft_s"):
+            m[f"peer_{k}"] = peer[k]["median"]
+        m["peer_ttft_min_s"], m["peer_ttft_max_s"] = peer["ttft_s"]["min"], peer["ttft_s"]["max"]
+        m["peer_file_bytes"] = peer["file_bytes"]
+        m["peer_first_token_matches"] = bool(all(t == run_.token for t in peer["first_token"]))
         m["peer_weight_type"] = c.peer_gguf.upper()
         if m.get("peer_ttft_s") and m.get("measured_ttft_s"):
             m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
@@ -163,7 +185,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
     inputs = ["bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
-              "steal_threshold", "n_tasks", "logits_tolerance", "packed_file_bytes"]
+              "steal_threshold", "n_tasks", "logits_tolerance", "packed_file_bytes", "peer_file_bytes"]
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)

@@ -66,6 +66,13 @@ def packed_model(spec: ModelSpec, method: str, bits: int, fmt: str, settings: Qu
     from quant.pipeline import run_quantization
 
     b = 8 if method == "int8" else int(bits)
+    if spec.weights.value == "synthetic":                # generated model: its own cached pipeline (quant.synth)
+        from quant.synth import ensure_synth
+
+        if method != "edgeflow":
+            raise ValueError(f"model {spec.name}: synthetic models are packed with EdgeFlow's allocation only "
+                             f"(framework plans reading per-channel INT8 need a real model)")
+        return ensure_synth(spec.name, b, fmt, spec=spec).pack
     path = cache / f"{spec.name}.{method}.b{b}.{fmt}.{_settings_key(settings)}.efpk"
     if path.is_file():
         return path
