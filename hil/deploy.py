@@ -53,8 +53,11 @@ def fit_threads(fw: FrameworkSpec, dev: SocProfile) -> FrameworkSpec:
                                loader_threads=min(fw.loader_threads, 2), graph_threads=1)
 
 
+PACK_LAYOUT = 2     # bump when quant.export's file layout changes (2: LM head / embedding stored raw INT8)
+
+
 def _settings_key(settings: QuantSettings) -> str:
-    doc = json.dumps(dataclasses.asdict(settings), sort_keys=True, default=str)
+    doc = json.dumps({"layout": PACK_LAYOUT, **dataclasses.asdict(settings)}, sort_keys=True, default=str)
     return hashlib.sha1(doc.encode()).hexdigest()[:10]
 
 

@@ -7,7 +7,8 @@ EdgeFlow §4.1 says they cost nothing at run time:
 - ffn_down input scale -> ffn_up's per-channel scales / s_down (silu(gate)·up is linear in up).
 A runtime then computes, per linear: x8 = round(x / act_scale) (per-tensor INT8), y = (x8 @ q^T) · act_scale · scale.
 The per-tensor activation scales go into the file's metadata. Token embeddings (= tied head) are stored as per-row
-INT8 (8 bits + one float32 scale per row); norms as float32.
+INT8 (8 bits + one float32 scale per row) in the raw `int8` format whatever the file's format (the planner streams the
+LM head as INT8 straight into NPU buffers, no unpack); norms as float32.
 """
 from __future__ import annotations
 
@@ -62,4 +63,5 @@ def write_pack(qm: QuantizedModel, spec: ModelSpec, weights: dict[str, np.ndarra
     from quant.pack import write_packed_model
 
     tensors, meta = packed_tensors(qm, spec, weights)
-    return write_packed_model(Path(out_dir) / f"{spec.name}.{qm.method}.efpk", tensors, fmt=fmt, meta=meta)
+    return write_packed_model(Path(out_dir) / f"{spec.name}.{qm.method}.efpk", tensors, fmt=fmt, meta=meta,
+                              fmt_of={"token_embd.weight": "int8"})

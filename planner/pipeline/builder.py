@@ -4,7 +4,8 @@ Tasks are emitted chunk-major, layer-minor, in the topological backbone order. C
 - chunk c, layer l starts from chunk c's output of layer l-1 (`add_ffn`);
 - KV cache appends happen in chunk order (`kv_append(c-1)` -> `kv_append(c)`), so chunk c's attention sees every
   earlier chunk's keys/values (causal attention);
-- every task holding a matmul of layer l waits for `layer_ready[l]` (weights loaded+unpacked, or graph ready).
+- every task holding a matmul or a norm of layer l waits for `layer_ready[l]` (weights loaded+unpacked, or graph
+  ready): an executor never touches weights a plan has not loaded (the HIL runner relies on it).
 `group=True` merges consecutive same-unit ops of the backbone into one subgraph task (llm.npu's coarse partition).
 The LM head (final norm + vocab projection for the last token) follows the last layer; it waits for
 `layer_ready[n_layers]` (the LM-head weights).
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from planner.pipeline.dag import MATMULS, _BACKBONE, head_tensor_names, layer_dag, op_tensor_names
+from planner.pipeline.dag import MATMULS, NORMS, _BACKBONE, head_tensor_names, layer_dag, op_tensor_names
 from planner.plan import OpWork, PlanBuilder, TensorRef
 from quant.arch import ModelSpec
 
@@ -79,7 +80,7 @@ def add_prefill(b: PlanBuilder, spec: ModelSpec, prompt_tokens: int, chunk_token
                         deps.add(last_chunk_end)
                 if "kv_append" in g:
                     deps.add(kv_prev[layer])
-                if any(op in MATMULS for op in g):
+                if any(op in MATMULS or op in NORMS for op in g):    # ops reading the layer's weights
                     deps.add(ready[layer])
                 unit = place(g[0])
                 works = [dag.nodes[op]["work"] for op in g]
@@ -99,11 +100,12 @@ def add_prefill(b: PlanBuilder, spec: ModelSpec, prompt_tokens: int, chunk_token
         past += m
     d = spec.d_model
     norm_name, head_name = head_tensor_names(spec)
-    norm = b.add("final_norm", "cpu", [prev_out[-1]], layer=spec.n_layers, chunk=len(sizes) - 1, topo=0,
+    if on_demand is not None:                 # the final norm's weights fault in with the head's
+        ready[spec.n_layers] = on_demand(spec.n_layers, prev_out[-1])
+    norm = b.add("final_norm", "cpu", [prev_out[-1], ready[spec.n_layers]], layer=spec.n_layers,
+                 chunk=len(sizes) - 1, topo=0,
                  works=[OpWork("elementwise", m=1, nbytes=4 * d)], phase="prefill", ops=["final_norm"],
                  tensors=[TensorRef(norm_name)])
-    if on_demand is not None:
-        ready[spec.n_layers] = on_demand(spec.n_layers, norm)
     head_unit = place("q_proj")
     head = OpWork("lm_head", m=1, k=d, n=spec.vocab, wfmt=cpu_wfmt)
     last = b.add("lm_head", head_unit, [norm, ready[spec.n_layers]], layer=spec.n_layers, topo=1,

@@ -17,6 +17,7 @@ from planner.plan import OpWork
 from quant.arch import ModelSpec
 
 MATMULS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate", "up", "down")
+NORMS = ("attn_norm", "ffn_norm")        # ops that read a layer's norm weights
 CPU_IN_COARSE = ("rope", "kv_append", "attention")
 
 

@@ -104,7 +104,8 @@ def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, 
     elif recipe.streaming == "granular":
         if recipe.graph != "restore":
             raise ValueError("the granular pipeline restores weight-less graphs (graph=restore)")
-        add_embedding(b, spec, tokens)
+        emb = add_embedding(b, spec, tokens)
+        first = b.add("start", "join", [setup, emb])      # the first ops need the prompt's embedding rows
         for i, w in enumerate(lw):
             ld = b.add(f"load.L{i}", "load", [], layer=i, read_bytes=w.flash_bytes, copy_bytes=w.direct_bytes,
                        request_bytes=dev.flash_bulk_request_bytes, mem_alloc=w.flash_bytes, phase="load",

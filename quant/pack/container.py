@@ -116,11 +116,15 @@ def _encode(name: str, value, fmt: str, group: int):
 
 
 def write_packed_model(path, tensors: dict, fmt: str = "weightlet", meta: dict | None = None,
-                       group: int = DEFAULT_GROUP, alignment: int = DEFAULT_ALIGNMENT) -> Path:
+                       group: int = DEFAULT_GROUP, alignment: int = DEFAULT_ALIGNMENT,
+                       fmt_of: dict[str, str] | None = None) -> Path:
     """Write a whole model: tensors[name] = (q int8 (C, D), bits (C,), scales float32 (C,)) packed in `fmt`
-    (weightlet | int8 | mixed | kquant), or a float32 array (1-D/2-D, stored raw). Atomic. Returns the path."""
-    if fmt not in FORMATS:
-        raise PackError(f"unknown packed format {fmt!r} (one of {', '.join(FORMATS)})")
+    (weightlet | int8 | mixed | kquant; `fmt_of[name]` overrides it per tensor, e.g. an INT8 LM head), or a float32
+    array (1-D/2-D, stored raw). Atomic. Returns the path."""
+    fmt_of = dict(fmt_of or {})
+    for f in (fmt, *fmt_of.values()):
+        if f not in FORMATS:
+            raise PackError(f"unknown packed format {f!r} (one of {', '.join(FORMATS)})")
     if alignment < 64 or alignment & (alignment - 1):
         raise PackError(f"alignment must be a power of two >= 64 (got {alignment})")
     names = list(tensors)
@@ -139,7 +143,7 @@ def write_packed_model(path, tensors: dict, fmt: str = "weightlet", meta: dict |
         fh.write(b"\0" * pos)                       # header + index + meta, rewritten at the end
         entries = []
         for i, n in enumerate(names):
-            code, g, C, D, parts, size, sc, pl, psize = _encode(n, tensors[n], fmt, group)
+            code, g, C, D, parts, size, sc, pl, psize = _encode(n, tensors[n], fmt_of.get(n, fmt), group)
             fh.seek(pos)
             crc, at = 0, 0
             for rel, data in parts:                 # sections with zero padding between them
