@@ -164,12 +164,12 @@ def test_binding_uses_the_file_byte_ranges(tiny_files):
 # ---- the real model ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def smol_pack(tmp_path_factory):
-    """SmolLM2-135M quantized by EdgeFlow at 5 bits with the fast settings (conf/quant/fast.yaml), packed."""
+    """SmolLM2-135M quantized by EdgeFlow at 5 bits with the fast settings (conf/quant/fast.yaml), packed (the
+    validate app's cache: made once per machine)."""
     from omegaconf import OmegaConf
 
-    from quant.export import write_pack
-    from quant.gguf_model import load_weights, smollm2_spec
-    from quant.pipeline import run_quantization
+    from hil.deploy import packed_model
+    from quant.gguf_model import smollm2_spec
     from quant.settings import QuantSettings
     from tests.conftest import CONF_DIR
 
@@ -178,12 +178,10 @@ def smol_pack(tmp_path_factory):
     npu = {k: v for k, v in OmegaConf.to_container(OmegaConf.load(CONF_DIR / "quant" / "npu.yaml")).items()
            if k != "defaults"}
     spec = smollm2_spec()
-    res = run_quantization(spec, "edgeflow", 5, 5.0, QuantSettings(**{**npu, **fast}))
-    return spec, write_pack(res.model, spec, load_weights(spec), tmp_path_factory.mktemp("smol"))
+    return spec, packed_model(spec, "edgeflow", 5, "weightlet", QuantSettings(**{**npu, **fast}))   # cached
 
 
 @needs_model
-@pytest.mark.slow
 def test_smollm2_edgeflow_cold_start_matches_reference(smol_pack, monkeypatch):
     import quant.packed_forward as pf
     from quant.evaluate import eval_text_tokens
