@@ -19,7 +19,8 @@ from pathlib import Path
 import numpy as np
 
 from quant.arch import ModelSpec
-from quant.llama import apply_rope, rms_norm, rope_tables, silu
+from quant.llama import apply_rope, rope_tables, silu
+from quant.llama import rms_norm as _rms_norm
 
 QMAX = 127
 
@@ -89,8 +90,12 @@ def lm_head(pm: PackedModel, h: np.ndarray) -> np.ndarray:
     return dequant(gemm_i8(quantize_act(h, a), pm.q[e]), a, pm.scales[e])[0]
 
 
-def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens) -> np.ndarray:
-    """Logits (vocab,) float32 of the last token of `tokens` (T,) after a causal W8A8 forward over the prompt."""
+def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens, nudge: bool = False) -> np.ndarray:
+    """Logits (vocab,) float32 of the last token of `tokens` (T,) after a causal W8A8 forward over the prompt.
+
+    nudge: move every RMSNorm output up by one float32 ulp — the reference's own float-rounding noise. Static INT8
+    activations make the forward chaotic under such noise (a value crossing a rounding boundary changes an INT8 code);
+    the difference of the two runs is the scale on which another float32 implementation (the runner) can be judged."""
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.ndim != 1 or tokens.size == 0:
         raise ValueError(f"tokens must be a non-empty 1-D array (got shape {tokens.shape})")
@@ -100,6 +105,11 @@ def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens) -> np.ndarray:
         raise ValueError(f"model {spec.name}: the packed runtime stores the tied embedding as the LM head only")
     T, H, KV, hd, eps = tokens.size, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.norm_eps
     group = H // KV
+
+    def rms_norm(x, g, eps):                                                    # float32, optionally nudged
+        y = _rms_norm(x, g, eps).astype(np.float32)
+        return np.nextafter(y, np.float32(np.inf)) if nudge else y
+
     x = embed(pm, tokens)                                                        # (T, d)
     cos, sin = rope_tables(T, hd, spec.rope_base)                                # (T, hd/2)
     mask = np.triu(np.full((T, T), -np.inf, dtype=np.float32), k=1)              # (T, T) causal

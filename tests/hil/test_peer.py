@@ -64,3 +64,15 @@ def test_bad_input(tmp_path):
         peer.llamacpp_cold_ttft(f, [])
     with pytest.raises(ValueError, match="threads"):
         peer.llamacpp_cold_ttft(f, [1], threads=0)
+
+
+def test_private_copy(tmp_path):
+    src = tmp_path / "a" / "m.gguf"
+    src.parent.mkdir()
+    src.write_bytes(b"GGUF" + bytes(range(256)) * 10)
+    dst = peer.private_copy(src, tmp_path / "out")
+    assert dst != src and dst.read_bytes() == src.read_bytes()
+    mtime = dst.stat().st_mtime_ns
+    assert peer.private_copy(src, tmp_path / "out").stat().st_mtime_ns == mtime        # re-used
+    src.write_bytes(b"GGUF" + bytes(100))                                                # changed size: copied again
+    assert peer.private_copy(src, tmp_path / "out").read_bytes() == src.read_bytes()

@@ -38,7 +38,8 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
         assert f"predicted_{ph}" in m["modelled_keys"] and f"measured_{ph}" in m["measured_keys"]
         want = 100 * (m[f"predicted_{ph}"] - m[f"measured_{ph}"]) / m[f"measured_{ph}"]
         assert m[f"{name}_error_pct"] == pytest.approx(want)
-    assert m["logits_top1_match"] is True and m["logits_max_abs_diff"] <= m["logits_tolerance"]
+    assert m["logits_top1_match"] is True and m["logits_within_tolerance"] is True
+    assert m["logits_max_abs_diff"] <= m["logits_tolerance"] and "logits_ref_noise" in m["measured_keys"]
     assert m["device"] == "host" and m["repeats"] == 2
     trace = json.loads((run / "trace.json").read_text())
     procs = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
