@@ -19,8 +19,18 @@ from typing import Any
 import hydra
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import (ConfigError, Estimate, one_line_errors, precheck, prepare_run_dir, register_common,
-                                run_dir, strict_bool, write_run_outputs)
+from experiments.common import (
+    ConfigError,
+    Estimate,
+    one_line_errors,
+    precheck,
+    prepare_run_dir,
+    register_common,
+    run_dir,
+    strict_bool,
+    write_run_outputs,
+)
+from experiments.resume import resumable
 
 register_common()
 GROUPS = {"device": lambda: ["host"]}
@@ -127,6 +137,7 @@ def metrics_of(device_doc: dict, meas: dict, store: Path, table: Path) -> tuple[
     return m, measured, inputs
 
 
+@resumable(expected=())
 @one_line_errors
 def run(cfg: DictConfig) -> dict[str, Any]:
     validate(cfg)

@@ -1,4 +1,4 @@
-"""Cold-start study app (EdgeFlow, SPEC §3.3-3.5): simulate one framework's cold start of a model on a device.
+"""Cold-start study app (EdgeFlow §3–4; docs/coldstart.md): simulate one framework's cold start of a model on a device.
 
     python -m experiments.coldstart model=llama3_8b device=xiaomi15pro framework=edgeflow bits=5 workload=mmlu
     python -m experiments.coldstart framework=llmnpu prompt_tokens=128
@@ -15,8 +15,19 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import (ConfigError, Estimate, one_line_errors, precheck, prepare_run_dir,
-                                register_common, run_dir, typed, watch_parent, write_run_outputs)
+from experiments.common import (
+    ConfigError,
+    Estimate,
+    one_line_errors,
+    precheck,
+    prepare_run_dir,
+    register_common,
+    run_dir,
+    typed,
+    watch_parent,
+    write_run_outputs,
+)
+from experiments.resume import resumable
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
 from planner.workload import WorkloadSpec
@@ -82,6 +93,7 @@ def validate(cfg: DictConfig) -> Estimate:
                     f"prompt_tokens={tokens}")
 
 
+@resumable(expected=("ttft_s",))
 @one_line_errors
 def run(cfg: DictConfig) -> dict:
     from sim.coldstart.run import modelled_keys, run_one

@@ -225,8 +225,11 @@ TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")     # quant.atomic temp files
 
 
 def is_finished(d: Path) -> bool:
-    """A run directory is finished exactly when it holds metrics.json (always the last file written)."""
-    return (Path(d) / "metrics.json").is_file()
+    """A run directory is finished exactly when it holds a valid, labelled metrics.json (always the last file
+    written) and no partial file of an interrupted write (`experiments.resume.finished`)."""
+    from experiments.resume import finished
+
+    return finished(d)
 
 
 def prepare_run_dir(out: Path, outputs: Iterable[str] = ()) -> list[Path]:

@@ -1,4 +1,4 @@
-"""`make demo`: the main job on its embedded defaults (SPEC §6), end to end, in a few minutes.
+"""`make demo`: the main job on its embedded defaults (docs/design.md §9), end to end, in a few minutes.
 
 1. Real SmolLM2-135M quantization: each method of `demo.quantize.methods` runs `experiments.quantize` (real weights,
    real perplexity/KL — measured).
@@ -26,8 +26,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig
 
-from experiments.common import (SIZE_LIMITS, check_name, finite, group_options, int_in, one_line_errors, precheck,
-                                typed)
+from experiments.common import SIZE_LIMITS, check_name, finite, group_options, int_in, one_line_errors, precheck, typed
 from quant.atomic import atomic_write_json, atomic_write_text
 
 

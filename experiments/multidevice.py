@@ -1,4 +1,5 @@
-"""Voltron multi-device app (SPEC §4, §6): plan a model across a cluster and simulate a conversation under an RSSI trace.
+"""Voltron multi-device app (Voltron §4; docs/multidevice.md): plan a model across a cluster and simulate a conversation
+under an RSSI trace.
 
     python -m experiments.multidevice cluster=office model=qwen2_5_14b planner=voltron trace=walk_away turns=5
 
@@ -14,8 +15,23 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.common import (ConfigError, Estimate, finite, int_in, one_line_errors, precheck, prepare_run_dir,
-                                register_common, run_dir, size_key, strict_bool, typed, watch_parent, write_run_outputs)
+from experiments.common import (
+    ConfigError,
+    Estimate,
+    finite,
+    int_in,
+    one_line_errors,
+    precheck,
+    prepare_run_dir,
+    register_common,
+    run_dir,
+    size_key,
+    strict_bool,
+    typed,
+    watch_parent,
+    write_run_outputs,
+)
+from experiments.resume import resumable
 
 OUTPUTS = ["timeline.csv", "plans.jsonl", "config.yaml"]
 # Modelled resource estimate, from runs measured on this 2-core host (office / qwen2_5_14b / voltron / walk_away,
@@ -108,6 +124,7 @@ GROUPS = {"cluster": None, "model": None, "planner": None, "trace": None}   # fo
 
 
 @hydra.main(config_path="../conf", config_name="multidevice", version_base="1.3")
+@resumable(expected=("ttft_s",))
 @one_line_errors
 def main(cfg: DictConfig) -> None:
     import pandas as pd

@@ -1,4 +1,5 @@
-"""Quantize the real SmolLM2-135M with one method and bit budget, evaluate ppl / KL (SPEC §3.1, docs/quantization.md).
+"""Quantize the real SmolLM2-135M with one method and bit budget, evaluate ppl / KL (EdgeFlow §4.1;
+docs/quantization.md).
 
     python -m experiments.quantize model=smollm2_135m method=edgeflow bits=4
     python -m experiments.quantize -m method=edgeflow,smoothquant,shadow_outlier,cmpq bits=4,5,6,7
@@ -16,8 +17,20 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import MISSING, DictConfig
 
-from experiments.common import (ConfigError, Estimate, one_line_errors, precheck, prepare_run_dir, register_common,
-                                run_dir, strict_bool, typed, watch_parent, write_run_outputs)
+from experiments.common import (
+    ConfigError,
+    Estimate,
+    one_line_errors,
+    precheck,
+    prepare_run_dir,
+    register_common,
+    run_dir,
+    strict_bool,
+    typed,
+    watch_parent,
+    write_run_outputs,
+)
+from experiments.resume import resumable
 from quant.arch import ModelSpec, WeightSource
 from quant.methods import METHODS
 from quant.settings import QuantSettings
@@ -55,7 +68,8 @@ class QuantizeConfig:
             if not pack_available():
                 raise ValueError("pack=true: the packed-format writer quant.pack.write_packed_model is not available")
         if self.pack and self.method == "shadow_outlier":
-            raise ValueError("pack=true: method=shadow_outlier keeps FP16 outlier columns the packed format does not store")
+            raise ValueError("pack=true: method=shadow_outlier keeps FP16 outlier columns the packed format does "
+                             "not store")
         if self.model.weights != WeightSource.real:
             raise ValueError(f"model={self.model.name} has no weights here (model.weights=twin); "
                              "quantize needs a real model, e.g. model=smollm2_135m")
@@ -136,6 +150,7 @@ def main_task(cfg: DictConfig) -> dict[str, Any]:
 
 
 @hydra.main(config_path="../conf", config_name="quantize", version_base="1.3")
+@resumable(expected=("ppl",))
 @one_line_errors
 def main(cfg: DictConfig) -> None:
     main_task(cfg)

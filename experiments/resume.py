@@ -22,14 +22,14 @@ from __future__ import annotations
 import functools
 import json
 import os
-import re
 import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
+from experiments.common import TMP_RE  # quant.atomic temp files: .<name>.<random>.tmp
+
 RESUME_ENV = "EDGELLM_RESUME"                           # "0": never skip
 LABEL_LISTS = ("measured_keys", "modelled_keys", "input_keys")
-TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")      # quant.atomic temp files: .<name>.<random>.tmp
 
 
 def partial_files(run_dir: str | os.PathLike) -> list[Path]:

@@ -11,7 +11,6 @@ the run directory. Jobs of a sweep run one after the other (timing runs must not
 from __future__ import annotations
 
 import json
-import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +21,19 @@ from hydra.core.config_store import ConfigStore
 from hydra.experimental.callback import Callback
 from omegaconf import MISSING, DictConfig, OmegaConf
 
-from experiments.common import (ConfigError, Estimate, one_line_errors, precheck, prepare_run_dir, register_common,
-                                run_dir, typed, watch_parent, write_run_outputs)
+from experiments.common import (
+    ConfigError,
+    Estimate,
+    one_line_errors,
+    precheck,
+    prepare_run_dir,
+    register_common,
+    run_dir,
+    typed,
+    watch_parent,
+    write_run_outputs,
+)
+from experiments.resume import resumable
 from planner.framework import FrameworkSpec
 from quant.arch import ModelSpec, WeightSource
 from quant.atomic import atomic_write_json, atomic_write_text
@@ -141,6 +151,7 @@ def validate(cfg: DictConfig) -> Estimate:
     return Estimate(20.0 + params / 5e6 + runs * params / 2e8, 12.0 * params, "model", f"model={c.model.name}")
 
 
+@resumable(expected=("measured_ttft_s",))
 @one_line_errors
 def run(cfg: DictConfig) -> dict[str, Any]:
     from experiments.hostrun import compare, logits_check, merged_trace, run_host

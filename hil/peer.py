@@ -174,6 +174,24 @@ def ensure_requantized(src, ftype: str = "q8_0", out_dir=None) -> Path:
     return requantize(src, dst, ftype)
 
 
+def private_copy(src, out_dir=None) -> Path:
+    """A byte-identical copy of `src` under `out_dir` (default outputs/models/), made once (atomic) and re-used while its
+    size matches. Pages of a file that another process has mapped (e.g. a GGUFReader of the shipped SmolLM2 file in a
+    long-running process) cannot be evicted; a private copy nobody else opens can."""
+    import shutil
+
+    from quant.atomic import atomic_open
+
+    src = Path(src)
+    out = Path(out_dir) if out_dir is not None else Path(__file__).resolve().parents[1] / "outputs" / "models"
+    dst = out / src.name
+    if dst.is_file() and dst.stat().st_size == src.stat().st_size:
+        return dst
+    with open(src, "rb") as fi, atomic_open(dst) as fo:
+        shutil.copyfileobj(fi, fo, 1 << 22)
+    return dst
+
+
 def bench_prompt(n: int) -> np.ndarray:
     """The benchmark prompt: the first `n` token ids (int64, (n,)) of quant.evaluate's evaluation text with SmolLM2's
     tokenizer (the synthetic models share it), the same ids for our runner and the peer."""

@@ -21,8 +21,8 @@ import numpy as np
 import native
 from hil.packed_index import FileIndex
 from quant.arch import ModelSpec
-from quant.pack.formats import BY_CODE, F32_CODE
 from quant.llama import rope_tables
+from quant.pack.formats import BY_CODE, F32_CODE
 
 PAGE = 4096   # B, buffer alignment (direct-I/O / page size)
 

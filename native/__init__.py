@@ -1,4 +1,5 @@
-"""Python binding of the native C kernels (SPEC §3.2 unpack; the C sources are in native/src/, built by setup.py).
+"""Python binding of the native C kernels (EdgeFlow §4.2 unpack, docs/packing.md; the C sources are in native/src/,
+built by setup.py).
 
 Owns: loading `native/_efkernels*.so` with ctypes, zero-copy calls on NumPy arrays (dtype and contiguity checked,
 the array memory is passed by pointer; ctypes releases the GIL during each call, so `threads=` splits a tensor's
@@ -173,7 +174,7 @@ def _ptr(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
-# ---- unpack ------------------------------------------------------------------------------------------------------------
+# ---- unpack ----------------------------------------------------------------------------------------------------------
 def weightlet_channel_bytes(bits: int, D: int, R: int = 128) -> int:
     return int(_load().ef_weightlet_channel_bytes(int(bits), int(D), int(R)))
 

@@ -1,12 +1,13 @@
 """Single-SoC device profile: the schema of `conf/device/<soc>.yaml` (Hydra group `device`, schema name `soc_schema`).
 
-Owns every hardware parameter the cold-start planner and simulator use (EdgeFlow §3, SPEC §3.5): flash (bandwidth as a
-function of request size and concurrent readers, per-request latency), CPU cores (big/little, per-op-type throughput),
-NPU (INT8 matmul roofline, NPU-inefficient op factor, dispatch overhead, QNN graph set-up / compose / optimize /
-prepare costs), memory capacity, shared DRAM bandwidth and the CPU cost of read() copies (`dram_gbps`,
-`read_cpu_gbps`: 0 = not modelled; inputs of the simulator's contention model) and power. Values live in the YAML with
-unit and source (a measured host profile: `hil/host.py`, docs/hil.md); this class only names and validates them.
-Units: seconds (`_s`), bytes (`_bytes`), GB/s = 1e9 B/s (`_gbps`), GHz, watts (`_w`), nJ per byte (`_nj_per_byte`).
+Owns every hardware parameter the cold-start planner and simulator use (EdgeFlow §3; docs/design.md §7): flash
+(bandwidth as a function of request size and concurrent readers, per-request latency), CPU cores (big/little,
+per-op-type throughput), NPU (INT8 matmul roofline, NPU-inefficient op factor, dispatch overhead, QNN graph set-up /
+compose / optimize / prepare costs), memory capacity, shared DRAM bandwidth and the CPU cost of read() copies
+(`dram_gbps`, `read_cpu_gbps`: 0 = not modelled; inputs of the simulator's contention model) and power. Values live in
+the YAML with unit and source (a measured host profile: `hil/host.py`, docs/hil.md); this class only names and validates
+them. Units: seconds (`_s`), bytes (`_bytes`), GB/s = 1e9 B/s (`_gbps`), GHz, watts (`_w`), nJ per byte
+(`_nj_per_byte`).
 
 Design: a flat dataclass (one level, so a typo in a Hydra override fails with the key name) plus a few derived
 quantities (flash rate per reader, CPU thread speed) that the cost models and the flash resource share.

@@ -1,6 +1,6 @@
 """Weight formats on flash for the cold-start planner: per-channel bit allocations -> bytes read and unpack work.
 
-EdgeFlow §3.2 / §4.2, SPEC §3.2. Bytes on flash of one (C out, D in) tensor whose channel c has B_c bits come from
+EdgeFlow §3.2 / §4.2; docs/packing.md. Bytes on flash of one (C out, D in) tensor whose channel c has B_c bits come from
 the packing format's owner, `quant.pack.packed_nbytes` (the tensor blob exactly as the container writes it: 3-bit
 widths, float32 scales, payload): `int8`, `mixed` (INT4/INT8, channels padded to 4 or 8 bits), `weightlet` (EdgeFlow's
 SIMD-friendly format) and `kquant` (compact bit-split with per-group minimums). Unpack work (`unpack_work`):

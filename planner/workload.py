@@ -1,7 +1,7 @@
 """Prompt-length workloads of the cold-start study: the schema of `conf/workload/<name>.yaml` (`workload_schema`).
 
-EdgeFlow Table 3 / SPEC §3.5 give each dataset's prompt-length range (with its few-shot count). A cold start runs one
-prompt; `length` picks which length stands for the dataset: `mid` (rounded middle of the range, the default),
+EdgeFlow Table 3 (docs/design.md §4.5) gives each dataset's prompt-length range (with its few-shot count). A cold start
+runs one prompt; `length` picks which length stands for the dataset: `mid` (rounded middle of the range, the default),
 `min` or `max`. `prompt_tokens > 0` in the app overrides the workload with a fixed length.
 """
 from __future__ import annotations

@@ -5,13 +5,14 @@ storage cost of one bit of channel i (1 = "average bits per channel", the paper'
 number of weights D_i, for a budget in bits per weight across tensors of different widths).
 
 Convexification (why greedy is optimal here): the paper's argument needs RE gains that decrease with B. With the closed
-form they do not always: RE(1) = 1 (channel zeroed) while the clamped closed form at B = 2 can also be 1 for heavy-tailed
-channels, so the gain 1→2 is 0 and the gain 2→3 positive. We therefore allocate on each channel's LOWER CONVEX HULL of
-the points (B, RE(B)): the per-bit hull gains g_i(B) = H_i(B) - H_i(B+1) are non-increasing in B (enforced exactly with a
-running minimum, so float rounding cannot reorder them). Greedy over hull steps is optimal for the convexified problem,
-and the hull equals RE at every hull vertex, so whenever every channel ends on a vertex (always, except possibly the
-channel(s) taking the last steps of a multi-bit hull segment) the allocation is optimal for the original problem.
-`tests/quant/test_allocate.py` checks both statements against brute force, including non-monotone cases.
+form they do not always: RE(1) = 1 (channel zeroed) while the clamped closed form at B = 2 can also be 1 for
+heavy-tailed channels, so the gain 1→2 is 0 and the gain 2→3 positive. We therefore allocate on each channel's LOWER
+CONVEX HULL of the points (B, RE(B)): the per-bit hull gains g_i(B) = H_i(B) - H_i(B+1) are non-increasing in B
+(enforced exactly with a running minimum, so float rounding cannot reorder them). Greedy over hull steps is optimal for
+the convexified problem, and the hull equals RE at every hull vertex, so whenever every channel ends on a vertex
+(always, except possibly the channel(s) taking the last steps of a multi-bit hull segment) the allocation is optimal for
+the original problem. `tests/quant/test_allocate.py` checks both statements against brute force, including non-monotone
+cases.
 
 Order: every unit step (channel i, from B to B+1) has the key (-g_i(B)/c_i, i, B); steps are taken in increasing key
 order while the gain is > 0 (a bit that reduces no error is not spent) and the cumulative cost fits the budget (the

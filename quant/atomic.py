@@ -1,6 +1,7 @@
 """Atomic file writes: write to a temp file in the same directory, fsync, rename. Nothing is ever half-written.
 
-Lives in `quant/` because it is the lowest Python layer every other package may import (SPEC §2 dependency order).
+Lives in `quant/` because it is the lowest Python layer every other package may import (dependency order:
+docs/design.md §2).
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Activation calibration on the real model (EdgeFlow §4.1 "calibration dataset"; SPEC §3.1 static activations).
+"""Activation calibration on the real model (EdgeFlow §4.1 "calibration dataset"; docs/design.md §4.1 static
+activations).
 
 Owns: running the reference forward over a calibration slice of the text (disjoint from the evaluation slice) and
 recording, for every linear layer, its input activations X (T, D) and the per-channel statistics derived from them:

@@ -1,5 +1,5 @@
-"""Export a quantized model to the packed weight file (quant.pack, SPEC §3.2), with the smoothing scales FOLDED the way
-EdgeFlow §4.1 says they cost nothing at run time:
+"""Export a quantized model to the packed weight file (quant.pack, docs/packing.md), with the smoothing scales FOLDED
+the way EdgeFlow §4.1 says they cost nothing at run time:
 
 - per-channel scale stored = S_i · s_out[i] (output-side smoothing absorbed by dequantization);
 - q/k/v input scale s_qkv -> attn_norm.weight / s_qkv; gate/up input scale -> ffn_norm.weight / s_gu;
@@ -58,7 +58,8 @@ def packed_tensors(qm: QuantizedModel, spec: ModelSpec, weights: dict[str, np.nd
     return out, meta
 
 
-def write_pack(qm: QuantizedModel, spec: ModelSpec, weights: dict[str, np.ndarray], out_dir, fmt: str = "weightlet") -> Path:
+def write_pack(qm: QuantizedModel, spec: ModelSpec, weights: dict[str, np.ndarray], out_dir,
+               fmt: str = "weightlet") -> Path:
     """Write `<out_dir>/<model>.<method>.efpk`; returns its path."""
     from quant.pack import write_packed_model
 

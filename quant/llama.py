@@ -1,7 +1,9 @@
-"""NumPy reference forward pass of the Llama architecture (SPEC §3.1): the accuracy oracle for every quantizer.
+"""NumPy reference forward pass of the Llama architecture: the accuracy oracle for every quantizer
+(docs/quantization.md).
 
-Owns: RMSNorm, RoPE (adjacent-pair convention: GGUF's llama conversion permutes q/k rows, NOTES.md), grouped-query
-causal attention, SwiGLU FFN, tied output head; and the hook through which quantizers see every linear layer.
+Owns: RMSNorm, RoPE (adjacent-pair convention: GGUF's llama conversion permutes q/k rows, so pairs (0,1), (2,3), …
+rotate; the half-split convention gives perplexity ~345 instead of 17.83), grouped-query causal attention, SwiGLU
+FFN, tied output head; and the hook through which quantizers see every linear layer.
 
 Design: one function, `forward_logits(weights, spec, tokens, quant=None)`, float32 throughout, `@` matmuls on a cached
 weights dict (a 512-token forward of SmolLM2 is a few seconds on 2 cores). Every linear layer goes through

@@ -1,4 +1,5 @@
-"""Quantize the real model with one method and evaluate it (SPEC §3.1): the core of `experiments.quantize`.
+"""Quantize the real model with one method and evaluate it (EdgeFlow §4.1; docs/quantization.md): the core of
+`experiments.quantize`.
 
 Flow: reference weights (GGUF, dequantized) -> calibration activations on a slice of the text -> method.build ->
 reference and quantized forward on a disjoint evaluation slice -> perplexity, mean KL(reference‖quantized), the bit

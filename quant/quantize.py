@@ -1,4 +1,5 @@
-"""Symmetric uniform per-output-channel weight quantizer and static per-tensor INT8 activation quantizer (SPEC §3.1).
+"""Symmetric uniform per-output-channel weight quantizer and static per-tensor INT8 activation quantizer (EdgeFlow §4.1;
+docs/quantization.md).
 
 Integer convention (the packed file format relies on it): a channel i with B_i bits stores signed integers q with
 |q| <= 2^(B_i-1) - 1 (a subset of the two's-complement range [-2^(B-1), 2^(B-1)-1]; the code -2^(B-1) is never produced)

@@ -1,4 +1,4 @@
-"""Typed knobs of the quantizers: the schema of the Hydra `quant` config group (conf/quant/*.yaml), SPEC §3.1.
+"""Typed knobs of the quantizers: the schema of the Hydra `quant` config group (conf/quant/*.yaml), EdgeFlow §4.1.
 
 Every value is validated in `__post_init__`, so a bad value fails before any work with a message naming the key.
 """
@@ -41,7 +41,7 @@ class QuantSettings:
     cmpq_low_frac: float = 0.25       # CMPQ adapted: share at B-1 (lowest RE at B); equal shares keep the average B
     calib_tokens: int = 256           # tokens of the calibration slice (activation scales, S_I, S_O)
     calib_offset: int = 100_000       # token offset of the calibration slice (disjoint from the evaluation slice)
-    eval_tokens: int = 512            # tokens of the evaluation slice (NOTES check figure: 512 -> ppl 17.83)
+    eval_tokens: int = 512            # tokens of the evaluation slice (check figure: 512 -> ppl 17.83)
     eval_offset: int = 0              # token offset of the evaluation slice
 
     def __post_init__(self) -> None:

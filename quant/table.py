@@ -1,6 +1,6 @@
 """Aggregate quantize-app runs into the paper's Table-4 shape (methods × bits: ppl, KL, avg bits), as Markdown.
 
-    python -m quant.table outputs/quant_sweep [more dirs]     # every */metrics.json below, newest run per (method, bits)
+    python -m quant.table outputs/quant_sweep [more dirs]   # every */metrics.json below, newest run per (method, bits)
 """
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""Statistical twin of per-channel weight statistics, for models without weights on this machine (SPEC §3.1, §3.5).
+"""Statistical twin of per-channel weight statistics, for models without weights on this machine (docs/quantization.md;
+docs/design.md §7).
 
 Owns: fitting, storing (quant/data/twin_<model>.json) and sampling the per-output-channel statistics the RE metric
 depends on, and the twin's bit allocation for a big model (used by the cold-start simulator for packed sizes).
@@ -116,8 +117,10 @@ def _sample(quantiles: list[float], u: np.ndarray, probs: np.ndarray) -> np.ndar
     return np.interp(u, probs, np.asarray(quantiles))
 
 
-def twin_channel_stats(spec: ModelSpec, seed: int, twin: Twin | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
-    """kind-key of spec.linear_shapes() -> (max_abs (L·C,), mean_sq (L·C,)) float64, layer-major, sampled from the twin."""
+def twin_channel_stats(spec: ModelSpec, seed: int,
+                       twin: Twin | None = None) -> dict[str, tuple[np.ndarray, np.ndarray]]:
+    """kind-key of spec.linear_shapes() -> (max_abs (L·C,), mean_sq (L·C,)) float64, layer-major, sampled from the
+    twin."""
     twin = twin or load_twin()
     probs = np.asarray(twin.probs)
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""Wireless links driven by RSSI traces (SPEC §4 "RSSI model", Voltron §3.2.3 / Fig. 8a).
+"""Wireless links driven by RSSI traces (Voltron §3.2.3 / Fig. 8a; docs/design.md §5).
 
 Owns:
 - `TraceConfig`: conf/trace/<name>.yaml (schema `trace_schema`): the CSV file (columns `time_s,link,dbm`, one row per
@@ -138,7 +138,8 @@ class LinkTracker:
         return LinkState.from_rssi(self.table, r, up=self.up)
 
 
-def synth_trace(kind: str, duration_s: float = 1800.0, dt: float = 1.0, seed: int = 0) -> list[tuple[float, str, float]]:
+def synth_trace(kind: str, duration_s: float = 1800.0, dt: float = 1.0,
+                seed: int = 0) -> list[tuple[float, str, float]]:
     """Rows (time_s, link, dbm) of one of the shipped trace shapes."""
     rng = np.random.default_rng(seed)
     t = np.arange(0.0, duration_s + dt / 2, dt)

@@ -12,7 +12,8 @@ CONF_DIR = REPO / "conf"
 @pytest.fixture
 def compose():
     """compose(config_name, overrides) -> DictConfig using the real conf/ tree."""
-    from hydra import compose as _compose, initialize_config_dir
+    from hydra import compose as _compose
+    from hydra import initialize_config_dir
 
     from experiments.common import register_common
 

@@ -1,4 +1,4 @@
-"""Dependencies point one way (SPEC §2): experiments → sim, hil → planner → quant → native."""
+"""Dependencies point one way (docs/design.md §2): experiments → sim, hil → planner → quant → native."""
 from __future__ import annotations
 
 import ast

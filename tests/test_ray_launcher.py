@@ -53,3 +53,19 @@ def test_ray_results_identical_to_joblib(tmp_path):
     b = _sweep(conf, tmp_path / "ray", ["hydra/launcher=ray_local"])
     assert len(a) == 4
     pd.testing.assert_frame_equal(a.drop(columns=["app"]), b.drop(columns=["app"]))
+
+
+@pytest.mark.parametrize("launcher, plugin, target", [
+    ("ray_local", "hydra_plugins.hydra_ray_launcher", "hydra_plugins.hydra_ray_launcher.ray_launcher.RayLauncher"),
+    ("slurm", "hydra_plugins.hydra_submitit_launcher",
+     "hydra_plugins.hydra_submitit_launcher.submitit_launcher.SlurmLauncher")])
+def test_launcher_config_composes(launcher, plugin, target):
+    if importlib.util.find_spec(plugin) is None:
+        pytest.skip(f"{plugin} not installed (optional extra: pip install -e '.[{launcher.split('_')[0]}]')")
+    from hydra import compose, initialize_config_dir
+
+    import experiments.figures.app  # noqa: F401  (registers figures_schema: any app config will do)
+
+    with initialize_config_dir(config_dir=str(ROOT / "conf"), version_base="1.3"):
+        cfg = compose("figures", overrides=[f"hydra/launcher={launcher}"], return_hydra_config=True)
+    assert cfg.hydra.launcher._target_ == target

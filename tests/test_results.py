@@ -10,7 +10,6 @@ import time
 from pathlib import Path
 
 import pandas as pd
-import pytest
 import yaml
 
 from experiments import results, resume
@@ -132,3 +131,45 @@ def test_killed_sweep_resumes_only_missing_jobs(tmp_path):
     a, b = results.build(full), results.build(cut)
     pd.testing.assert_frame_equal(a, b)                                   # identical to an uninterrupted sweep
     assert {"sweep.framework", "sweep.workload", "modelled.ttft_s"} <= set(a.columns)
+
+
+def test_callback_writes_the_table_at_multirun_end(tmp_path):
+    from omegaconf import OmegaConf
+
+    root = _sweep(tmp_path)
+    results.ResultsCallback().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(root)}}}))
+    assert len(pd.read_parquet(root / "results.parquet")) == 3
+
+
+def test_sweep_progress_counts_jobs_and_finished_dirs(tmp_path, capsys):
+    from omegaconf import OmegaConf
+
+    from experiments.progress import SweepProgress, sweep_size
+
+    assert sweep_size(["framework=a,b,c", "bits=4,5", "seed=0"]) == 6
+    assert sweep_size(["bits=range(1,5)"]) == 4
+    assert sweep_size(["bits=interval(1,5)"]) is None
+    root = tmp_path / "sweep"
+    _job(root, "0_a", [], {"x": 1.0}, modelled=("x",))                 # finished before the sweep (resumed)
+    cfg = OmegaConf.create({"hydra": {"sweep": {"dir": str(root)}, "overrides": {"task": ["framework=a,b"]}}})
+    cb = SweepProgress(poll_s=0.01)
+    cb.on_multirun_start(cfg)
+    assert cb.bar.total == 2 and cb.bar.n == 1
+    import pickle
+
+    assert pickle.loads(pickle.dumps(cb)).bar is None        # launchers pickle callbacks into the job processes
+    _job(root, "1_b", [], {"x": 1.0}, modelled=("x",))
+    cb.on_multirun_end(cfg)
+    assert cb.bar is None
+    assert "2/2" in capsys.readouterr().err
+
+
+def test_sweep_progress_silenced(tmp_path):
+    from omegaconf import OmegaConf
+
+    from experiments.progress import SweepProgress
+
+    cb = SweepProgress()
+    cb.on_multirun_start(OmegaConf.create({"progress": False, "hydra": {"sweep": {"dir": str(tmp_path)},
+                                                                        "overrides": {"task": []}}}))
+    assert cb.bar is None

@@ -16,7 +16,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.figures import NAMES, available, load
-from experiments.figures.base import SIZES, write_figure
+from experiments.figures.base import SIZES, set_progress, write_figure
 from experiments.figures.index import write_index
 
 CONF = Path(__file__).resolve().parents[2] / "conf"
@@ -54,6 +54,7 @@ def build(names: list[str], size: str, out: Path, progress: bool = True) -> list
     """Write every figure in `names` and the index; returns one summary row per figure (name, seconds, files)."""
     from tqdm import tqdm
 
+    set_progress(progress)
     rows = []
     bar = tqdm(names, desc="figures", unit="fig", disable=not progress, file=sys.stderr)
     for name in bar:

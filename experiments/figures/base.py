@@ -46,6 +46,23 @@ class Figure:
     plot: Callable[[pd.DataFrame, object], None]    # (data, matplotlib Figure) -> draws
 
 
+_PROGRESS = {"on": True}        # set by the app (`progress=false` silences every bar)
+
+
+def set_progress(on: bool) -> None:
+    _PROGRESS["on"] = bool(on)
+
+
+def progress(items, desc: str):
+    """tqdm bar with ETA on stderr over a figure's long loop (nested under the app's bar); silenced by the app."""
+    import sys
+
+    from tqdm import tqdm
+
+    items = list(items)
+    return tqdm(items, desc=desc, leave=False, disable=not _PROGRESS["on"] or len(items) < 2, file=sys.stderr)
+
+
 def check_size(size: str) -> str:
     if size not in SIZES:
         raise ValueError(f"size: must be one of {', '.join(SIZES)} (got {size!r})")

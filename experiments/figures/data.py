@@ -60,11 +60,12 @@ def sweep_frame(models: Iterable[str], frameworks: Iterable[str], workloads: Ite
     `sim.coldstart.sweep.sweep` over the grid."""
     from sim.coldstart.sweep import sweep
 
+    from experiments.figures.base import progress
+
     rows = []
     keys = tuple(keys)
-    for m in models:
-        for r in sweep(model=m, device=dev, frameworks=tuple(frameworks), workloads=tuple(workloads),
-                       bits=tuple(bits)):
+    for m, fw in progress([(m, fw) for m in models for fw in frameworks], "cold starts"):
+        for r in sweep(model=m, device=dev, frameworks=(fw,), workloads=tuple(workloads), bits=tuple(bits)):
             for k in keys:
                 rows.append({"model": m, "framework": r["framework"], "workload": r["workload"],
                              "prompt_tokens": r["prompt_tokens"], "bits": r["bits"], "metric": k, "value": r[k],

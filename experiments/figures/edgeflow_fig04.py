@@ -4,6 +4,7 @@ unpacking (1 thread) times of three packings — raw INT8, INT4/INT8 mixed and K
 format, simulated (`sim.coldstart.calibration.fig4b`), beside the paper's numbers."""
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from experiments.figures.base import FigureSpec, note
@@ -13,7 +14,8 @@ from sim.coldstart.calibration import FIG4B_BUDGET, TARGETS, fig4b
 
 PAPER_SHARES = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}      # Fig. 4a, fraction of channels
 PAPER_TIMES = {("int8", "load_s"): TARGETS["fig4b_load_int8"], ("mixed", "load_s"): TARGETS["fig4b_load_mixed"],
-               ("kquant", "load_s"): TARGETS["fig4b_load_kquant"], ("kquant", "unpack_s"): TARGETS["fig4b_unpack_kquant"]}
+               ("kquant", "load_s"): TARGETS["fig4b_load_kquant"],
+               ("kquant", "unpack_s"): TARGETS["fig4b_unpack_kquant"]}
 FORMATS = ("int8", "mixed", "kquant", "weightlet")
 MODELS = {"full": "llama3_8b", "toy": "llama3_8b"}   # < 1 s with the cached allocation: toy = full
 
@@ -31,8 +33,6 @@ def data(size: str) -> pd.DataFrame:
     spec, dev = model(MODELS[size]), device()
     bits, _ = model_bits(spec, FIG4B_BUDGET, 0)
     rows = []
-    import numpy as np
-
     allb = np.concatenate([np.asarray(b).ravel() for b in bits.values()])
     for w in range(1, 9):
         rows.append({"panel": "a", "item": f"{w} bits", "metric": "channel_share", "value": float(np.mean(allb == w)),

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
+from experiments.figures.base import FigureSpec, note, progress
 
 GRID = {
     "full": dict(methods=("edgeflow", "smoothquant", "shadow_outlier", "cmpq"), fixed=("int8", "int4"),
@@ -54,7 +54,7 @@ def data(size: str) -> pd.DataFrame:
     ref_ppl = perplexity_from_logits(ref, toks)
     runs = [(m, b) for m in g["methods"] for b in g["bits"]] + [(m, 8 if m == "int8" else 4) for m in g["fixed"]]
     rows = []
-    for method, bits in runs:
+    for method, bits in progress(runs, "quantize + evaluate"):
         qm = METHODS[method](settings).build(weights, spec, calib, bits, float(bits), None)
         q = forward_logits(weights, spec, toks, qm)
         b, d = qm.all_bits()

@@ -16,7 +16,7 @@ from sim.multidevice.runner import RunResult, run_conversation
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
 
-__all__ = ["BASE_MMLU", "FAMILIES", "conversation", "trace", "largest", "summary"]
+__all__ = ["BASE_MMLU", "FAMILIES", "context", "conversation", "trace", "largest", "summary"]
 
 KEYS = ("ttft_s", "ttft_s_max", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate", "accuracy_proxy",
         "energy_mj_per_token", "replans")
@@ -35,7 +35,7 @@ def trace(name: str) -> RssiTrace:
 
 
 @lru_cache(maxsize=32)
-def _context(cluster: str, model: str, seed: int):
+def context(cluster: str, model: str, seed: int):
     return build_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
 
 
@@ -43,7 +43,7 @@ def conversation(cluster: str, model: str, planner: str, trace_name: str, turns:
                  balance: str = "hetero", think_s: float | None = None, **planner_cfg) -> RunResult:
     """`sim.multidevice.runner.run_conversation` of one planner (`planner.voltron.registry` name); `planner_cfg`
     overrides other `PlannerConfig` fields (ablations, energy mode)."""
-    base, _acc = _context(cluster, model, seed)
+    base, _acc = context(cluster, model, seed)
     ctx = dataclasses.replace(base, cfg=PlannerConfig(name=planner, balance=balance, **planner_cfg))
     wl = WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s}))
     return run_conversation(make_policy(ctx), ctx, trace(trace_name), RssiTable(), wl, seed=seed)

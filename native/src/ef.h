@@ -1,4 +1,4 @@
-/* EdgeFlow native kernels: public C API (SPEC §3.2, EdgeFlow paper §4.2, Fig. 7 and 8).
+/* EdgeFlow native kernels: public C API (EdgeFlow §4.2, Fig. 7 and 8; docs/packing.md).
  *
  * Three things live behind this header:
  *   1. unpack kernels for the weightlet format, bit widths 1..8, per ISA (ef_unpack.c);

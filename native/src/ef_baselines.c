@@ -1,4 +1,4 @@
-/* Unpack kernels of the baseline formats EdgeFlow is compared with (SPEC §3.2; paper §4.2 / §6 ablations).
+/* Unpack kernels of the baseline formats EdgeFlow is compared with (EdgeFlow §4.2 / §6 ablations; docs/packing.md).
  *
  *   - raw INT8: the channel bytes are the int8 weights; unpack is a copy (memcpy is the physical limit).
  *   - INT4/INT8 mixed ("pad each channel to 4 or 8 bits"): B <= 4 -> nibbles of u = q + 8, byte j = u[2j] | u[2j+1]<<4,

@@ -1,4 +1,4 @@
-/* Model-file (container) validation in C, and the CRC32 both readers share (SPEC §3.2 "File").
+/* Model-file (container) validation in C, and the CRC32 both readers share (docs/packing.md, model file).
  *
  * The byte layout is specified once, in quant/pack/container.py (writer + Python reader); this file checks the same
  * rules so a C runner never trusts a malformed file: every length and offset is bounds-checked before it is used,

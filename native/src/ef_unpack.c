@@ -1,4 +1,4 @@
-/* Weightlet unpack kernels: scalar reference, x86 SSE2 / AVX2 / AVX-512, Arm NEON (SPEC §3.2; paper §4.2, Fig. 7-8).
+/* Weightlet unpack kernels: scalar reference, x86 SSE2 / AVX2 / AVX-512, Arm NEON (EdgeFlow §4.2, Fig. 7-8; docs/packing.md).
  *
  * Layout of one channel (golden NumPy version: quant/pack/weightlet.py):
  *   - D weights, offset-binary codes u = q + 2^(B-1), B in 1..8, cut into groups of R weights (R = 128/256/512 bits,

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from planner.pipeline.dag import MATMULS, NORMS, _BACKBONE, head_tensor_names, layer_dag, op_tensor_names
+from planner.pipeline.dag import _BACKBONE, MATMULS, NORMS, head_tensor_names, layer_dag, op_tensor_names
 from planner.plan import OpWork, PlanBuilder, TensorRef
 from quant.arch import ModelSpec
 

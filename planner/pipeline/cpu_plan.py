@@ -1,4 +1,5 @@
-"""CPU-only cold-start plans: llama.cpp (mmap + on-demand paging) and MNN (sequential load, then compute). SPEC §3.4.
+"""CPU-only cold-start plans: llama.cpp (mmap + on-demand paging) and MNN (sequential load, then compute);
+docs/design.md §4.4.
 
 llama.cpp: the GGUF file is mmap'ed; the first ubatch touching a layer's weights faults them in (readahead-sized
 requests, issued by all compute threads at once), so loading interleaves with compute layer by layer and never runs

@@ -1,4 +1,4 @@
-"""Voltron: elastic multi-device LLM inference planning (SPEC §4; Voltron paper §3–4).
+"""Voltron: elastic multi-device LLM inference planning (Voltron §3–4; docs/multidevice.md).
 
 One policy per file:
 - `devices.py`     device / cluster profiles (typed schemas of conf/device, conf/cluster) and the roofline device model

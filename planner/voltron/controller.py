@@ -31,8 +31,8 @@ from __future__ import annotations
 import numpy as np
 
 from planner.voltron.comm import LinkState
-from planner.voltron.options import PhaseEnv
 from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
+from planner.voltron.options import PhaseEnv
 from planner.voltron.plan import TP, PhasePlan
 from planner.voltron.policy import Decision, Policy, PolicyContext, timed
 from planner.voltron.precision import PrecisionSearch
@@ -119,7 +119,7 @@ class VoltronPolicy(Policy):
         t = cfg.qos_tpot_s * (1 - cfg.qos_margin)
         return t * (1 - cfg.energy_scaling) if cfg.energy_mode else t
 
-    # ---- energy mode (§4.4) -------------------------------------------------------------------------------------------
+    # ---- energy mode (§4.4) ------------------------------------------------------------------------------------------
     def dvfs(self, plan: PhasePlan) -> PhasePlan:
         """Lowest DVFS level per device whose (conservatively scaled) TPOT estimate keeps the energy margin: the
         planner assumes all of a device's time scales with 1/f (its regression does not split compute from memory

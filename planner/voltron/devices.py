@@ -1,4 +1,4 @@
-"""Edge device and cluster profiles for Voltron (SPEC §4, paper Table 1/2) and the roofline device model.
+"""Edge device and cluster profiles for Voltron (Voltron Table 1/2; docs/design.md §5) and the roofline device model.
 
 Owns:
 - `EdgeDevice`: the typed schema of `conf/device/<name>.yaml` (registered as `edge_device_schema` in group `device`):
@@ -27,7 +27,7 @@ PRECISIONS = ("fp16", "int8", "int4")            # weight precisions, index = pr
 # Bytes per weight by precision id: FP16 = 2; INT8 = llama.cpp Q8_0 (8.5 bits/weight: 32 int8 + 1 fp16 scale);
 # INT4 = llama.cpp Q4_K (4.5 bits/weight: 256-weight super-blocks with 6-bit sub-block scales). Source: ggml k-quants.
 BYTES_PER_WEIGHT = np.array([2.0, 8.5 / 8, 4.5 / 8])   # (P,) bytes / weight
-ACT_BYTES = np.array([2.0, 1.0 + 2 / 32, 0.5 + 2 / 32])  # (P,) bytes / activation element on the wire (FP16 / Q8 / Q4 + scales)
+ACT_BYTES = np.array([2.0, 1.0 + 2 / 32, 0.5 + 2 / 32])  # (P,) wire bytes / activation (FP16 / Q8 / Q4 + scales)
 
 
 @dataclass
@@ -38,16 +38,16 @@ class EdgeDevice:
     perf_level: str = "high"                          # high | mid | low (paper Table 1)
     dram_gb: float = 0.0                              # GB installed DRAM (Table 1)
     mem_budget_gb: float = 0.0                        # GB available to the LLM (Table 1 "available")
-    peak_gflops_fp16: float = 0.0                     # GFLOP/s NEON peak of the big cores used (fp16 FMA, or fp32 if no fp16 arithmetic)
-    peak_gops_int8: float = 0.0                       # GOP/s NEON int8 peak (sdot if ARMv8.2-DotProd, else widening MLA)
-    int4_vs_int8: float = 0.8                         # × int8 rate for Q4_K (nibble unpack before the int8 dot); assumption
-    compute_eff: float = 0.45                         # fraction of peak reached by llama.cpp GEMM (assumption, see docs)
-    sustained_clock: float = 1.0                      # fraction of the peak clock sustained under load (thermal throttling)
+    peak_gflops_fp16: float = 0.0                     # GFLOP/s NEON peak of the big cores used (fp16 FMA, else fp32)
+    peak_gops_int8: float = 0.0                       # GOP/s NEON int8 peak (sdot with DotProd, else widening MLA)
+    int4_vs_int8: float = 0.8                         # × int8 rate for Q4_K (nibble unpack before int8 dot); assumed
+    compute_eff: float = 0.45                         # fraction of peak reached by llama.cpp GEMM (assumed, see docs)
+    sustained_clock: float = 1.0                      # fraction of the peak clock sustained under load (throttling)
     mem_bw_peak_gbps: float = 0.0                     # GB/s LPDDR peak (data rate × bus width)
-    mem_eff: float = 0.6                              # fraction of peak DRAM bandwidth a CPU stream reaches (assumption)
-    storage_gbps: float = 1.0                         # GB/s sequential flash read (UFS/eMMC generation), for shard reloads
+    mem_eff: float = 0.6                              # fraction of peak DRAM bandwidth a CPU stream reaches (assumed)
+    storage_gbps: float = 1.0                         # GB/s sequential flash read (UFS/eMMC), for shard reloads
     overhead_ms: float = 0.1                          # ms fixed cost per sublayer (graph dispatch + thread barriers)
-    n_half: float = 1.0                               # tokens at which the GEMM reaches half its peak utilisation (GEMV = 1 token: 50 %)
+    n_half: float = 1.0                               # tokens at half-peak GEMM utilisation (GEMV = 1 token: 50 %)
     dvfs_levels: list[float] = field(default_factory=lambda: [1.0, 0.85, 0.7, 0.55, 0.4])  # CPU frequency fractions
     p_idle_w: float = 0.5                             # W device idle power with the radio on (assumption)
     p_dyn_w: float = 5.0                              # W CPU dynamic power at f = 1 with the big cores busy

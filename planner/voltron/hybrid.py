@@ -8,8 +8,8 @@ model + communication model says is faster, under every device's memory budget (
   (balances time by device speed, paper: "TP: shards balanced by device speed"); estimated time = slowest device +
   broadcast/aggregate (`comm.LinkState.tp_comm`). Every subset of ≥ 2 connected devices is an option, so a device behind
   a weak link can be left out of TP.
-- Layers are visited in order; each takes its fastest option that fits the remaining memory (paper: "sequentially assigns
-  a parallelism strategy to each layer, while considering the memory budget").
+- Layers are visited in order; each takes its fastest option that fits the remaining memory (paper: "sequentially
+  assigns a parallelism strategy to each layer, while considering the memory budget").
 - Additions beyond the paper, each for a failure the plain rule showed here: a memory-proportional TP option (fallback
   when speed-balanced shards strand memory in fragments no whole layer fits), a boundary-aware repair of alternating
   remote MP placements, and (prefill) a second ranking that charges a remote MP transfer once per run of layers
@@ -85,7 +85,8 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
 
     def assign(self, opt: OptionTable, env: PhaseEnv, precision: np.ndarray,
                act_precision: np.ndarray | None = None) -> PhasePlan:
-        """Full plan: the paper's ranking and the run-amortised ranking (see `_build`); the better exact estimate wins."""
+        """Full plan: the paper's ranking and the run-amortised ranking (see `_build`); the better exact estimate
+        wins."""
         act = self._zeros if act_precision is None else act_precision
         cls = self.class_of(precision, act)
         chosen, fits = self._run(opt, env, cls)
@@ -117,7 +118,7 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
         """Plan object (memory, fit, estimated time) for a given shard placement (N, D): a sublayer whose shards sit
         on one device is MP on it, otherwise TP over the devices holding shards. Baselines and the controller's
         activation pruning build plans through here; the hybrid planner does too, so all are costed alike."""
-        N, D = self.table.n, self.D
+        N = self.table.n
         tpos = self.tpos[self.table.type_of]                                # (N,)
         used = shards > 0                                                    # (N, D)
         n_used = used.sum(axis=1)

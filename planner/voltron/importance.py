@@ -9,7 +9,8 @@ increases (pruning a shard that slightly *helped* perplexity on the sample) are 
   the SmolLM2 profile of the same kind (ATTN or FFN) linearly interpolated at r (the paper notes layer importance
   patterns are architecture/task dependent; depth is the one coordinate shared across models). Normalised to sum 1.
 - Within a layer, shards are pruned least-important first; `pruned_share(f)` is the share of a layer's importance
-  removed when a fraction f of its shards is pruned, from the SmolLM2 shard distributions (mean sorted cumulative curve).
+  removed when a fraction f of its shards is pruned, from the SmolLM2 shard distributions (mean sorted cumulative
+  curve).
 """
 from __future__ import annotations
 

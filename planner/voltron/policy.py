@@ -22,6 +22,7 @@ from planner.voltron.latency import LatencyModel
 from planner.voltron.layers import LayerTable
 from planner.voltron.plan import PhasePlan
 
+
 @dataclass
 class PlannerConfig:
     """conf/planner/<name>.yaml (schema `planner_schema`)."""
@@ -51,7 +52,7 @@ class PlannerConfig:
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
 
     def __post_init__(self) -> None:
-        from planner.voltron.registry import POLICIES          # the one registry of names (lazy: it imports us)
+        from planner.voltron.registry import POLICIES  # the one registry of names (lazy: it imports us)
 
         if self.name not in POLICIES:
             raise ValueError(f"planner.name must be one of {'|'.join(POLICIES)} (got {self.name!r})")

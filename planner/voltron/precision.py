@@ -2,16 +2,16 @@
 
 Demotion index m ∈ [0, 2N] over the N sublayers sorted by ascending importance: the first min(m, N) go FP16 → INT8, and
 then the first max(0, m − N) go on INT8 → INT4 (so m = 0 is all-FP16 and m = 2N all-INT4). Memory and latency fall
-monotonically with m (paper §3.2.2), so the smallest m whose plan fits every device and meets the QoS targets is
-found by binary search in ⌈log2(2N + 1)⌉ steps; every step re-runs the hybrid MP/TP planner on the candidate precisions
-("re-search the parallel plan after precision changes"). A phase whose QoS target is missed even at m = 2N is left to best
-effort: an unreachable TPOT target → the fastest configuration (m = 2N); an unreachable TTFT target is dropped from
+monotonically with m (paper §3.2.2), so the smallest m whose plan fits every device and meets the QoS targets is found
+by binary search in ⌈log2(2N + 1)⌉ steps; every step re-runs the hybrid MP/TP planner on the candidate precisions
+("re-search the parallel plan after precision changes"). A phase whose QoS target is missed even at m = 2N is left to
+best effort: an unreachable TPOT target → the fastest configuration (m = 2N); an unreachable TTFT target is dropped from
 the predicate (accuracy is not sacrificed for a one-off target that cannot be met). With `compute_pruning`, a TPOT
 target missed at m = 2N because of computation is first tried with more pruned shards (the same fraction from every
 layer, least important first, up to (prune_steps − 1)/prune_steps; accuracy traded for QoS as in the paper's
-controller), and only if even that misses it is the target served best effort. If m = 2N does not fit, the same fraction of shards is pruned from every layer (least important shards
-first; paper: "prunes the same number of shards from all layers"), again by binary search over k/`prune_steps`, and m
-is searched once more under that pruning.
+controller), and only if even that misses it is the target served best effort. If m = 2N does not fit, the same fraction
+of shards is pruned from every layer (least important shards first; paper: "prunes the same number of shards from all
+layers"), again by binary search over k/`prune_steps`, and m is searched once more under that pruning.
 
 Each predicate evaluation reuses the cached per-class option tables of `HybridPlanner`, so a step costs one vectorised
 sequential pass (~tens of µs).

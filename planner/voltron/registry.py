@@ -11,7 +11,7 @@ from planner.voltron.importance import importance_for
 from planner.voltron.latency import fit_for
 from planner.voltron.layers import layer_table
 from planner.voltron.mp import MPPolicy
-from planner.voltron.policy import Policy, PolicyContext, PlannerConfig
+from planner.voltron.policy import PlannerConfig, Policy, PolicyContext
 from planner.voltron.single import SinglePolicy
 from planner.voltron.tp import TPPolicy
 from quant.arch import ModelSpec

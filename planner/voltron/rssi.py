@@ -1,4 +1,4 @@
-"""RSSI → goodput / latency of a Wi-Fi Direct link (SPEC §4 "RSSI model"; paper §3.2.3, Fig. 8).
+"""RSSI → goodput / latency of a Wi-Fi Direct link (Voltron §3.2.3, Fig. 8; docs/design.md §5).
 
 Table source: IEEE Std 802.11-2016, Table 21-25 "Receiver minimum input sensitivity" (VHT PHY, 802.11ac). The 20 MHz
 values are −82, −79, −77, −74, −70, −66, −65, −64, −59 dBm for MCS 0–8; each doubling of the channel width raises them

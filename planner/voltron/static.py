@@ -29,7 +29,6 @@ from planner.voltron.options import OptionTable, PhaseEnv
 from planner.voltron.plan import PhasePlan
 from planner.voltron.policy import Decision, Policy, timed
 
-
 SEARCH_EVALS = len(PRECISIONS)       # plan evaluations per baseline (re-)plan: every uniform precision
 
 
@@ -41,7 +40,8 @@ class StaticPolicy(Policy):
 
     def speeds(self, opt: OptionTable, precision: int, alive: np.ndarray) -> np.ndarray:
         """(D,) relative device speed: 1 / predicted time of one block at `precision` (0 for dead devices)."""
-        t = opt.b[:, precision] * len(opt.u[0, 0]) + (opt.u[:, precision, :] * self.hp.table.shards[self.hp.types]).sum(axis=1)
+        t = (opt.b[:, precision] * len(opt.u[0, 0])
+             + (opt.u[:, precision, :] * self.hp.table.shards[self.hp.types]).sum(axis=1))
         return np.where(alive, 1.0 / t, 0.0)
 
     def _candidates(self, dec: PhaseEnv, pre: PhaseEnv | None) -> list[tuple[PhasePlan, PhasePlan | None]]:

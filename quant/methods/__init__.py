@@ -1,4 +1,5 @@
-"""Quantization methods (SPEC §3.1): EdgeFlow and the NPU-constrained baselines, one policy per module."""
+"""Quantization methods (EdgeFlow §4.1, §5; docs/quantization.md): EdgeFlow and the NPU-constrained baselines, one
+policy per module."""
 from __future__ import annotations
 
 from quant.methods.base import Method, QLinear, QuantizedModel

@@ -1,4 +1,5 @@
-"""The quantizer contract: a method turns the reference weights + calibration into a `QuantizedModel` (SPEC §3.1).
+"""The quantizer contract: a method turns the reference weights + calibration into a `QuantizedModel` (EdgeFlow §4.1;
+docs/quantization.md).
 
 A `QuantizedModel` is a `LinearHook` for the reference forward (quant.llama) that replays exactly what the NPU would
 compute for every linear layer: the (folded) smoothing scale on the input, static per-tensor symmetric INT8 activation

@@ -1,9 +1,9 @@
-"""CMPQ adapted to NPU constraints (EdgeFlow §3.2 / SPEC §3.1 baseline). CMPQ (channel-wise mixed precision) gives a
-fixed share of "important" channels more bits and the rest fewer; the NPU only allows per-OUTPUT-channel, uniform,
-symmetric quantization, so the adaptation ranks output channels by the RE metric at B bits: the `cmpq_high_frac`
-highest-RE channels get B+1 bits, the `cmpq_low_frac` lowest get B-1, the rest B (equal shares keep the average at B;
-at B = 1 or 8 one side is impossible, so both shares shrink to what fits). No smoothing; static per-tensor INT8
-activations. Unlike EdgeFlow it uses fixed tiers instead of the optimal (greedy) allocation.
+"""CMPQ adapted to NPU constraints (EdgeFlow §3.2 baseline; docs/quantization.md). CMPQ (channel-wise mixed precision)
+gives a fixed share of "important" channels more bits and the rest fewer; the NPU only allows per-OUTPUT-channel,
+uniform, symmetric quantization, so the adaptation ranks output channels by the RE metric at B bits: the
+`cmpq_high_frac` highest-RE channels get B+1 bits, the `cmpq_low_frac` lowest get B-1, the rest B (equal shares keep the
+average at B; at B = 1 or 8 one side is impossible, so both shares shrink to what fits). No smoothing; static per-tensor
+INT8 activations. Unlike EdgeFlow it uses fixed tiers instead of the optimal (greedy) allocation.
 """
 from __future__ import annotations
 

@@ -1,7 +1,7 @@
-"""llm.npu's shadow outlier execution as a baseline (SPEC §3.1): weights per-output-channel INT-B, activations static
-per-tensor INT8 whose range is calibrated WITHOUT the outlier channels; activation values beyond that range are
-handled by a "shadow" path on the CPU in FP16 (outlier part of the input × FP16 weight columns), added to the NPU
-result. Outlier channels = input channels whose calibrated max |x| exceeds the `shadow_quantile` quantile of the
+"""llm.npu's shadow outlier execution as a baseline (docs/quantization.md): weights per-output-channel INT-B,
+activations static per-tensor INT8 whose range is calibrated WITHOUT the outlier channels; activation values beyond that
+range are handled by a "shadow" path on the CPU in FP16 (outlier part of the input × FP16 weight columns), added to the
+NPU result. Outlier channels = input channels whose calibrated max |x| exceeds the `shadow_quantile` quantile of the
 per-channel maxima; their FP16 weight columns are counted in `model_bytes`. Values beyond the clip in other channels
 saturate (they have no shadow weights).
 """

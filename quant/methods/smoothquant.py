@@ -1,6 +1,6 @@
-"""SmoothQuant-like baseline under NPU constraints (EdgeFlow §5 baseline; SPEC §3.1): every channel of every tensor at
-the same B bits (per-output-channel scales, the NPU's weight granularity), static per-tensor INT8 activations, and
-SmoothQuant's migration (Xiao et al. 2023, eq. 4) with its default α = 0.5 (no output-side scaling, no search):
+"""SmoothQuant-like baseline under NPU constraints (EdgeFlow §5 baseline; docs/quantization.md): every channel of every
+tensor at the same B bits (per-output-channel scales, the NPU's weight granularity), static per-tensor INT8 activations,
+and SmoothQuant's migration (Xiao et al. 2023, eq. 4) with its default α = 0.5 (no output-side scaling, no search):
 
     s_j = max|X_j|^α / max|W_j|^(1-α)       (j = input channel; max|W_j| over every output row of every group member)
 

@@ -1,5 +1,5 @@
 """Plain uniform baselines: every output channel at INT8 (or INT4), per-output-channel symmetric scales, static
-per-tensor INT8 activations, no smoothing (SPEC §3.1 "uniform INT8/INT4"). The `bits` key is ignored: the method
+per-tensor INT8 activations, no smoothing (docs/design.md §4.1 baselines). The `bits` key is ignored: the method
 name fixes the width.
 """
 from __future__ import annotations

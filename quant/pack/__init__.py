@@ -1,4 +1,4 @@
-"""Packed weight files (SPEC §3.2; EdgeFlow paper §4.2): the SIMD-friendly weightlet format, the baseline formats
+"""Packed weight files (EdgeFlow §4.2; docs/packing.md): the SIMD-friendly weightlet format, the baseline formats
 (raw INT8, INT4/INT8 mixed, K-quant-like), NumPy reference unpackers, and the model-file container.
 
 Entry points for other packages:
@@ -8,8 +8,7 @@ Entry points for other packages:
   packed_nbytes(bits, D, fmt)  bytes on flash of one tensor (for the cold-start simulator)
 Native kernels: native/ (C, per-ISA); the NumPy references here are their golden outputs.
 """
-from quant.pack.container import (PackedFile, PackedFileError, TensorEntry, read_packed_model,
-                                  write_packed_model)
+from quant.pack.container import PackedFile, PackedFileError, TensorEntry, read_packed_model, write_packed_model
 from quant.pack.formats import FORMATS, Format, get_format, packed_nbytes
 from quant.pack.layout import PackError, pack_bits3, unpack_bits3
 

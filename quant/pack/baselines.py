@@ -1,4 +1,4 @@
-"""Baseline packed formats EdgeFlow is compared with (SPEC §3.2): raw INT8, INT4/INT8 mixed, K-quant-like.
+"""Baseline packed formats EdgeFlow is compared with (docs/packing.md): raw INT8, INT4/INT8 mixed, K-quant-like.
 NumPy packers and NumPy reference unpackers; the C kernels in native/src/ef_baselines.c match them bit-exactly.
 
 - int8: the int8 weights, C*D bytes.

@@ -1,4 +1,4 @@
-"""The packed model file (container): writer and streaming reader (SPEC §3.2 "File"; paper Fig. 7 "Quantized Model").
+"""The packed model file (container): writer and streaming reader (docs/packing.md; EdgeFlow Fig. 7 "Quantized Model").
 
 One file holds a whole model: a versioned header, a tensor index, a JSON metadata block, then one blob per tensor,
 each starting on an `alignment`-byte boundary (4096 by default: direct I/O and per-layer streaming reads can fetch a
@@ -8,8 +8,8 @@ native/src/ef_container.c computes the same). Any malformed, truncated, corrupte
 
 Layout (little-endian):
   header, 64 bytes:  magic "EDGEFLW\\0" | version u32 (=1) | header_size u32 (=64) | n_tensors u32 | alignment u32 |
-                     index_offset u64 | meta_offset u64 | meta_size u64 | file_size u64 | index_crc u32 (CRC32 of the index
-                     bytes followed by the metadata bytes) | header_crc u32 (CRC32 of bytes 0..59)
+                     index_offset u64 | meta_offset u64 | meta_size u64 | file_size u64 | index_crc u32 (CRC32 of the
+                     index bytes followed by the metadata bytes) | header_crc u32 (CRC32 of bytes 0..59)
   index, 176 bytes per tensor: name 96s (UTF-8, NUL-terminated) | fmt u32 (0 weightlet, 1 int8, 2 mixed, 3 kquant,
                      4 float32) | group u32 (weightlet R; kquant 32; float32: ndim) | C u64 | D u64 | offset u64 |
                      size u64 | bits_off u64 (=0) | scales_off u64 | payload_off u64 | payload_size u64 | crc u32 |
@@ -353,7 +353,8 @@ class PackedFile:
         nbits = 0 if e.fmt == F32_CODE else (3 * e.C + 7) // 8
         nsc = 0 if e.fmt == F32_CODE else 4 * e.C
         if (e.bits_off != 0 or e.scales_off < nbits or e.payload_off < e.scales_off or
-                e.payload_off - e.scales_off < nsc or e.payload_off > e.size or e.payload_size != e.size - e.payload_off):
+                e.payload_off - e.scales_off < nsc or e.payload_off > e.size or
+                e.payload_size != e.size - e.payload_off):
             self._tfail(e, f"inconsistent section offsets (bits {e.bits_off}, scales {e.scales_off}, payload "
                            f"{e.payload_off}+{e.payload_size}, size {e.size})")
         if e.fmt == F32_CODE and e.group not in (1, 2):

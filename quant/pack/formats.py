@@ -1,4 +1,4 @@
-"""The packed formats behind one contract (SPEC §3.2): bytes per channel, NumPy pack, NumPy reference unpack and
+"""The packed formats behind one contract (docs/packing.md): bytes per channel, NumPy pack, NumPy reference unpack and
 native unpack. One subclass per format; `FORMATS[name]` selects one (the container stores `Format.code`).
 
 Native unpack goes through native/ (C kernels, zero-copy on NumPy arrays); the NumPy reference is the golden output.

@@ -1,4 +1,4 @@
-"""Shared pieces of every packed format (SPEC §3.2): the integer-code convention, the packed 3-bit width array.
+"""Shared pieces of every packed format (docs/packing.md): the integer-code convention, the packed 3-bit width array.
 
 Integer convention (fixed by quant/quantize.py): channel i of a (C, D) tensor has B_i bits in 1..8 and signed ints
 q in [-(2^(B-1)), 2^(B-1)-1] (int8), plus a float32 scale. Packed formats store the offset-binary code

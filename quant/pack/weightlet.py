@@ -1,5 +1,5 @@
-"""The EdgeFlow SIMD-friendly weightlet format: NumPy packer and NumPy reference unpacker (SPEC §3.2; paper §4.2,
-Fig. 7 and 8). The C kernels in native/src/ef_unpack.c must reproduce `unpack_ref` bit-exactly.
+"""The EdgeFlow SIMD-friendly weightlet format: NumPy packer and NumPy reference unpacker (EdgeFlow §4.2,
+Fig. 7 and 8; docs/packing.md). The C kernels in native/src/ef_unpack.c must reproduce `unpack_ref` bit-exactly.
 
 Layout of one channel of D weights at B bits, register width R bits (128 by default; 256/512 for AVX2/AVX-512):
   - codes u = q + 2^(B-1) in [0, 2^B) (quant/pack/layout.py); D is cut into floor(D/R) groups of R weights and, if

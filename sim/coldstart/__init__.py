@@ -1,4 +1,5 @@
-"""Single-device cold-start scenario: one framework policy per file, selected by `framework.policy` (SPEC §3.4).
+"""Single-device cold-start scenario: one framework policy per file, selected by `framework.policy`
+(docs/design.md §4.4).
 
 `run_coldstart` builds the plan with the policy, simulates it and returns (plan, timeline, metrics).
 """

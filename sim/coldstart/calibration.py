@@ -1,4 +1,5 @@
-"""Component calibration of a device profile against the EdgeFlow figures (SPEC §3.5), and the fit that produced it.
+"""Component calibration of a device profile against the EdgeFlow figures, and the fit that produced it
+(docs/design.md §7).
 
 Each check simulates exactly the *component* scenario a figure shows, with the same plan/executor machinery as the
 end-to-end runs, and compares one number with the figure:

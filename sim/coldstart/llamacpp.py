@@ -1,4 +1,4 @@
-"""llama.cpp cold start: mmap + on-demand paging, CPU compute on K-quant / Q8_0 weights (SPEC §3.4)."""
+"""llama.cpp cold start: mmap + on-demand paging, CPU compute on K-quant / Q8_0 weights (docs/design.md §4.4)."""
 from planner.pipeline.cpu_plan import build_llamacpp_plan
 from sim.coldstart.base import ColdStartInputs, ColdStartPolicy
 

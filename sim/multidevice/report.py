@@ -1,4 +1,4 @@
-"""Cluster × model family × planner table for docs/multidevice.md (Voltron §5 setting; SPEC §4 "README shows …").
+"""Cluster × model family × planner table for docs/multidevice.md (Voltron §5 setting; docs/design.md §5).
 
 For every cluster (car, office, home), model family (gemma-3, Qwen1.5, Qwen2.5) and planner (voltron, single,
 heterogeneity-aware mp / tp), the planner runs the *best model of the family it can run*: models are tried in
@@ -52,8 +52,8 @@ def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: st
                         ctx_cache[(cl, m)] = build_run_context(model_spec(m), cluster, PlannerConfig(), seed)
                     base, acc = ctx_cache[(cl, m)]
                     ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname))
-                    res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed),
-                                           seed=seed)
+                    res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(),
+                                           WorkloadConfig(turns=turns, seed=seed), seed=seed)
                     last = dict(res.metrics, cluster=cl, family=fam, planner=pname, model=m,
                                 latency_model_accuracy=acc["accuracy"], qos_met=_meets_qos(res.metrics, max_violation))
                     if not res.metrics["oom"] and first_running is None:
@@ -92,6 +92,10 @@ def _f(x, nd=2):
     return "—" if x is None else f"{x:.{nd}f}"
 
 
+def _pct(x):
+    return None if x is None else 100 * x
+
+
 def _prec(r: dict) -> str:
     """Chosen precision: the uniform one(s), or Voltron's mix as FP16/INT8/INT4 shares of sublayer-steps."""
     lab = r.get("precision")
@@ -112,7 +116,7 @@ def markdown(rows: list[dict], trace: str, turns: int) -> str:
         out.append(f"| {r['cluster']} | {r['family']} | {r['planner']} | {r['model']} | {_prec(r)} | "
                    f"{_f(r['ttft_s'])} / "
                    f"{_f(r['ttft_s_max'])} | {'yes' if r['qos_ttft_ok'] else 'no'} | {_f(r['tpot_ms_p50'], 0)} / "
-                   f"{_f(r['tpot_ms_p99'], 0)} | {_f(None if r['qos_tpot_violation_rate'] is None else 100 * r['qos_tpot_violation_rate'], 1)} % | "
+                   f"{_f(r['tpot_ms_p99'], 0)} | {_f(_pct(r['qos_tpot_violation_rate']), 1)} % | "
                    f"{_f(r['accuracy_proxy'])} | {'**OOM**' if r['oom'] else 'no'} | "
                    f"{'yes' if r.get('qos_met', _meets_qos(r, 0.05)) else 'no'} | "
                    f"{_f(r['plan_ms_p50_search'], 2)} |")
@@ -170,7 +174,9 @@ def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0,
     summary = {}
     for pname, style in (("voltron", "-"), ("mp", "--"), ("tp", ":")):
         ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname))
-        res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s})), seed=seed)
+        extra = {} if think_s is None else {"think_s": think_s}
+        res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), WorkloadConfig(turns=turns, seed=seed, **extra),
+                               seed=seed)
         df = pd.DataFrame(res.timeline)
         summary[pname] = res.metrics
         if len(df):

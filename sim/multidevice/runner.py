@@ -26,9 +26,9 @@ from dataclasses import dataclass
 import numpy as np
 import simpy
 
+from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from planner.voltron.policy import Decision, Policy, PolicyContext
 from planner.voltron.rssi import RssiTable
-from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from sim.multidevice.device_model import GroundTruth, TruthAssumptions, profiler
 from sim.multidevice.workload import WorkloadConfig, conversation
 from sim.wireless import LinkTracker, RssiTrace

@@ -1,4 +1,4 @@
-"""LMSYS-Chat-1M-like multi-turn conversation workload (Voltron §3.2.3, Fig. 7; SPEC §4).
+"""LMSYS-Chat-1M-like multi-turn conversation workload (Voltron §3.2.3, Fig. 7; docs/design.md §5).
 
 Input / output lengths per turn are log-normal with the dataset's means (LMSYS-Chat-1M paper, Zheng et al. 2023,
 Table 1: 69.5 prompt tokens and 214.5 response tokens per turn on average) and the per-user standard deviations the

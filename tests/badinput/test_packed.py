@@ -100,7 +100,7 @@ def test_float32_1d_with_d_above_one_is_rejected_by_both(tmp_path, good):
                                         (b'{"a":' + b"[" * 70 + b"]" * 70 + b"}", "metadata at offset"),
                                         (b'{"a": ' + b"1" * 4301 + b"}", "metadata at offset")])
 def test_metadata_must_be_json_object_for_both(tmp_path, good, meta, word):
-    n, index_off, meta_off, meta_size = (struct.unpack_from("<I", good, 16)[0], *struct.unpack_from("<QQQ", good, 24))
+    _index_off, meta_off, meta_size = struct.unpack_from("<QQQ", good, 24)
     old = good[meta_off:meta_off + meta_size]
     new = meta.ljust(len(old), b" ") if len(meta) <= len(old) else None
     if new is None:                                        # longer metadata: rewrite the file with it

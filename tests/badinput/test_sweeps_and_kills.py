@@ -1,6 +1,6 @@
 """Issue 11, class 7 — sweeps and kills: a bad value anywhere in a `-m` list stops before the first job; an empty
-group value gives one line; a killed run's leftovers are cleaned and never count as finished; joblib workers exit when the
-main process is killed; a rejected run leaves nothing behind."""
+group value gives one line; a killed run's leftovers are cleaned and never count as finished; joblib workers exit when
+the main process is killed; a rejected run leaves nothing behind."""
 from __future__ import annotations
 
 import os
@@ -65,7 +65,7 @@ def test_killed_run_leftovers_are_cleaned_and_never_count_as_finished(tmp_path):
     removed = prepare_run_dir(d, ["trace.json"])
     assert {p.name for p in removed} == {".trace.json.abc123.tmp", "trace.json"}
     assert list(d.iterdir()) == []
-    (d / "metrics.json").write_text("{}")
+    (d / "metrics.json").write_text('{"measured_keys": [], "modelled_keys": [], "input_keys": []}')
     assert is_finished(d)
     prepare_run_dir(d)                                               # a re-run starts unfinished
     assert not is_finished(d)

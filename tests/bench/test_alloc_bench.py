@@ -19,7 +19,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.bench
 
-PAPER_FIG4A_5BIT = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}   # SPEC §3.5, Llama3-8B adaptive 5-bit
+PAPER_FIG4A_5BIT = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}   # EdgeFlow Fig. 4a, Llama3-8B adaptive 5-bit
 
 
 def _timed(fn):
@@ -48,6 +48,6 @@ def test_allocation_benchmark():
     print(f"{'budget':<24}{'heap s':>9}{'vector s':>10}{'ratio':>8}   share of channels 4/5/6/7/8 b")
     for label, th, tv, r, h in rows:
         print(f"{label:<24}{th:>9.2f}{tv:>10.2f}{r:>7.1f}x   " + " / ".join(f"{100 * h[b]:.2f}%" for b in range(4, 9)))
-    print("paper Fig. 4a (SPEC §3.5)" + " " * 36 + " / ".join(f"{100 * PAPER_FIG4A_5BIT[b]:.2f}%" for b in range(4, 9)))
+    print("paper Fig. 4a" + " " * 48 + " / ".join(f"{100 * PAPER_FIG4A_5BIT[b]:.2f}%" for b in range(4, 9)))
     report["paper_fig4a_5bit"] = PAPER_FIG4A_5BIT
     atomic_write_json(REPO / "outputs" / "bench" / "alloc.json", report)

@@ -2,7 +2,8 @@
 models our runner (hil) executes, with the same prompt token ids and the same page-cache eviction, for the same-run
 comparison of EdgeFlow §6 (cold start vs llama.cpp).
 
-Rows: SmolLM2-135M Q4_1 (the shipped GGUF) and Q8_0 (requantized with llama_model_quantize, cached), the synthetic
+Rows: SmolLM2-135M Q4_1 (the shipped GGUF, byte-identical private copy: pages another process maps cannot be
+evicted) and Q8_0 (requantized with llama_model_quantize, cached), the synthetic
 ~1B Llama (quant.synth) Q8_0 and Q4_1, each at 16 / 64 / 128 prompt tokens (hil.peer.bench_prompt); 2 threads;
 REPEATS cold runs per row, round-robin over the rows so that interference from other work on this shared host hits all
 alike. Writes outputs/bench/peer.json and peer.csv (every number measured; join key: model, qtype, prompt_tokens).
@@ -36,7 +37,8 @@ def model_files() -> list[tuple[str, str, Path]]:
 
     smol = gguf_path(smollm2_spec())
     big = ensure_synth(DEFAULT_MODEL, bits=None)
-    return [("smollm2_135m", "q4_1", smol), ("smollm2_135m", "q8_0", peer.ensure_requantized(smol, "q8_0")),
+    return [("smollm2_135m", "q4_1", peer.private_copy(smol)),      # the shipped file may be mapped by others
+            ("smollm2_135m", "q8_0", peer.ensure_requantized(smol, "q8_0")),
             (DEFAULT_MODEL, "q8_0", big.q8_0), (DEFAULT_MODEL, "q4_1", big.q4_1)]
 
 

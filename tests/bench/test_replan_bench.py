@@ -1,4 +1,4 @@
-"""Re-plan benchmark (Voltron §4.3: "the model execution plan module … less than a few hundred microseconds", SPEC:
+"""Re-plan benchmark (Voltron §4.3: "the model execution plan module … less than a few hundred microseconds"; target:
 median re-plan for Qwen2.5-14B on a 3-device cluster ≤ 1 ms, i.e. < 1 % of a 400 ms TPOT), against a brute-force
 enumeration of every precision assignment on a small model, measured in the same run.
 

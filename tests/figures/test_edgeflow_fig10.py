@@ -1,4 +1,4 @@
-from tests.figures.golden import check
+from tests.figures.golden_check import check
 
 
 def test_golden():

@@ -1,6 +1,6 @@
 import pytest
 
-from tests.figures.golden import check
+from tests.figures.golden_check import check
 
 
 @pytest.mark.slow      # real SmolLM2 quantization + forward: ~1 min on 2 cores

@@ -6,7 +6,7 @@ import pandas as pd
 
 from experiments.figures import host_coldstart, load
 from experiments.figures.base import NOT_MEASURED, write_figure
-from tests.figures.golden import check
+from tests.figures.golden_check import check
 
 FIXTURE = Path(__file__).parent / "golden" / "host_validate"
 

@@ -1,5 +1,5 @@
 """NEON kernels, cross-compiled for aarch64 and run under qemu-aarch64, checked bit-exactly against the NumPy
-reference (SPEC §5 "The aarch64 NEON kernels build here ... and run under qemu-aarch64 in tests").
+reference (docs/design.md §6: the aarch64 NEON kernels are cross-compiled here and run under qemu-aarch64).
 
 The harness (native/harness/ef_harness.c) is compiled statically into a temp dir once per session; without
 `aarch64-linux-gnu-gcc` or `qemu-aarch64` the tests skip and say how to get them (`make cross-tools`).
@@ -42,8 +42,8 @@ def run_cases(exe: Path, cases: list[tuple[str, int, int, int, bytes, bytes]]) -
     for kind, R, C, D, b3, pl in cases:
         buf += [struct.pack("<IIQQQ", KIND[kind], R, C, D, len(b3)), b3, struct.pack("<Q", len(pl)), pl]
     (d / "in.bin").write_bytes(b"".join(buf))
-    r = subprocess.run([QEMU, str(exe), str(d / "in.bin"), str(d / "out.bin"), "ref,neon"], capture_output=True, text=True,
-                       timeout=300)
+    r = subprocess.run([QEMU, str(exe), str(d / "in.bin"), str(d / "out.bin"), "ref,neon"], capture_output=True,
+                       text=True, timeout=300)
     assert r.returncode == 0, f"harness failed ({r.returncode}): {r.stderr}"
     return (d / "out.bin").read_bytes()
 
@@ -55,7 +55,8 @@ def test_neon_unpack_bit_exact(harness):
         for B in range(1, 9):
             bits = np.full(3, B)
             q = random_codes(rng, bits, 2 * R + 17)
-            cases.append(("weightlet", R, 3, q.shape[1], pack_bits3(bits).tobytes(), weightlet.pack(q, bits, R).tobytes()))
+            cases.append(("weightlet", R, 3, q.shape[1], pack_bits3(bits).tobytes(),
+                          weightlet.pack(q, bits, R).tobytes()))
             want.append(q)
         bits = rng.integers(1, 9, 21)                                   # mixed widths, odd length
         q = random_codes(rng, bits, 333)

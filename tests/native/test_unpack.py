@@ -1,4 +1,5 @@
-"""Bit-exact cross-tests: NumPy reference unpackers vs. the C kernels, one ISA at a time (SPEC §3.2)."""
+"""Bit-exact cross-tests: NumPy reference unpackers vs. the C kernels, one ISA at a time (EdgeFlow §4.2;
+docs/packing.md)."""
 import hashlib
 
 import numpy as np

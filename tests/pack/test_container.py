@@ -1,5 +1,5 @@
 """Model-file container: exact round trips in every format, and clear one-line errors from both readers
-(Python PackedFile and the C ef_container_check) for truncated, corrupt and wrong-version files (SPEC §3.2)."""
+(Python PackedFile and the C ef_container_check) for truncated, corrupt and wrong-version files (docs/packing.md)."""
 import struct
 import zlib
 
@@ -9,8 +9,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import native
-from quant.pack import (FORMATS, PackError, PackedFile, PackedFileError, packed_nbytes, read_packed_model,
-                        write_packed_model)
+from quant.pack import (
+    FORMATS,
+    PackedFile,
+    PackedFileError,
+    PackError,
+    packed_nbytes,
+    read_packed_model,
+    write_packed_model,
+)
 from quant.pack.container import ENTRY, HEADER
 from tests.native.conftest import random_codes
 

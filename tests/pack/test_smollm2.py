@@ -7,7 +7,7 @@ import pytest
 
 from quant.pack import FORMATS, PackedFile, packed_nbytes, read_packed_model, write_packed_model
 
-SHARES = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.001}  # EdgeFlow Fig. 4a (SPEC §3.5), channel shares
+SHARES = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.001}  # EdgeFlow Fig. 4a, channel shares
 
 
 @pytest.fixture(scope="session")

@@ -1,13 +1,13 @@
 """Executable plans: tensor names on every task that moves or uses weights, and binding to a file's byte ranges."""
-from planner.pipeline.bind import _split, bind_plan
-from planner.pipeline.dag import head_tensor_names, layer_tensor_names
-from planner.plan import Plan, TensorRef
-from sim.coldstart import POLICIES, ColdStartInputs
-from sim.coldstart.sweep import load_conf
 from planner.cost import AnalyticCostModel
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
+from planner.pipeline.bind import _split, bind_plan
+from planner.pipeline.dag import head_tensor_names, layer_tensor_names
+from planner.plan import Plan, TensorRef
 from quant.arch import ModelSpec
+from sim.coldstart import POLICIES, ColdStartInputs
+from sim.coldstart.sweep import load_conf
 
 
 def tiny() -> ModelSpec:

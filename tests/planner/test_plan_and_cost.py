@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from planner.cost import AnalyticCostModel, TableCostModel, make_cost_model
-from planner.formats import (GGML_BPW, bits_histogram, ggml_type_for_budget, tensor_nbytes, uniform_bits,
-                             unpack_work, weightlets)
+from planner.formats import (
+    GGML_BPW,
+    bits_histogram,
+    ggml_type_for_budget,
+    tensor_nbytes,
+    uniform_bits,
+    unpack_work,
+    weightlets,
+)
 from planner.framework import FrameworkSpec
 from planner.pipeline.builder import add_prefill, chunks
 from planner.pipeline.dag import MATMULS, layer_dag, place_coarse, place_fine

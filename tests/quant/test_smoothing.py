@@ -4,11 +4,11 @@ from __future__ import annotations
 import numpy as np
 
 from quant.allocate import allocate
+from quant.evaluate import eval_text_tokens
+from quant.llama import LinearHook, forward_logits
 from quant.quantize import fake_quant_rows
 from quant.relerr import channel_stats
 from quant.smoothing import smooth_weight, tie_gqa
-from quant.llama import LinearHook, forward_logits
-from quant.evaluate import eval_text_tokens
 from tests.quant.conftest import needs_model
 
 

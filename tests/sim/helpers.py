@@ -2,10 +2,10 @@
 from __future__ import annotations
 
 from planner.cost.base import CostModel
-from planner.plan import OpWork
-from sim.coldstart.sweep import load_conf
 from planner.device import SocProfile
+from planner.plan import OpWork
 from quant.arch import ModelSpec
+from sim.coldstart.sweep import load_conf
 
 
 def llama() -> ModelSpec:

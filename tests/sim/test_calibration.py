@@ -1,6 +1,6 @@
-"""Component calibration (SPEC §3.5): the simulated components of the Xiaomi 15 Pro profile reproduce the EdgeFlow
-figures within 10 %. These scenarios are the figures' own set-ups (llm.npu Fig. 1, loading Fig. 4b, §4.3 threshold);
-end-to-end TTFTs of EdgeFlow and the CPU baselines are not among them."""
+"""Component calibration (docs/design.md §7): the simulated components of the Xiaomi 15 Pro profile reproduce the
+EdgeFlow figures within 10 %. These scenarios are the figures' own set-ups (llm.npu Fig. 1, loading Fig. 4b, §4.3
+threshold); end-to-end TTFTs of EdgeFlow and the CPU baselines are not among them."""
 import pytest
 
 from sim.coldstart.calibration import TARGETS, calibration_report

@@ -67,9 +67,9 @@ def test_bad_input_is_one_line(cs, override, needle, tmp_path, monkeypatch, caps
 
 def test_ttft_emerges_from_components():
     """Nothing end-to-end is a constant: EdgeFlow's and llama.cpp's TTFTs follow the flash, CPU and NPU parameters."""
+    from planner.framework import FrameworkSpec
     from sim.coldstart.run import ColdStartSettings, run_one
     from sim.coldstart.sweep import load_conf
-    from planner.framework import FrameworkSpec
     from tests.sim.helpers import llama, xiaomi
 
     dev, s = xiaomi(), ColdStartSettings(bits=5, prompt_tokens=600, bits_source="uniform", write_trace=False)

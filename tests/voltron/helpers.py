@@ -16,7 +16,8 @@ from sim.multidevice.runner import build_run_context
 
 @lru_cache(maxsize=16)
 def context(model: str, cluster: str = "office", name: str = "voltron", balance: str = "hetero", points: int = 96):
-    ctx, acc = build_run_context(model_spec(model), load_cluster(cluster),   # the planner profiles the simulated devices
+    # the planner profiles the simulated devices
+    ctx, acc = build_run_context(model_spec(model), load_cluster(cluster),
                                  PlannerConfig(name=name, balance=balance, profile_points=points))
     return ctx, acc
 
@@ -30,7 +31,7 @@ def links(*dbm: float) -> LinkState:
 
 
 def tiny_policy(n_layers: int = 3, budgets_gb=(0.52, 0.12, 0.08)):
-    """Qwen2.5-3B cut to `n_layers` blocks on the Home cluster with budgets scaled so memory binds (brute-force size)."""
+    """Qwen2.5-3B cut to `n_layers` blocks on the Home cluster, budgets scaled so memory binds (brute-force size)."""
     import dataclasses
 
     from planner.voltron.devices import Cluster

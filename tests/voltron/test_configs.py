@@ -1,4 +1,4 @@
-"""conf/device, conf/cluster, conf/planner, conf/trace compose into valid typed objects; bad values fail naming the key."""
+"""conf/device, conf/cluster, conf/planner, conf/trace compose into valid typed objects; bad values name the key."""
 from __future__ import annotations
 
 import pytest
@@ -13,7 +13,7 @@ from tests.conftest import CONF_DIR
 
 DEVICES = ["legion_y700", "galaxy_s22_ultra", "pixel7", "pixel5", "pixel2xl", "nexus5x"]
 AVAILABLE_GB = {"legion_y700": 8.3, "galaxy_s22_ultra": 7.3, "pixel7": 4.7, "pixel5": 4.7, "pixel2xl": 2.3,
-                "nexus5x": 1.2}   # SPEC §4 / paper Table 1
+                "nexus5x": 1.2}   # Voltron Table 1
 
 
 @pytest.fixture(autouse=True)
@@ -41,7 +41,7 @@ def test_device_bad_value_names_key(compose):
                                           ("home", ["galaxy_s22_ultra", "pixel2xl", "nexus5x"])])
 def test_clusters(compose, name, devices):
     spec = typed(compose(overrides=[f"+cluster={name}"]).cluster, ClusterSpec, "cluster")
-    assert spec.devices == devices                           # SPEC §4 cluster composition, main device first
+    assert spec.devices == devices                           # Voltron Table 2 clusters, main device first
     assert load_cluster(name).n == 3
 
 

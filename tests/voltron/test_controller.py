@@ -1,4 +1,4 @@
-"""Elastic controller, simulated token by token under the shipped RSSI traces (Voltron §4.3; SPEC §4 "Done when")."""
+"""Elastic controller, simulated token by token under the shipped RSSI traces (Voltron §4.3; docs/multidevice.md)."""
 from __future__ import annotations
 
 import dataclasses

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from planner.voltron.accuracy import AccuracyConfig, accuracy_proxy
-from planner.voltron.importance import load_measurement, importance_for
+from planner.voltron.importance import importance_for, load_measurement
 from quant.gguf_model import model_spec
 
 
@@ -43,8 +43,8 @@ def test_accuracy_proxy_prefers_lowering_unimportant_layers():
 @pytest.mark.slow
 def test_remeasure_subset_matches_committed():
     """Re-measure two blocks of SmolLM2 with the committed settings; must match the JSON."""
-    from quant.measure_importance import measure
     from quant.evaluate import eval_text_tokens
+    from quant.measure_importance import measure
 
     doc = load_measurement()
     spec = model_spec("smollm2_135m")

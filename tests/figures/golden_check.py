@@ -54,6 +54,6 @@ def check(name: str) -> pd.DataFrame:
                                   f"(rel {rel}, abs {abs_}); {len(bad)} rows differ")
         else:
             gs, ws = g.astype(str).to_numpy(), w.astype(str).to_numpy()
-            bad = np.flatnonzero(gs != ws)
+            bad = np.flatnonzero((gs != ws) & ~(g.isna().to_numpy() & w.isna().to_numpy()))
             assert not len(bad), f"{name}: column {col} row {bad[0]}: {gs[bad[0]]!r} vs golden {ws[bad[0]]!r}"
     return got

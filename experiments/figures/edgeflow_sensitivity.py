@@ -1,0 +1,67 @@
+"""Not a paper figure: how much each *assumed* parameter of the phone profile (no published source; marked
+`assumed` in conf/device/xiaomi15pro.yaml) and each modelling assumption moves the simulated TTFT — the parameter at
+0.5x and 2x (or the alternative assumption), per framework and prompt length (`sim.coldstart.sensitivity`,
+docs/coldstart.md "Assumptions and sensitivity"). Read it beside the end-to-end figures: a conclusion that flips
+within these ranges rests on an assumption, not on the calibration. Modelled."""
+from __future__ import annotations
+
+import pandas as pd
+
+from experiments.figures.base import FigureSpec, note, progress
+from experiments.figures.data import PHONE, device, framework, model, workload
+from sim.coldstart.run import ColdStartSettings, run_one
+from sim.coldstart.sensitivity import FRAMEWORKS, WORKLOADS, variants
+
+GRID = {"full": (FRAMEWORKS, WORKLOADS, None), "toy": (("llamacpp", "edgeflow"), ("lambada",), 4)}
+
+SPEC = FigureSpec(
+    name="edgeflow_sensitivity", paper="EdgeFlow", figure="assumptions (not a paper figure)",
+    title="TTFT change per assumed profile value at 0.5x / 2x, Llama3-8B, 5 bits",
+    claim="(no claim of the paper) The framework's own check: which modelled TTFTs and which framework orderings "
+          "depend on values the component figures do not pin down.",
+    simulated="every framework's cold start with each assumed parameter at 0.5x / 2x (or the alternative assumption)",
+    tolerances={"ttft_s": (1e-4, 1e-9), "change_pct": (1e-3, 1e-6)})
+
+
+def data(size: str) -> pd.DataFrame:
+    fws, wls, n_var = GRID[size]
+    spec, dev0 = model("llama3_8b"), device()
+    fws0 = {f: framework(f) for f in fws}
+    vs = variants(PHONE)[:n_var] if n_var else variants(PHONE)
+    rows = []
+    for w in wls:
+        wl = workload(w)
+        base = {f: run_one(spec, dev0, fw, wl, ColdStartSettings(write_trace=False))[0]["ttft_s"]
+                for f, fw in fws0.items()}
+        for f in fws:
+            rows.append({"parameter": "(default)", "variant": "", "workload": w, "framework": f, "ttft_s": base[f],
+                         "change_pct": 0.0, "source": "modelled"})
+        for key, label, t in progress(vs, f"assumptions ({w})"):
+            for f, fw in fws0.items():
+                dev, fw2 = t(dev0, fw)
+                v = run_one(spec, dev, fw2, wl, ColdStartSettings(write_trace=False))[0]["ttft_s"]
+                rows.append({"parameter": key, "variant": label, "workload": w, "framework": f, "ttft_s": v,
+                             "change_pct": 100 * (v - base[f]) / base[f], "source": "modelled"})
+    return pd.DataFrame(rows)
+
+
+def plot(df: pd.DataFrame, fig) -> None:
+    d = df[df.parameter != "(default)"].copy()
+    d["label"] = d.parameter + " " + d.variant
+    wls = list(dict.fromkeys(d.workload))
+    fws = list(dict.fromkeys(d.framework))
+    for i, w in enumerate(wls):
+        ax = fig.add_subplot(1, len(wls), i + 1)
+        e = d[d.workload == w]
+        labels = list(dict.fromkeys(e.label))
+        h = 0.8 / len(fws)
+        for j, f in enumerate(fws):
+            g = e[e.framework == f].set_index("label")["change_pct"]
+            ax.barh([k + j * h for k in range(len(labels))], [g.get(lab, 0.0) for lab in labels], h, label=f)
+        ax.set_yticks([k + 0.4 - h / 2 for k in range(len(labels))], labels if i == 0 else [""] * len(labels),
+                      fontsize=5)
+        ax.axvline(0, color="k", lw=0.6)
+        ax.set_xlabel(f"TTFT change (%), {w}")
+        if i == 0:
+            ax.legend(fontsize=6)
+            note(ax, "simulated")

@@ -1,0 +1,84 @@
+"""The figures app: argument errors, the files of one figure, the index page, and that the golden check fails on a
+changed figure (so a figure cannot change silently)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+import experiments.figures.edgeflow_fig01 as fig01
+from experiments.figures import CANNOT, NAMES, available, load
+from experiments.figures.app import FiguresConfig, build, resolve
+from experiments.figures.index import markdown
+from tests.figures.golden_check import check
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("args, key", [(["figure=nope"], "figure:"), (["size=huge"], "size:")])
+def test_bad_arguments_one_line_exit_2(tmp_path, args, key):
+    p = subprocess.run([sys.executable, "-m", "experiments.figures", *args, f"out={tmp_path}", "progress=false"],
+                       cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 2
+    assert p.stderr.strip().splitlines()[-1].startswith(f"error: {key}")
+    assert not any(tmp_path.iterdir())
+
+
+def test_resolve():
+    assert resolve(FiguresConfig(figure="all")) == list(available())
+    assert resolve(FiguresConfig(figure="index")) == []
+    assert resolve(FiguresConfig(figure="edgeflow_fig01")) == ["edgeflow_fig01"]
+
+
+def test_every_registered_module_exists_and_has_a_golden():
+    assert set(available()) == set(NAMES)
+    golden = Path(__file__).parent / "golden"
+    for n in available():
+        assert (golden / f"{n}.csv").is_file(), n
+        assert (Path(__file__).parent / f"test_{n}.py").is_file(), n
+        spec = load(n).spec
+        assert spec.name == n and spec.claim and spec.title
+
+
+def test_build_writes_csv_png_pdf_and_index(tmp_path):
+    rows = build(["edgeflow_fig01"], "toy", tmp_path, progress=False)
+    assert rows[0]["figure"] == "edgeflow_fig01"
+    for ext in ("csv", "png", "pdf"):
+        assert (tmp_path / f"edgeflow_fig01.{ext}").stat().st_size > 0
+    assert (tmp_path / "edgeflow_fig01.png").read_bytes()[:4] == b"\x89PNG"
+    assert (tmp_path / "edgeflow_fig01.pdf").read_bytes()[:4] == b"%PDF"
+    index = (tmp_path / "index.md").read_text()
+    for n in available():
+        assert f"`{n}`" in index
+    for _paper, fig, _why in CANNOT:
+        assert fig in index
+
+
+def test_index_is_deterministic_and_committed_copy_is_current():
+    assert markdown() == markdown()
+    committed = ROOT / "figures" / "index.md"
+    if committed.is_file():
+        assert committed.read_text() == markdown(), "regenerate: python -m experiments.figures figure=index"
+
+
+def test_golden_check_fails_on_a_changed_figure(monkeypatch):
+    real = fig01.data
+
+    def shifted(size):
+        df = real(size)
+        df.loc[df.source == "modelled", "seconds"] *= 1.01       # a 1 % modelling change
+        return df
+
+    monkeypatch.setattr(fig01, "data", shifted)
+    monkeypatch.delenv("UPDATE_GOLDEN", raising=False)        # compare, even in a golden-regenerating run
+    with pytest.raises(AssertionError, match="seconds"):
+        check("edgeflow_fig01")
+
+
+def test_frame_must_label_rows(monkeypatch):
+    monkeypatch.setattr(fig01, "data", lambda size: pd.DataFrame({"x": [1.0]}))
+    with pytest.raises(ValueError, match="source"):
+        check("edgeflow_fig01")

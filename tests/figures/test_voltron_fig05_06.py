@@ -1,0 +1,6 @@
+from tests.figures.golden_check import check
+
+
+def test_golden():
+    df = check("voltron_fig05_06")
+    assert set(df.source) == {"modelled"}
