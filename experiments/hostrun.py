@@ -131,6 +131,37 @@ def compare(run: HostRun) -> dict[str, Any]:
     return out
 
 
+def _op_key(plan: Plan, tid: int, stolen: bool) -> str:
+    t = plan.tasks[tid]
+    if t.resource in ("cpu", "npu"):
+        what = t.ops[0] if len(t.ops) == 1 else f"{t.ops[0]}..{t.ops[-1]}"
+        return f"{'cpu(stolen)' if stolen else t.resource}:{what}"
+    return f"{t.resource}:{t.phase or t.name.split('.')[0]}"
+
+
+def per_op(run: HostRun) -> list[dict[str, Any]]:
+    """Prediction error per op kind: summed span time per (unit, op) in the prediction (modelled) and in each measured
+    run (measured; median over runs), with (predicted - measured) / measured. Rows sorted by measured time."""
+    def sums(tl: Timeline) -> dict[str, tuple[float, int]]:
+        acc: dict[str, list] = {}
+        for sp in tl.spans:
+            a = acc.setdefault(_op_key(run.plan, sp.task, sp.stolen), [0.0, 0])
+            a[0] += sp.end - sp.start
+            a[1] += 1
+        return {k: (v[0], v[1]) for k, v in acc.items()}
+
+    pred = sums(run.predicted)
+    meas = [sums(t) for t in run.measured]
+    rows = []
+    for k in sorted(set(pred) | {k for m in meas for k in m}):
+        p = pred.get(k, (0.0, 0))
+        ms = statistics.median(m.get(k, (0.0, 0))[0] for m in meas)
+        n = statistics.median(m.get(k, (0.0, 0))[1] for m in meas)
+        rows.append({"op": k, "predicted_s": p[0], "predicted_n": p[1], "measured_s": ms, "measured_n": n,
+                     "error_pct": _err(p[0], ms)})
+    return sorted(rows, key=lambda r: -r["measured_s"])
+
+
 def merged_trace(run: HostRun) -> dict[str, Any]:
     """One Chrome trace: the prediction (process 1, modelled) and the median measured run (process 2)."""
     from sim.trace import timeline_trace

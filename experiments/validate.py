@@ -5,8 +5,8 @@
     python -m experiments.validate peer=llamacpp                 # + llama.cpp's cold TTFT on the same model and prompt
 
 Writes `metrics.json` (predicted_* modelled; measured_* measured: median, min, max over `repeats` cold runs; *_error_pct
-= (predicted - measured) / measured), `trace.json` (predicted and measured tracks side by side) and `plan.json` into
-the run directory. Jobs of a sweep run one after the other (timing runs must not share the cores).
+= (predicted - measured) / measured), `ops.csv` (the same per op kind: summed span time predicted vs measured),
+`trace.json` (predicted and measured tracks side by side) and `plan.json` into the run directory. Jobs of a sweep run one after the other (timing runs must not share the cores).
 """
 from __future__ import annotations
 
@@ -154,14 +154,14 @@ def validate(cfg: DictConfig) -> Estimate:
 @resumable(expected=("measured_ttft_s",))
 @one_line_errors
 def run(cfg: DictConfig) -> dict[str, Any]:
-    from experiments.hostrun import compare, logits_check, merged_trace, run_host
+    from experiments.hostrun import compare, logits_check, merged_trace, per_op, run_host
     from hil.deploy import plan_summary
     from quant.evaluate import eval_text_tokens
 
     watch_parent()
     c = settings(cfg)
     out = run_dir()
-    prepare_run_dir(out, ["trace.json", "plan.json", "config.yaml"])
+    prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "config.yaml"])
     dev, table = _host(cfg, c.remeasure, c.quick_profile)
     tokens = eval_text_tokens(c.model, c.prompt_tokens)
     run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
@@ -188,6 +188,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if m.get("peer_ttft_s") and m.get("measured_ttft_s"):
             m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
     atomic_write_text(out / "plan.json", run_.plan.to_json())
+    rows = per_op(run_)
+    atomic_write_text(out / "ops.csv", "op,predicted_s,predicted_n,measured_s,measured_n,error_pct\n" + "".join(
+        f"{r['op']},{r['predicted_s']:.6f},{r['predicted_n']},{r['measured_s']:.6f},{r['measured_n']},"
+        f"{'' if r['error_pct'] is None else round(r['error_pct'], 1)}\n" for r in rows))
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
     inputs = ["bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
