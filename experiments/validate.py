@@ -6,7 +6,8 @@
 
 Writes `metrics.json` (predicted_* modelled; measured_* measured: median, min, max over `repeats` cold runs; *_error_pct
 = (predicted - measured) / measured), `ops.csv` (the same per op kind: summed span time predicted vs measured),
-`trace.json` (predicted and measured tracks side by side) and `plan.json` into the run directory. Jobs of a sweep run one after the other (timing runs must not share the cores).
+`trace.json` (predicted and measured tracks side by side) and `plan.json` into the run directory. Jobs of a sweep run
+one after the other (timing runs must not share the cores).
 """
 from __future__ import annotations
 
@@ -239,7 +240,7 @@ class SpeedupCallback(Callback):
 
 
 def speedup_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
-    """[[header], [framework, bits, prompt, predicted speed-up, measured speed-up, error %], ...] of EdgeFlow vs each."""
+    """[[header], [framework, bits, prompt, predicted speed-up, measured speed-up, error %], ...]: EdgeFlow vs each."""
     ef = {(r["model"], r["bits"], r["prompt_tokens"]): r for r in rows if r.get("framework") == "edgeflow"}
     out: list[list[Any]] = [["baseline", "model", "bits", "prompt_tokens", "predicted_speedup", "measured_speedup",
                              "speedup_error_pct"]]

@@ -175,7 +175,7 @@ def ensure_requantized(src, ftype: str = "q8_0", out_dir=None) -> Path:
 
 
 def private_copy(src, out_dir=None) -> Path:
-    """A byte-identical copy of `src` under `out_dir` (default outputs/models/), made once (atomic) and re-used while its
+    """A byte-identical copy of `src` under `out_dir` (default outputs/models/), made once (atomic), re-used while its
     size matches. Pages of a file that another process has mapped (e.g. a GGUFReader of the shipped SmolLM2 file in a
     long-running process) cannot be evicted; a private copy nobody else opens can."""
     import shutil

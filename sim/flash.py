@@ -1,4 +1,4 @@
-"""Flash (UFS) read bandwidth as a SimPy resource with processor sharing (EdgeFlow §3, SPEC §3.5).
+"""Flash (UFS) read bandwidth as a SimPy resource with processor sharing (EdgeFlow §3; docs/design.md §7).
 
 Every active read has a rate cap that depends on its request size (`SocProfile.reader_rate`: per-request latency +
 transfer at the per-reader streaming cap), and the device's aggregate bandwidth `flash_peak_gbps` is shared max-min

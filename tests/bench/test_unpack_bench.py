@@ -1,10 +1,12 @@
-"""Unpack throughput of the packed formats, side by side in one run (SPEC §3.2; EdgeFlow paper §4.2, Fig. 4b / 13).
+"""Unpack throughput of the packed formats, side by side in one run (EdgeFlow §4.2, Fig. 4b / 13;
+docs/packing.md).
 
 A Llama3-8B ffn_down-sized tensor (4096 out channels x 14336 weights) with the twin bit allocation of Llama3-8B
 at a 5-bit budget (quant.twin.twin_bits, layer 0; falls back to the Fig. 4a shares without the twin), random codes.
 Single thread (plus one 2-thread row for the best ISA and memcpy). Per format and ISA: best-of-N wall time (the
-configurations are timed round-robin, N rounds, so interference from other work hits all alike) of the native unpack into a warm (C, D) int8 buffer -> weights/s, GB/s of INT8 output, ratio to memcpy of the same INT8
-bytes (the physical limit, measured in this run), and instructions per weight counted with valgrind's callgrind on
+configurations are timed round-robin, N rounds, so interference from other work hits all alike) of the native unpack
+into a warm (C, D) int8 buffer -> weights/s, GB/s of INT8 output, ratio to memcpy of the same INT8 bytes (the physical
+limit, measured in this run), and instructions per weight counted with valgrind's callgrind on
 a strided channel slice (`perf stat` has no instruction counter on this host; valgrind cannot run AVX-512, so that
 column is n/a there).
 Also the per-bit-width unpack throughput (all channels at B bits) that the cold-start simulator consumes.
@@ -39,7 +41,7 @@ ROOT = Path(__file__).resolve().parents[2]
 OUT = ROOT / "outputs" / "bench" / "unpack.json"
 C, D = 4096, 14336                  # Llama3-8B ffn_down (out channels, weights per channel)
 BUDGET = 5.0                        # bits per weight (EdgeFlow's 5-bit setting)
-FIG4A = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}  # EdgeFlow Fig. 4a channel shares (SPEC §3.5)
+FIG4A = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}  # EdgeFlow Fig. 4a channel shares
 REPS = 15                           # timed repetitions (best-of, round-robin) per configuration
 COUNT_STRIDE = 32                   # every 32nd channel for the callgrind instruction counts (128 x 14336 weights)
 PER_BIT_SHAPE = (512, 4096)         # per-bit-width throughput tensor
@@ -257,7 +259,8 @@ def test_unpack_throughput(alloc):
     result = dict(
         measured=True, host=platform.processor() or platform.machine(), cpu_count=os.cpu_count(), threads=1,
         tensor=dict(C=C, D=D, weights=n, allocation=alloc_src, bits_share=hist, mean_bits=float(bits.mean())),
-        ggml=ggml_note, reps=REPS, timing="best of reps, round-robin over configs, warm buffers; threads=1 unless a row says 2",
+        ggml=ggml_note,
+        reps=REPS, timing="best of reps, round-robin over configs, warm buffers; threads=1 unless a row says 2",
         isas=isas,
         instr_counter="valgrind callgrind (perf stat: instructions not supported on this host)",
         rows=rows, per_bit=per_bit, per_bit_shape=list(PER_BIT_SHAPE),

