@@ -280,6 +280,27 @@ def mmap_readahead(path: Path, reps: int) -> Stat:
     return Stat.of(vals)
 
 
+def measure_random_read(path: Path, reps: int, n: int = 64) -> Stat:
+    """Seconds per cold 4 KiB pread at random (sorted, distinct-page) offsets of an evicted file, 1 thread: what reading
+    embedding rows of the prompt's tokens costs (no readahead helps)."""
+    size = path.stat().st_size
+    rng = np.random.default_rng(3)
+    buf = bytearray(4096)
+    vals = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(reps):
+            evict(path)
+            offs = np.sort(rng.choice(size // 4096 - 1, size=n, replace=False)) * 4096
+            t0 = time.perf_counter()
+            for o in offs:
+                os.preadv(fd, [buf], int(o))
+            vals.append((time.perf_counter() - t0) / n)
+    finally:
+        os.close(fd)
+    return Stat.of(vals)
+
+
 def measure_warm_read(path: Path, s: CalibrationSettings) -> dict[int, Stat]:
     """Page cache -> user buffer (the CPU cost of a read()), 1 MiB preads over the whole resident file, per thread
     count: Stat of seconds per byte (aggregate)."""
@@ -305,6 +326,32 @@ def measure_copy(s: CalibrationSettings) -> dict[int, Stat]:
                    s.reps)
         out[th] = Stat(st.median / s.copy_bytes, st.spread, st.n)
     return out
+
+
+def measure_first_touch(s: CalibrationSettings) -> Stat:
+    """Seconds per byte of touching freshly allocated memory for the first time (page faults + zeroing), the way the
+    runner allocates its tensors (hil.runner_state.aligned_empty / np.empty, ~0.1-1 MiB each, all kept alive): a
+    copy into 64 fresh 1 MiB buffers minus the same copies again. Buffers of every repeat stay alive until the end, so
+    no repeat reuses memory an earlier one already touched."""
+    from hil.runner_state import aligned_empty
+
+    n, k = 1 << 20, 64
+    src = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
+    keep, vals = [], []
+    for _ in range(max(3, s.reps)):
+        bufs = [aligned_empty(n) for _ in range(k)]
+        t0 = time.perf_counter()
+        for d in bufs:
+            native.memcpy(d, src)
+        t1 = time.perf_counter()
+        for d in bufs:
+            native.memcpy(d, src)
+        t2 = time.perf_counter()
+        vals.append(max((t1 - t0) - (t2 - t1), 1e-9) / (n * k))
+        keep.append(bufs)
+    del keep
+    med = float(np.median(vals))
+    return Stat(med, float((max(vals) - min(vals)) / med), len(vals))
 
 
 # ================================================ unpack =============================================================
@@ -534,6 +581,8 @@ class Measurements:
     elementwise: list[dict]
     attention: list[dict]
     dispatch: Stat                        # s per task
+    first_touch: Stat                     # s per B of first touch of fresh memory
+    random_read: Stat                     # s per cold random 4 KiB read
     wall_s: dict[str, float]              # s per measurement group
     loadavg: tuple[float, float, float]   # 1/5/15-min load average at the start (other work on the shared host)
 
@@ -555,6 +604,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         reads = step("cold_read", lambda: measure_cold_reads(path, s))
         ra = step("mmap_readahead", lambda: mmap_readahead(path, s.reps))
         warm = step("warm_read", lambda: measure_warm_read(path, s))
+        rnd = step("random_read", lambda: measure_random_read(path, s.reps))
     lat, rbw = fit_reader(reads)
     copy = step("copy", lambda: measure_copy(s))
     unpack = step("unpack", lambda: measure_unpack(s))
@@ -563,5 +613,6 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     elem = step("elementwise", lambda: measure_elementwise(k, s))
     attn = step("attention", lambda: measure_attention(k, s))
     disp = step("dispatch", lambda: measure_dispatch(s))
+    touch = step("first_touch", lambda: measure_first_touch(s))
     return Measurements(s, reads, lat, rbw, bulk_request(reads), ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, wall, load)
+                        disp, touch, rnd, wall, load)

@@ -165,6 +165,12 @@ def build_profile(m, ident: HostIdentity, ghz: float, ghz_how: str
         put("dram_gbps", 2.0 / c2.median / 1e9, f"measured: native.memcpy of {s.copy_bytes} B split over 2 threads "
             "(DRAM traffic = 2 x bytes copied / s: a copy reads and writes each byte, as CostModel.dram_bytes counts)",
             c2.spread)
+    put("flash_random_read_s", m.random_read.median, "measured: cold 4 KiB preads at random offsets of the evicted "
+        "scratch file, 1 thread (embedding rows of a prompt)", m.random_read.spread)
+    put("mem_fault_gbps", 1.0 / m.first_touch.median / 1e9, "measured: first touch of freshly allocated memory "
+        "(64 x 1 MiB aligned_empty buffers, as the runner allocates tensors): copy into them fresh minus again, "
+        "1 thread",
+        m.first_touch.spread)
     w1 = m.warm_read[1]
     put("read_cpu_gbps", 1.0 / w1.median / 1e9, "measured: pread of a page-cache-resident file into a user buffer "
         "(1 MiB requests), 1 thread", w1.spread)
@@ -289,7 +295,8 @@ def measurements_json(m) -> dict:
                 bulk_request_bytes=m.bulk_request_bytes, mmap_readahead_bytes=stat(m.readahead),
                 warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
                 copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
-                elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch), wall_s=m.wall_s,
+                elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
+                first_touch_s_per_byte=stat(m.first_touch), random_read_s=stat(m.random_read), wall_s=m.wall_s,
                 loadavg=m.loadavg)
 
 

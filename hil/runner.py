@@ -16,8 +16,8 @@ NPU INT8 matmuls) under one lock, one Condition per resource. Stolen ops run on 
 stolen=True). Per resource:
 - load: preadv of the task's byte ranges into page-aligned buffers in `request_bytes` requests; `copy_bytes` > 0 (or
   `duration_s` > 0: a phone's materialized-graph deserialization, whose host stand-in is the same copy) -> a real
-  native memcpy into a second ("NPU") buffer, timed as the span's `cpu_s`. The embedding task reads only the prompt's
-  rows and their scales and dequantizes them.
+  native memcpy into a second ("NPU") buffer, timed as the span's `cpu_s`. The embedding task reads the row scales in
+  one sequential read and the prompt's rows one read each (ascending offsets), then dequantizes them.
 - unpack: native unpack of the task's tensors to INT8 (an INT8 blob is a zero-copy view).
 - graph: nothing to do on this host; a task with `duration_s` > 0 is refused (the plan targets a device with NPU
   graphs: build it for device=host or zero the graph durations).
@@ -262,10 +262,11 @@ class _Run:
         row = self.ix.embed_row_payload
         uniq, inv = np.unique(self.tokens, return_inverse=True)
         payload = aligned_empty(row * uniq.size)
-        scales = np.empty(uniq.size, np.float32)
-        for i, tok in enumerate(uniq):
+        all_scales = np.empty(e.C, np.float32)               # one sequential read of the row scales (4 B per row)
+        self._read(all_scales.view(np.uint8), e.offset + e.scales_off, all_scales.nbytes)
+        scales = all_scales[uniq]
+        for i, tok in enumerate(uniq):                       # the prompt's rows, ascending offsets
             self._read(payload[i * row:(i + 1) * row], e.offset + e.payload_off + int(tok) * row, t.request_bytes)
-            self._read(scales[i:i + 1].view(np.uint8), e.offset + e.scales_off + 4 * int(tok), 4)
         bits3 = pack_bits3(np.full(uniq.size, 8, dtype=np.int8))
         q = BY_CODE[e.fmt].unpack_native(payload, bits3, uniq.size, e.D, e.group, isa=self.ws.unpack_isa)
         x = (q.astype(np.float32) * scales[:, None])[inv]                       # (T, d)

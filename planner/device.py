@@ -26,6 +26,7 @@ class SocProfile:
     flash_peak_gbps: float = 0.0              # GB/s, aggregate read bandwidth with several readers
     flash_reader_gbps: float = 0.0            # GB/s, one reader's streaming cap at large requests
     flash_request_latency_s: float = 0.0      # s, fixed cost of one read request (command + FTL lookup)
+    flash_random_read_s: float = 0.0          # s per read at a random offset (no readahead; 0 = the sequential model)
     flash_bulk_request_bytes: int = 0         # B, request size of explicit read() loaders
     mmap_readahead_bytes: int = 0             # B, request size of on-demand paging (mmap page-fault readahead)
     # ---- memory -------------------------------------------------------------------------------------------------
@@ -34,6 +35,8 @@ class SocProfile:
     read_cpu_gbps: float = 0.0                # GB/s per thread of CPU work moving read data from the page cache into
     #                                           a user buffer (read() syscall copy); 0 = not modelled
     dram_gbps: float = 0.0                    # GB/s, shared DRAM bandwidth of all cores together; 0 = not modelled
+    mem_fault_gbps: float = 0.0               # GB/s per thread of first touch of newly allocated memory (page faults
+    #                                           + zeroing, charged on load / unpack tasks' mem_alloc; 0 = not modelled)
     npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
     #                                           occupy a core in the simulator's processor sharing
     # ---- CPU ----------------------------------------------------------------------------------------------------
@@ -103,6 +106,8 @@ class SocProfile:
         sel = self.core_ghz(threads, first_core)
         return sel[0] + self.cpu_parallel_eff * sum(sel[1:]) if sel else 0.0
 
-    def reader_rate(self, request_bytes: int) -> float:
-        """B/s one reader achieves with requests of `request_bytes` (latency + transfer at the per-reader cap)."""
-        return request_bytes / (self.flash_request_latency_s + request_bytes / (self.flash_reader_gbps * 1e9))
+    def reader_rate(self, request_bytes: int, random: bool = False) -> float:
+        """B/s one reader achieves with requests of `request_bytes` (latency + transfer at the per-reader cap); random
+        requests pay `flash_random_read_s` each where it is known (readahead cannot hide it)."""
+        lat = self.flash_random_read_s if random and self.flash_random_read_s > 0 else self.flash_request_latency_s
+        return request_bytes / (lat + request_bytes / (self.flash_reader_gbps * 1e9))

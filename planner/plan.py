@@ -81,6 +81,7 @@ class Task:
     read_bytes: int = 0                    # load: bytes from flash
     request_bytes: int = 0                 # load: request size (bulk read or mmap readahead)
     copy_bytes: int = 0                    # load: bytes copied into NPU-shared buffers after reading
+    random_reads: bool = False             # load: requests at scattered offsets (e.g. embedding rows): no readahead
     stealable: bool = False                # npu task the CPU may steal (INT8 matmul)
     mem_alloc: int = 0                     # B allocated when the task starts
     mem_free: int = 0                      # B freed when the task ends

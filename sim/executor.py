@@ -14,8 +14,9 @@ Contention (docs/coldstart.md "Shared resources"): every thread of the plan occu
 unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, overlapping the flash
 transfer), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver
 slots) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op
-slows down. The NPU queue occupies a core only where it is one
-(`npu_on_cpu_core`, this host's NPU stand-in). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
+slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
+allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch
+time (`mem_fault_gbps`: page faults + zeroing). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
 page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
@@ -78,6 +79,11 @@ class PlanExecutor:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
 
+    def _first_touch(self, nbytes: int):
+        """Core time of touching `nbytes` of newly allocated memory for the first time (`mem_fault_gbps`)."""
+        if nbytes > 0 and self.dev.mem_fault_gbps > 0:
+            yield self.cores.run(nbytes / (self.dev.mem_fault_gbps * 1e9))
+
     # ---- workers -----------------------------------------------------------------------------------------------
     def _worker(self, resource: str, idx: int):
         env, plan, cost = self.env, self.plan, self.cost
@@ -98,7 +104,8 @@ class PlanExecutor:
                 hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
                 self.preloaded -= hit
                 nread = t.read_bytes - hit
-                read = self.flash.read(nread, t.request_bytes)
+                yield from self._first_touch(t.mem_alloc + t.copy_bytes)   # read buffer + NPU-buffer copy
+                read = self.flash.read(nread, t.request_bytes, t.random_reads)
                 if self.dev.read_cpu_gbps > 0 and nread > 0:    # the kernel copies pages as they arrive
                     yield env.all_of([read, *self._occupy(nread / (self.dev.read_cpu_gbps * 1e9), 1, 2.0 * nread)])
                 else:
@@ -124,6 +131,8 @@ class PlanExecutor:
                     unit, threads, core = "cpu", plan.cpu_threads, plan.cpu_first_core
                 else:
                     unit, threads, core = "npu", 1, 0
+                if resource == "unpack":
+                    yield from self._first_touch(t.mem_alloc)                 # the INT8 output buffers
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
                     if dur > 0:

@@ -21,9 +21,9 @@ class Flash(SharedRate):
         self.dev = dev
         self.bytes_read = 0                             # B, integer total
 
-    def read(self, nbytes: int, request_bytes: int) -> simpy.Event:
+    def read(self, nbytes: int, request_bytes: int, random: bool = False) -> simpy.Event:
         nbytes = int(nbytes)
         if nbytes <= 0:
             return self.use(0, 1.0)
         self.bytes_read += nbytes
-        return self.use(float(nbytes), self.dev.reader_rate(max(1, min(request_bytes, nbytes))))
+        return self.use(float(nbytes), self.dev.reader_rate(max(1, min(request_bytes, nbytes)), random))

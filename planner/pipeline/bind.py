@@ -55,8 +55,9 @@ def bind_plan(plan: Plan, entries: Mapping[str, tuple[int, int]], embed_row_byte
             loads.setdefault(t.layer, []).append(t)
         elif t.tensors:
             t.tensors = [ref(r.name, t.name) for r in t.tensors]
-            if t.resource == "load":                      # embedding rows of the prompt
+            if t.resource == "load":                      # embedding rows of the prompt: one read per row
                 t.read_bytes = p.prompt_tokens * embed_row_bytes
+                t.request_bytes = embed_row_bytes
     for layer, tasks in loads.items():
         ranges = [ref(r.name, tasks[0].name) for r in tasks[0].tensors]
         for t, piece in zip(tasks, _split(ranges, [t.read_bytes for t in tasks])):

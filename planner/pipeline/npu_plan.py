@@ -41,10 +41,10 @@ class Recipe:
 
 
 def add_embedding(b: PlanBuilder, spec: ModelSpec, tokens: int, deps: list[int] | None = None) -> int:
-    """Embedding rows of the prompt, paged in through mmap (FP16 rows, one page request each)."""
+    """Embedding rows of the prompt, read at scattered offsets (FP16 rows, one page request each)."""
     nbytes = tokens * spec.d_model * 2
     return b.add("embed_rows", "load", deps or [], read_bytes=nbytes, request_bytes=PAGE_BYTES, mem_alloc=nbytes,
-                 phase="load", tensors=[TensorRef("token_embd.weight")], ops=["embed"])
+                 phase="load", tensors=[TensorRef("token_embd.weight")], ops=["embed"], random_reads=True)
 
 
 def build_npu_plan(name: str, recipe: Recipe, spec: ModelSpec, dev: SocProfile, cost: CostModel,

@@ -96,11 +96,9 @@ def test_every_policy_matches_the_reference(tiny_files, fw, fmt):
     assert np.abs(r.logits - ref).max() < TINY_LOGIT_ATOL
     assert r.resident_before == 0.0
     check_timeline(plan, r.timeline)
-    # the planned bytes (bound to the file), minus repeated prompt rows of the embedding (read once), plus any norm
-    # vector a compute task faulted in before its load ran
-    row = read_index(path).embed_row_bytes
-    want = sum(t.read_bytes for t in plan.tasks if t.resource == "load") - (PROMPT - np.unique(toks).size) * row
-    assert r.timeline.bytes_read == want + r.info["faulted_bytes"]
+    # the planned bytes (bound to the file) except the embedding's, which reads its distinct rows and every row scale
+    # in one read, plus any norm vector a compute task faulted in before its load ran
+    assert r.timeline.bytes_read == _want_bytes(plan, path, spec, toks) + r.info["faulted_bytes"]
 
 
 def test_per_consumer_activation_scales_matter(tiny_files):
@@ -161,6 +159,12 @@ def test_binding_uses_the_file_byte_ranges(tiny_files):
     assert bind_to_file(plan, ix).info["bound"]
 
 
+def _want_bytes(plan, path, spec, toks) -> int:
+    row = read_index(path).embed_row_bytes                        # D INT8 + 4 B scale
+    layers = sum(t.read_bytes for t in plan.tasks if t.resource == "load" and t.ops != ["embed"])
+    return layers + np.unique(toks).size * (row - 4) + spec.vocab * 4
+
+
 # ---- the real model ------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="session")
 def smol_pack(tmp_path_factory):
@@ -196,7 +200,5 @@ def test_smollm2_edgeflow_cold_start_matches_reference(smol_pack):
     assert r.token == int(ref.argmax())
     assert np.abs(r.logits - ref).max() <= max(SMOL_LOGIT_ATOL, SMOL_NOISE_FACTOR * noise)
     check_timeline(plan, r.timeline)
-    row = read_index(path).embed_row_bytes
-    want = sum(t.read_bytes for t in plan.tasks if t.resource == "load") - (16 - np.unique(toks).size) * row
-    assert r.timeline.bytes_read == want + r.info["faulted_bytes"]
+    assert r.timeline.bytes_read == _want_bytes(plan, path, spec, toks) + r.info["faulted_bytes"]
     assert _hil_threads() == []
