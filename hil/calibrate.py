@@ -301,6 +301,48 @@ def measure_random_read(path: Path, reps: int, n: int = 64) -> Stat:
     return Stat.of(vals)
 
 
+def measure_random_read_busy(path: Path, reps: int, request: int, n: int = 64) -> Stat:
+    """Seconds per cold 4 KiB random pread (second descriptor, POSIX_FADV_RANDOM) while another thread streams the
+    same evicted file sequentially in `request`-byte preads: the embedding rows' reads during the layer loads, queued
+    behind the stream's readahead."""
+    import threading
+
+    size = path.stat().st_size
+    rng = np.random.default_rng(4)
+    vals = []
+    for _ in range(reps):
+        evict(path)
+        stop = threading.Event()
+
+        def stream() -> None:
+            fd = os.open(path, os.O_RDONLY)
+            buf = bytearray(request)
+            try:
+                off = 0
+                while not stop.is_set() and off < size:
+                    off += max(1, os.preadv(fd, [buf], off))
+            finally:
+                os.close(fd)
+
+        th = threading.Thread(target=stream, daemon=True)
+        fd = os.open(path, os.O_RDONLY)
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        buf = bytearray(4096)
+        try:
+            th.start()
+            time.sleep(0.002)                                   # the stream is under way
+            offs = np.sort(rng.choice(size // 4096 - 1, size=n, replace=False)) * 4096
+            t0 = time.perf_counter()
+            for o in offs:
+                os.preadv(fd, [buf], int(o))
+            vals.append((time.perf_counter() - t0) / n)
+        finally:
+            stop.set()
+            th.join()
+            os.close(fd)
+    return Stat.of(vals)
+
+
 def measure_warm_read(path: Path, s: CalibrationSettings) -> dict[int, Stat]:
     """Page cache -> user buffer (the CPU cost of a read()), 1 MiB preads over the whole resident file, per thread
     count: Stat of seconds per byte (aggregate)."""
@@ -583,6 +625,7 @@ class Measurements:
     dispatch: Stat                        # s per task
     first_touch: Stat                     # s per B of first touch of fresh memory
     random_read: Stat                     # s per cold random 4 KiB read
+    random_read_busy: Stat                # s per cold random 4 KiB read while a sequential stream runs
     wall_s: dict[str, float]              # s per measurement group
     loadavg: tuple[float, float, float]   # 1/5/15-min load average at the start (other work on the shared host)
 
@@ -605,6 +648,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         ra = step("mmap_readahead", lambda: mmap_readahead(path, s.reps))
         warm = step("warm_read", lambda: measure_warm_read(path, s))
         rnd = step("random_read", lambda: measure_random_read(path, s.reps))
+        rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, bulk_request(reads)))
     lat, rbw = fit_reader(reads)
     copy = step("copy", lambda: measure_copy(s))
     unpack = step("unpack", lambda: measure_unpack(s))
@@ -615,4 +659,4 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     disp = step("dispatch", lambda: measure_dispatch(s))
     touch = step("first_touch", lambda: measure_first_touch(s))
     return Measurements(s, reads, lat, rbw, bulk_request(reads), ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, touch, rnd, wall, load)
+                        disp, touch, rnd, rnd_busy, wall, load)

@@ -167,6 +167,9 @@ def build_profile(m, ident: HostIdentity, ghz: float, ghz_how: str
             c2.spread)
     put("flash_random_read_s", m.random_read.median, "measured: cold 4 KiB preads at random offsets of the evicted "
         "scratch file, 1 thread (embedding rows of a prompt)", m.random_read.spread)
+    put("flash_random_read_busy_s", m.random_read_busy.median, "measured: the same random reads while another thread "
+        "streams the file sequentially in flash_bulk_request_bytes preads (queued behind its readahead)",
+        m.random_read_busy.spread)
     put("mem_fault_gbps", 1.0 / m.first_touch.median / 1e9, "measured: first touch of freshly allocated memory "
         "(64 x 1 MiB aligned_empty buffers, as the runner allocates tensors): copy into them fresh minus again, "
         "1 thread",
@@ -296,7 +299,8 @@ def measurements_json(m) -> dict:
                 warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
                 copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
-                first_touch_s_per_byte=stat(m.first_touch), random_read_s=stat(m.random_read), wall_s=m.wall_s,
+                first_touch_s_per_byte=stat(m.first_touch), random_read_s=stat(m.random_read),
+                random_read_busy_s=stat(m.random_read_busy), wall_s=m.wall_s,
                 loadavg=m.loadavg)
 
 

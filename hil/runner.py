@@ -17,7 +17,8 @@ stolen=True). Per resource:
 - load: preadv of the task's byte ranges into page-aligned buffers in `request_bytes` requests; `copy_bytes` > 0 (or
   `duration_s` > 0: a phone's materialized-graph deserialization, whose host stand-in is the same copy) -> a real
   native memcpy into a second ("NPU") buffer, timed as the span's `cpu_s`. The embedding task reads the row scales in
-  one sequential read and the prompt's rows one read each (ascending offsets), then dequantizes them.
+  one sequential read and the prompt's rows one read each (ascending offsets, on a second descriptor advised
+  POSIX_FADV_RANDOM so no readahead is triggered), then dequantizes them.
 - unpack: native unpack of the task's tensors to INT8 (an INT8 blob is a zero-copy view).
 - graph: nothing to do on this host; a task with `duration_s` > 0 is refused (the plan targets a device with NPU
   graphs: build it for device=host or zero the graph durations).
@@ -107,6 +108,7 @@ class _Run:
         self.faulted: list[str] = []                 # task:tensor read by a compute task itself (see _inputs_ready)
         self.faulted_bytes = 0
         self.fd = -1
+        self.fd_random = -1
         self.t0 = 0.0
 
     # ---- bookkeeping (under self.lock) -----------------------------------------------------------------------
@@ -227,12 +229,13 @@ class _Run:
         self.ops.run(t, threads)
         return ("cpu" if resource == "cpu" or stolen else "npu"), 0.0
 
-    def _read(self, buf: np.ndarray, off: int, request: int) -> None:
+    def _read(self, buf: np.ndarray, off: int, request: int, fd: int | None = None) -> None:
         """Fill `buf` from file offset `off` with preadv requests of at most `request` bytes."""
         mv = memoryview(buf)
         got, n = 0, buf.nbytes
+        fd = self.fd if fd is None else fd
         while got < n:
-            k = os.preadv(self.fd, [mv[got:min(n, got + request)]], off + got)
+            k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
             if k <= 0:
                 raise OSError(f"{self.ix.path}: short read at offset {off + got}")
             got += k
@@ -265,8 +268,9 @@ class _Run:
         all_scales = np.empty(e.C, np.float32)               # one sequential read of the row scales (4 B per row)
         self._read(all_scales.view(np.uint8), e.offset + e.scales_off, all_scales.nbytes)
         scales = all_scales[uniq]
-        for i, tok in enumerate(uniq):                       # the prompt's rows, ascending offsets
-            self._read(payload[i * row:(i + 1) * row], e.offset + e.payload_off + int(tok) * row, t.request_bytes)
+        for i, tok in enumerate(uniq):                       # the prompt's rows, ascending offsets, no readahead
+            self._read(payload[i * row:(i + 1) * row], e.offset + e.payload_off + int(tok) * row, t.request_bytes,
+                       self.fd_random)
         bits3 = pack_bits3(np.full(uniq.size, 8, dtype=np.int8))
         q = BY_CODE[e.fmt].unpack_native(payload, bits3, uniq.size, e.D, e.group, isa=self.ws.unpack_isa)
         x = (q.astype(np.float32) * scales[:, None])[inv]                       # (T, d)
@@ -280,6 +284,8 @@ class _Run:
         threads = [threading.Thread(target=self.worker, args=(r, i), name=f"hil-{r}{i}", daemon=True)
                    for r in QUEUED for i in range(self.plan.workers(r))]
         self.fd = os.open(self.ix.path, os.O_RDONLY)
+        self.fd_random = os.open(self.ix.path, os.O_RDONLY)      # scattered reads: readahead off for this fd only
+        os.posix_fadvise(self.fd_random, 0, 0, os.POSIX_FADV_RANDOM)
         try:
             if not any(t.ops == ["embed"] for t in self.plan.tasks):
                 raise ValueError(f"plan {self.plan.framework}: no embedding task (ops == ['embed'])")
@@ -308,6 +314,7 @@ class _Run:
             if self.pool is not None:
                 self.pool.shutdown(wait=True)
             os.close(self.fd)
+            os.close(self.fd_random)
         if self.error is not None:
             task, exc = self.error
             where = f"task {task.name} ({task.resource})" if task is not None else "dispatch"

@@ -27,6 +27,8 @@ class SocProfile:
     flash_reader_gbps: float = 0.0            # GB/s, one reader's streaming cap at large requests
     flash_request_latency_s: float = 0.0      # s, fixed cost of one read request (command + FTL lookup)
     flash_random_read_s: float = 0.0          # s per read at a random offset (no readahead; 0 = the sequential model)
+    flash_random_read_busy_s: float = 0.0     # s per random read while sequential reads stream (queued behind their
+    #                                           readahead; 0 = as flash_random_read_s)
     flash_bulk_request_bytes: int = 0         # B, request size of explicit read() loaders
     mmap_readahead_bytes: int = 0             # B, request size of on-demand paging (mmap page-fault readahead)
     # ---- memory -------------------------------------------------------------------------------------------------
@@ -106,8 +108,12 @@ class SocProfile:
         sel = self.core_ghz(threads, first_core)
         return sel[0] + self.cpu_parallel_eff * sum(sel[1:]) if sel else 0.0
 
-    def reader_rate(self, request_bytes: int, random: bool = False) -> float:
+    def reader_rate(self, request_bytes: int, random: bool = False, busy: bool = False) -> float:
         """B/s one reader achieves with requests of `request_bytes` (latency + transfer at the per-reader cap); random
-        requests pay `flash_random_read_s` each where it is known (readahead cannot hide it)."""
-        lat = self.flash_random_read_s if random and self.flash_random_read_s > 0 else self.flash_request_latency_s
+        requests pay `flash_random_read_s` each where it is known (readahead cannot hide it), or
+        `flash_random_read_busy_s` when sequential reads are streaming at the same time (`busy`)."""
+        lat = self.flash_request_latency_s
+        if random and self.flash_random_read_s > 0:
+            lat = self.flash_random_read_busy_s if busy and self.flash_random_read_busy_s > 0 else \
+                self.flash_random_read_s
         return request_bytes / (lat + request_bytes / (self.flash_reader_gbps * 1e9))

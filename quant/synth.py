@@ -18,8 +18,9 @@ Owns:
   metadata copied so that llama.cpp and quant.gguf_model's tokenizer both work;
 - the EdgeFlow packed file (quant.export.write_pack) from the Q8_0 file's dequantized weights (quant.gguf_model),
   calibrated and quantized layer by layer with EdgeFlow's method (quant.methods.edgeflow, paper §4.1);
-- the cache: `outputs/models/<name>-<seed>-<hash>.{q8_0,q4_1}.gguf` and `...b<bits>.<fmt>.efpk`, where the hash covers
-  the generator version, the shapes, the twin and the source statistics; atomic writes (quant.atomic), a per-model
+- the cache: `outputs/models/<name>-<seed>-<hash>.{q8_0,q4_1}.gguf` and `...b<bits>.<fmt>.<code>.efpk`, where the
+  hash covers the generator version, the shapes, the twin and the source file, and <code> the packed-file writer's
+  source (quant.export, quant.pack, the quantizer); atomic writes (quant.atomic), a per-model
   file lock so concurrent callers generate once, and re-use only after a header/size check.
 Entry points: `ensure_gguf(spec, qtype)` (quant.gguf_model.gguf_path calls it for `weights=synthetic` models) and
 `ensure_synth(name, bits, fmt)` (validate app, benchmarks).
@@ -59,6 +60,8 @@ CHUNK_WEIGHTS = 1 << 22                # weights generated per chunk (16 MiB of 
 CREST_CAP = 0.9                        # κ ≤ CREST_CAP·√D: a row of D values cannot have a crest above √D
 TOP_K_MIN = 64                         # order statistics kept per row to solve the clip level exactly
 BISECT_STEPS = 40                      # bisection steps for the clip level (relative precision ~1e-12)
+PACK_CODE = ("quant/export.py", "quant/pack/container.py", "quant/pack/formats.py", "quant/pack/weightlet.py",
+             "quant/pack/layout.py", "quant/pack/baselines.py", "quant/methods/edgeflow.py", "quant/quantize.py")
 PACK_SETTINGS = dict(calib_tokens=64, search_tokens=32, alpha_steps=3, eval_tokens=8)   # fast quantizer settings
 _PROBS = np.linspace(0.0, 1.0, 101)    # quantile levels of the source statistics (embedding rows, norms)
 _LOCK = threading.Lock()
@@ -350,6 +353,15 @@ def cache_key(spec: ModelSpec, seed: int) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
 
 
+def pack_code_key() -> str:
+    """6 hex digits over the source of the packed-file writer (quant.export, quant.pack): a packed file made by other
+    writer code is not re-used (the file layout changes with it)."""
+    h = hashlib.sha256(str(PACK_SETTINGS).encode())
+    for rel in PACK_CODE:
+        h.update((ROOT / rel).read_bytes())
+    return h.hexdigest()[:6]
+
+
 def stem(spec: ModelSpec, seed: int) -> str:
     return f"{spec.name}-{int(seed)}-{cache_key(spec, seed)}"
 
@@ -552,7 +564,7 @@ def ensure_synth(name: str = DEFAULT_MODEL, bits: int | None = 5, fmt: str = "we
     if bits is None:
         return SynthPaths(q8, q41, None, None, None)
     base = stem(spec, seed)
-    pack = out / f"{base}.b{bits}.{fmt}.efpk"
+    pack = out / f"{base}.b{bits}.{fmt}.{pack_code_key()}.efpk"
     if not _pack_meta_ok(pack):
         with _file_lock(out / f".{base}.lock"):
             if not _pack_meta_ok(pack):

@@ -79,10 +79,9 @@ class PlanExecutor:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
 
-    def _first_touch(self, nbytes: int):
-        """Core time of touching `nbytes` of newly allocated memory for the first time (`mem_fault_gbps`)."""
-        if nbytes > 0 and self.dev.mem_fault_gbps > 0:
-            yield self.cores.run(nbytes / (self.dev.mem_fault_gbps * 1e9))
+    def _touch_s(self, nbytes: int) -> float:
+        """Core seconds of touching `nbytes` of newly allocated memory for the first time (`mem_fault_gbps`)."""
+        return nbytes / (self.dev.mem_fault_gbps * 1e9) if nbytes > 0 and self.dev.mem_fault_gbps > 0 else 0.0
 
     # ---- workers -----------------------------------------------------------------------------------------------
     def _worker(self, resource: str, idx: int):
@@ -104,13 +103,13 @@ class PlanExecutor:
                 hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
                 self.preloaded -= hit
                 nread = t.read_bytes - hit
-                yield from self._first_touch(t.mem_alloc + t.copy_bytes)   # read buffer + NPU-buffer copy
                 read = self.flash.read(nread, t.request_bytes, t.random_reads)
-                if self.dev.read_cpu_gbps > 0 and nread > 0:    # the kernel copies pages as they arrive
-                    yield env.all_of([read, *self._occupy(nread / (self.dev.read_cpu_gbps * 1e9), 1, 2.0 * nread)])
-                else:
-                    yield read
-                copy_s = cost.copy_time(t.copy_bytes)
+                # CPU side of the read, overlapping the transfer: the kernel copies pages as they arrive (read_cpu_gbps)
+                # into the freshly allocated buffer (first touch, mem_fault_gbps)
+                read_cpu = (nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0) \
+                    + self._touch_s(t.mem_alloc)
+                yield env.all_of([read, *self._occupy(read_cpu, 1, 2.0 * nread)]) if read_cpu > 0 else read
+                copy_s = cost.copy_time(t.copy_bytes) + self._touch_s(t.copy_bytes)   # into a fresh NPU buffer
                 cpu_s = copy_s + t.duration_s
                 if copy_s > 0:
                     yield env.all_of(self._occupy(copy_s, 1, 2.0 * t.copy_bytes))
@@ -131,8 +130,8 @@ class PlanExecutor:
                     unit, threads, core = "cpu", plan.cpu_threads, plan.cpu_first_core
                 else:
                     unit, threads, core = "npu", 1, 0
-                if resource == "unpack":
-                    yield from self._first_touch(t.mem_alloc)                 # the INT8 output buffers
+                if resource == "unpack" and self._touch_s(t.mem_alloc) > 0:   # the fresh INT8 output buffers
+                    yield self.cores.run(self._touch_s(t.mem_alloc))
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
                     if dur > 0:

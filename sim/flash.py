@@ -26,4 +26,19 @@ class Flash(SharedRate):
         if nbytes <= 0:
             return self.use(0, 1.0)
         self.bytes_read += nbytes
-        return self.use(float(nbytes), self.dev.reader_rate(max(1, min(request_bytes, nbytes)), random))
+        req = max(1, min(request_bytes, nbytes))
+        self._req_random = (req, random)                   # read by _share while `use` adds the job
+        return self.use(float(nbytes), self.dev.reader_rate(req, random))
+
+    def _share(self) -> None:
+        """Scattered reads queue behind sequential streams (their readahead): while any sequential read is active, a
+        random read's per-request latency is `flash_random_read_busy_s`; re-evaluated whenever the set changes."""
+        pending = getattr(self, "_req_random", None)
+        if pending is not None:                            # the job `use` just appended
+            self.active[-1].random, self.active[-1].request = pending[1], pending[0]
+            self._req_random = None
+        busy = any(not j.random for j in self.active)
+        for j in self.active:
+            if j.random:
+                j.cap = self.dev.reader_rate(j.request, True, busy)
+        super()._share()

@@ -15,11 +15,13 @@ _DONE = 1e-9    # relative residue below which a job is complete (float rounding
 
 
 class _Job:
-    __slots__ = ("left", "cap", "weight", "rate", "event", "eps")
+    __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request")
 
     def __init__(self, left: float, cap: float, weight: float, event: simpy.Event) -> None:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
         self.eps = max(left * _DONE, 1e-12)
+        self.random = False                                       # flash: a scattered read (sim.flash)
+        self.request = 0                                          # flash: request size, B
 
 
 class SharedRate:

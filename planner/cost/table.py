@@ -17,7 +17,8 @@ A table is JSON with up to four sections; only `points` is required (the origina
      interpolated linearly in M between measured points; below the smallest measured M the smallest M's time
      (the weight-streaming floor); above the largest, scaled by M / M_max (compute bound).
 - `op_overhead_s`: `{"cpu": s, "npu": s}`, a fixed per-op dispatch cost added to every compute op (matmul, lm_head,
-  attention, elementwise) of that unit (the analytic model's cpu_op_overhead_s / npu_dispatch_s); default 0.
+  attention, elementwise) of that unit (the analytic model's cpu_op_overhead_s / npu_dispatch_s; on this host the
+  runner's thread hand-off per task); default 0.
 A measurement applies only to the thread count it was measured with (a 1-thread profile never stands in for a 4-thread
 pool). Op kinds and thread counts without data fall back to another cost model (analytic), so a partial profile is
 usable; `fitted_kinds()` says which (unit, kind) pairs are measured.
@@ -196,6 +197,7 @@ class TableCostModel(CostModel):
             return self.fallback.op_time(work, unit, threads, first_core)
         a, b = fit
         return a + b * _work_size(work) + over
+
 
     def copy_time(self, nbytes: int) -> float:
         fit = self.fits.get(("cpu", "copy", 1))
