@@ -134,12 +134,10 @@ def peer_gguf(spec: ModelSpec, kind: str):
         from quant.synth import ensure_gguf
 
         return ensure_gguf(spec, kind)
-    src = gguf_path(spec)
-    if kind == "q4_1":
-        return src
-    from hil.peer import ensure_requantized
+    from hil.peer import ensure_requantized, private_copy
 
-    return ensure_requantized(src, kind)
+    src = private_copy(gguf_path(spec))        # a copy nobody else maps, so eviction really empties the page cache
+    return src if kind == "q4_1" else ensure_requantized(src, kind)
 
 
 def validate(cfg: DictConfig) -> Estimate:

@@ -28,6 +28,7 @@ Any error in a worker stops every worker; all threads are joined and one Runtime
 from __future__ import annotations
 
 import os
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -51,6 +52,8 @@ from quant.pack.formats import BY_CODE, F32_CODE
 from quant.pack.layout import pack_bits3
 
 STALL_S = 5.0     # s without progress while every worker waits -> the plan deadlocked
+SWITCH_INTERVAL_S = 2e-4   # s, Python's GIL switch interval during a run (default 5e-3: an I/O or hand-off would wait
+#                            up to 5 ms for a thread busy in Python code)
 
 
 @dataclass
@@ -107,8 +110,9 @@ class _Run:
         self.implicit_waits: list[str] = []          # compute tasks that waited for data the plan did not order
         self.faulted: list[str] = []                 # task:tensor read by a compute task itself (see _inputs_ready)
         self.faulted_bytes = 0
-        self.fd = -1
         self.fd_random = -1
+        self.local = threading.local()                     # per-thread file descriptor (see _read)
+        self.fds: list[int] = []
         self.t0 = 0.0
 
     # ---- bookkeeping (under self.lock) -----------------------------------------------------------------------
@@ -233,7 +237,12 @@ class _Run:
         """Fill `buf` from file offset `off` with preadv requests of at most `request` bytes."""
         mv = memoryview(buf)
         got, n = 0, buf.nbytes
-        fd = self.fd if fd is None else fd
+        if fd is None:                                     # each loader thread streams through its own descriptor:
+            fd = getattr(self.local, "fd", None)           # one shared file position makes the kernel see two
+            if fd is None:                                 # interleaved streams as random access (no readahead)
+                fd = self.local.fd = os.open(self.ix.path, os.O_RDONLY)
+                with self.lock:
+                    self.fds.append(fd)
         while got < n:
             k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
             if k <= 0:
@@ -283,7 +292,6 @@ class _Run:
     def run(self) -> Timeline:
         threads = [threading.Thread(target=self.worker, args=(r, i), name=f"hil-{r}{i}", daemon=True)
                    for r in QUEUED for i in range(self.plan.workers(r))]
-        self.fd = os.open(self.ix.path, os.O_RDONLY)
         self.fd_random = os.open(self.ix.path, os.O_RDONLY)      # scattered reads: readahead off for this fd only
         os.posix_fadvise(self.fd_random, 0, 0, os.POSIX_FADV_RANDOM)
         try:
@@ -313,7 +321,8 @@ class _Run:
                     th.join()
             if self.pool is not None:
                 self.pool.shutdown(wait=True)
-            os.close(self.fd)
+            for fd in self.fds:
+                os.close(fd)
             os.close(self.fd_random)
         if self.error is not None:
             task, exc = self.error
@@ -359,7 +368,12 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     if evict:
         evict_file(path)
     resident = resident_fraction(path)
-    tl = run.run()
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(SWITCH_INTERVAL_S)           # threads returning from a read or a native call get the GIL
+    try:                                               # back quickly instead of waiting out a 5 ms time slice
+        tl = run.run()
+    finally:
+        sys.setswitchinterval(switch)
     logits = run.rs.logits[0].copy()
     info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
             "faulted_bytes": run.faulted_bytes, "isa": isa or "best"}

@@ -11,9 +11,8 @@ position) first. An idle CPU steals the NPU queue's head when more than `steal_t
 Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
-unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, overlapping the flash
-transfer), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver
-slots) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op
+unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, after the flash transfer),
+copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op
 slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
 allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch
 time (`mem_fault_gbps`: page faults + zeroing). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
@@ -103,12 +102,14 @@ class PlanExecutor:
                 hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
                 self.preloaded -= hit
                 nread = t.read_bytes - hit
-                read = self.flash.read(nread, t.request_bytes, t.random_reads)
-                # CPU side of the read, overlapping the transfer: the kernel copies pages as they arrive (read_cpu_gbps)
-                # into the freshly allocated buffer (first touch, mem_fault_gbps)
+                yield self.flash.read(nread, t.request_bytes, t.random_reads)
+                # CPU side of the read: the kernel copies the pages into the user buffer (read_cpu_gbps), faulting in
+                # the freshly allocated buffer (first touch, mem_fault_gbps). Measured on this host it adds to the
+                # transfer rather than hiding under it (a 1-thread load of an INT8 file: transfer + copy + touch).
                 read_cpu = (nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0) \
                     + self._touch_s(t.mem_alloc)
-                yield env.all_of([read, *self._occupy(read_cpu, 1, 2.0 * nread)]) if read_cpu > 0 else read
+                if read_cpu > 0:
+                    yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread))
                 copy_s = cost.copy_time(t.copy_bytes) + self._touch_s(t.copy_bytes)   # into a fresh NPU buffer
                 cpu_s = copy_s + t.duration_s
                 if copy_s > 0:

@@ -82,3 +82,46 @@ def plot(df: pd.DataFrame, fig) -> None:
     ax.set_ylabel("seconds")
     ax.legend(fontsize=7, ncol=4)
     note(ax, "light: modelled (predicted); dark: measured, min-max whiskers")
+
+
+def _pct(v) -> str:
+    return "" if v is None else f"{v:+.1f} %"
+
+
+def markdown(roots: list[Path] | None = None) -> str:
+    """The README / docs tables of the host validate results under `roots` (newest run per configuration):
+    predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
+    ms = runs(roots)
+    lines = ["| model | framework | bits | prompt | TTFT predicted s | TTFT measured s (min–max) | TTFT error | "
+             "load error | unpack error | prefill error |", "|" + "---|" * 10]
+    for m in ms:
+        lines.append(f"| {m['model']} | {m['framework']} | {m['bits']} | {m['prompt_tokens']} | "
+                     f"{m['predicted_ttft_s']:.3f} | {m['measured_ttft_s']:.3f} ({m['measured_ttft_min_s']:.3f}–"
+                     f"{m['measured_ttft_max_s']:.3f}) | {_pct(m.get('ttft_error_pct'))} | "
+                     f"{_pct(m.get('load_error_pct'))} | {_pct(m.get('unpack_error_pct'))} | "
+                     f"{_pct(m.get('prefill_error_pct'))} |")
+    ef = {(m["model"], m["bits"], m["prompt_tokens"]): m for m in ms if m["framework"] == "edgeflow"}
+    sp = ["| model | baseline | prompt | EdgeFlow speed-up predicted | measured | error |", "|" + "---|" * 6]
+    for m in ms:
+        e = ef.get((m["model"], m["bits"], m["prompt_tokens"]))
+        if e is None or m is e:
+            continue
+        p = m["predicted_ttft_s"] / e["predicted_ttft_s"]
+        q = m["measured_ttft_s"] / e["measured_ttft_s"]
+        sp.append(f"| {m['model']} | {m['framework']} | {m['prompt_tokens']} | {p:.2f}× | {q:.2f}× | "
+                  f"{_pct(100 * (p - q) / q)} |")
+    peer = ["| model | prompt | ours (EdgeFlow, bits) measured s | llama.cpp GGUF | llama.cpp measured s (min–max) | "
+            "ours faster by |", "|" + "---|" * 6]
+    for path, m in metrics_files(RESULT_ROOTS if roots is None else roots):
+        if "peer_ttft_s" in m:
+            peer.append(f"| {m['model']} | {m['prompt_tokens']} | {m['measured_ttft_s']:.3f} ({m['bits']} b) | "
+                        f"{m['peer_weight_type']} | {m['peer_ttft_s']:.3f} ({m['peer_ttft_min_s']:.3f}–"
+                        f"{m['peer_ttft_max_s']:.3f}) | {m['speedup_vs_peer']:.2f}× |")
+    out = "\n".join(lines) + "\n\n" + ("\n".join(sp) if len(sp) > 2 else "")
+    return out + ("\n\n" + "\n".join(peer) if len(peer) > 2 else "")
+
+
+if __name__ == "__main__":       # python -m experiments.figures.host_coldstart [result dir ...]
+    import sys
+
+    print(markdown([Path(a) for a in sys.argv[1:]] or None))
