@@ -13,7 +13,8 @@ Durations come from the
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
 unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, after the flash transfer),
 copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots) — and the cores
-are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
+are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op slows down. The NPU queue
+occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
 allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch
 time (`mem_fault_gbps`: page faults + zeroing). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
 page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
