@@ -5,13 +5,11 @@ rmsnorm / silu_mul / attention within the named tolerances (docs/hil.md "Native 
 The harness (native/harness/ef_harness.c, kinds 5..12) is compiled statically once per module; without
 `aarch64-linux-gnu-gcc` or `qemu-aarch64` the tests skip and say how to get them (`make cross-tools`).
 """
-import shutil
 import struct
 import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from quant import ref_ops as R
 from quant.llama import rope_tables
@@ -19,22 +17,6 @@ from quant.llama import rope_tables
 ROOT = Path(__file__).resolve().parents[2]
 CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"
 ISAS = ("ref", "neon", "neondot")      # qemu-aarch64's default cpu (max) has the dotprod extension
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    missing = [t for t in (CC, QEMU) if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"NEON tests need {' and '.join(missing)} (Debian: apt-get install gcc-aarch64-linux-gnu "
-                    f"qemu-user; `make cross-tools` does it)")
-    d = tmp_path_factory.mktemp("neon_compute")
-    exe = d / "ef_harness"
-    srcs = sorted(str(p) for p in (ROOT / "native" / "src").glob("*.c"))
-    cmd = [CC, "-O2", "-std=c11", "-static", "-Wall", "-I", str(ROOT / "native" / "src"), *srcs,
-           str(ROOT / "native" / "harness" / "ef_harness.c"), "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"cross-compile failed: {r.stderr[-2000:]}"
-    return exe
 
 
 def f32bits(v: float) -> int:

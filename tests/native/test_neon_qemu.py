@@ -4,13 +4,11 @@ reference (docs/design.md §6: the aarch64 NEON kernels are cross-compiled here 
 The harness (native/harness/ef_harness.c) is compiled statically into a temp dir once per session; without
 `aarch64-linux-gnu-gcc` or `qemu-aarch64` the tests skip and say how to get them (`make cross-tools`).
 """
-import shutil
 import struct
 import subprocess
 from pathlib import Path
 
 import numpy as np
-import pytest
 
 from quant.pack import baselines, pack_bits3, weightlet, write_packed_model
 from tests.native.conftest import random_codes
@@ -18,22 +16,6 @@ from tests.native.conftest import random_codes
 ROOT = Path(__file__).resolve().parents[2]
 CC, QEMU = "aarch64-linux-gnu-gcc", "qemu-aarch64"
 KIND = {"weightlet": 0, "mixed": 1, "kquant": 2, "container": 3}
-
-
-@pytest.fixture(scope="module")
-def harness(tmp_path_factory):
-    missing = [t for t in (CC, QEMU) if shutil.which(t) is None]
-    if missing:
-        pytest.skip(f"NEON tests need {' and '.join(missing)} (Debian: apt-get install gcc-aarch64-linux-gnu "
-                    f"qemu-user; `make cross-tools` does it)")
-    d = tmp_path_factory.mktemp("neon")
-    exe = d / "ef_harness"
-    srcs = sorted(str(p) for p in (ROOT / "native" / "src").glob("*.c"))
-    cmd = [CC, "-O2", "-std=c11", "-static", "-Wall", "-I", str(ROOT / "native" / "src"), *srcs,
-           str(ROOT / "native" / "harness" / "ef_harness.c"), "-o", str(exe)]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
-    assert r.returncode == 0, f"cross-compile failed: {r.stderr[-2000:]}"
-    return exe
 
 
 def run_cases(exe: Path, cases: list[tuple[str, int, int, int, bytes, bytes]]) -> bytes:
