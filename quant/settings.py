@@ -35,6 +35,8 @@ class QuantSettings:
     search_tokens: int = 128          # calibration tokens used for the α search error (subset of calib_tokens)
     search_holdout: bool = True       # score the α search on the last search_tokens, fit scales on the others
     smoothquant_alpha: float = 0.5    # SmoothQuant's default migration strength (Xiao et al. 2023)
+    baseline_smoothing: str = "npu"   # SmoothQuant / CMPQ: "npu" = EdgeFlow's NPU-aware smoothing (α search, β), as the
+    #                                   papers adapted them to the per-tensor constraint | "original" = their own forms
     shadow_quantile: float = 0.99     # llm.npu shadow outliers: input channels with calibrated max above this
                                       # quantile of per-channel maxima run on the CPU in FP16 (the rest clip at it)
     cmpq_high_frac: float = 0.25      # CMPQ adapted: share of output channels at B+1 (highest RE at B)
@@ -66,6 +68,8 @@ class QuantSettings:
             raise ValueError(f"quant.alpha_steps must be in 1..{MAX_ALPHA_STEPS} (got {self.alpha_steps})")
         if not 0 <= self.beta <= 10:
             raise ValueError(f"quant.beta must be in [0, 10] (got {self.beta})")
+        if self.baseline_smoothing not in ("npu", "original"):
+            raise ValueError(f"quant.baseline_smoothing must be npu or original (got {self.baseline_smoothing!r})")
         if not 0 <= self.smoothquant_alpha <= 1:
             raise ValueError(f"quant.smoothquant_alpha must be in [0, 1] (got {self.smoothquant_alpha})")
         if not 0 < self.shadow_quantile <= 1:

@@ -2,14 +2,18 @@
 gives a fixed share of "important" channels more bits and the rest fewer; the NPU only allows per-OUTPUT-channel,
 uniform, symmetric quantization, so the adaptation ranks output channels by the RE metric at B bits: the
 `cmpq_high_frac` highest-RE channels get B+1 bits, the `cmpq_low_frac` lowest get B-1, the rest B (equal shares keep the
-average at B; at B = 1 or 8 one side is impossible, so both shares shrink to what fits). No smoothing; static per-tensor
-INT8 activations. Unlike EdgeFlow it uses fixed tiers instead of the optimal (greedy) allocation.
+average at B; at B = 1 or 8 one side is impossible, so both shares shrink to what fits). Static per-tensor INT8
+activations. With `quant.baseline_smoothing=npu` (default, the papers' adaptation to the per-tensor constraint) the
+tiers are chosen on EdgeFlow's NPU-smoothed weights (same α search and β as EdgeFlow), so the comparison with EdgeFlow
+isolates the allocation; `original` is CMPQ without smoothing. Unlike EdgeFlow it uses fixed tiers instead of the
+optimal (greedy) allocation.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from quant.methods.base import Method, QuantizedModel, make_qlinear
+from quant.methods.edgeflow import npu_smoothed
 from quant.relerr import channel_stats, re_closed_form
 
 
@@ -33,6 +37,9 @@ class CMPQ(Method):
 
     def build(self, weights, spec, calib, bits, budget, progress=None) -> QuantizedModel:
         st = self.settings
+        if st.baseline_smoothing == "npu":
+            return npu_smoothed(self.name, weights, spec, calib, st,
+                                lambda wp: cmpq_bits(wp, bits, st.cmpq_high_frac, st.cmpq_low_frac), progress)
         layers = {}
         for k, (n, x) in enumerate(calib.inputs.items()):
             w = weights[n]

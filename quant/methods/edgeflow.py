@@ -65,6 +65,24 @@ def search_group(names: list[str], weights: dict[str, np.ndarray], spec: ModelSp
     return alpha, layers
 
 
+def npu_smoothed(name: str, weights, spec: ModelSpec, calib: Calibration, st: QuantSettings, bits_fn,
+                 progress=None, alphas_out: dict[str, float] | None = None) -> QuantizedModel:
+    """Any per-channel bit rule (`bits_fn(W') -> (C,) bits`) under EdgeFlow's NPU-aware smoothing (α grid search per
+    group, β): EdgeFlow's own allocation, and how the papers adapted the SmoothQuant- and CMPQ-style baselines to the
+    per-tensor constraint. `alphas_out` collects the chosen α per group (keyed by its first member)."""
+    alphas = np.linspace(0.0, 1.0, st.alpha_steps) if st.smoothing else np.zeros(1)
+    layers: dict[str, QLinear] = {}
+    for i in range(spec.n_layers):
+        for names in smoothing_groups(spec, i):
+            a, got = search_group(names, weights, spec, calib, alphas, st.beta, bits_fn, st)
+            layers.update(got)
+            if alphas_out is not None:
+                alphas_out[names[0]] = a
+        if progress:
+            progress(i + 1, spec.n_layers)
+    return QuantizedModel(layers, name)
+
+
 class EdgeFlow(Method):
     name = "edgeflow"
     adaptive = True
@@ -77,20 +95,12 @@ class EdgeFlow(Method):
 
     def build(self, weights, spec, calib, bits, budget, progress=None) -> QuantizedModel:
         st = self.settings
-        alphas = np.linspace(0.0, 1.0, st.alpha_steps) if st.smoothing else np.zeros(1)
-        layers: dict[str, QLinear] = {}
         self.alphas: dict[str, float] = {}
-        for i in range(spec.n_layers):
-            for names in smoothing_groups(spec, i):
-                a, got = search_group(names, weights, spec, calib, alphas, st.beta,
-                                      lambda wp: self.allocate_rows(wp, budget), st)
-                layers.update(got)
-                self.alphas[names[0]] = a
-            if progress:
-                progress(i + 1, spec.n_layers)
+        qm = npu_smoothed(self.name, weights, spec, calib, st, lambda wp: self.allocate_rows(wp, budget), progress,
+                          self.alphas)
         if st.scope == BudgetScope.glob.value:
-            layers = self._global(weights, calib, layers, budget)
-        return QuantizedModel(layers, self.name)
+            return QuantizedModel(self._global(weights, calib, qm.layers, budget), self.name)
+        return qm
 
     def _global(self, weights, calib, layers: dict[str, QLinear], budget: float) -> dict[str, QLinear]:
         st = self.settings

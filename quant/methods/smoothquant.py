@@ -5,13 +5,16 @@ and SmoothQuant's migration (Xiao et al. 2023, eq. 4) with its default α = 0.5 
     s_j = max|X_j|^α / max|W_j|^(1-α)       (j = input channel; max|W_j| over every output row of every group member)
 
 The scales fold exactly as in quant.smoothing (shared q/k/v and gate/up scales; the attn_output scale is tied per GQA
-group by taking the max over the query heads of a KV group, so it folds into attn_v's rows).
+group by taking the max over the query heads of a KV group, so it folds into attn_v's rows). That is the `original`
+form (`quant.baseline_smoothing=original`); the default `npu` gives it EdgeFlow's NPU-aware smoothing (α search, β)
+with uniform B bits — the papers' adaptation to the per-tensor constraint — so the comparison isolates the allocation.
 """
 from __future__ import annotations
 
 import numpy as np
 
 from quant.methods.base import Method, QuantizedModel, make_qlinear, uniform_bits
+from quant.methods.edgeflow import npu_smoothed
 from quant.smoothing import SCALE_FLOOR, smoothing_groups, tie_gqa
 
 
@@ -31,6 +34,9 @@ class SmoothQuant(Method):
     name = "smoothquant"
 
     def build(self, weights, spec, calib, bits, budget, progress=None) -> QuantizedModel:
+        if self.settings.baseline_smoothing == "npu":
+            return npu_smoothed(self.name, weights, spec, calib, self.settings,
+                                lambda wp: uniform_bits(wp.shape[0], bits), progress)
         layers = {}
         for i in range(spec.n_layers):
             for names in smoothing_groups(spec, i):
