@@ -22,7 +22,6 @@ import numpy as np
 from planner.cost import make_cost_model
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
-from planner.pipeline.bind import bind_plan
 from planner.plan import Plan
 from planner.timeline import Timeline
 from quant.arch import ModelSpec
@@ -66,18 +65,18 @@ class HostRun:
 def build_host_plan(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int,
                     tokens: int, qs: QuantSettings) -> tuple[Plan, Path]:
     """The framework's plan for this host, bound to its packed weight file (made and cached on first use)."""
-    from hil.deploy import file_facts, fit_threads, packed_model, weight_file_kind
+    from hil.deploy import fit_threads, packed_model, weight_file_kind
+    from hil.packed_index import bind_to_file, file_bits, read_index
     from sim.coldstart import POLICIES, ColdStartInputs
 
     policy = POLICIES[fw.policy]()
     recipe = getattr(policy, "recipe", None)
     method, fmt = weight_file_kind(fw.policy, getattr(recipe, "fmt", None))
     path = packed_model(spec, method, bits, fmt, qs)
-    facts = file_facts(path, spec)
     cost = make_cost_model("table", dev, cost_table)
-    x = ColdStartInputs(spec, dev, fit_threads(fw, dev), cost, tokens, float(bits), bits_override=facts.bits)
-    plan = policy.build(x)
-    return bind_plan(plan, facts.entries, facts.embed_row_bytes), path
+    x = ColdStartInputs(spec, dev, fit_threads(fw, dev), cost, tokens, float(bits),
+                        bits_override=file_bits(path, spec))       # the plan's unpack work is the file's
+    return bind_to_file(policy.build(x), read_index(path)), path
 
 
 def predict(plan: Plan, dev: SocProfile, cost_table: str) -> tuple[Timeline, dict[str, Any]]:

@@ -11,8 +11,8 @@ fit the host's cores, and the facts of that file a plan is bound to.
 - Threads. A plan's threads must fit the device's cores (every thread occupies a core while it runs; the simulator
   models the sharing). On an NPU-less host one core is the NPU stand-in, so NPU plans get a 1-thread CPU compute pool,
   1 unpack thread and at most 2 loaders; CPU-only plans (llama.cpp, MNN) compute on every core.
-- Binding. `file_facts` reads the file's index: byte ranges for `planner.pipeline.bind.bind_plan`, the embedding's
-  bytes per row, and the per-channel bit widths (so the plan's unpack work is the file's, not a model of it).
+- Binding (`hil.packed_index`): the file's byte ranges and per-channel bit widths (read from the index and the 3-bit
+  width arrays only), so the plan's unpack work is the file's, not a model of it.
 """
 from __future__ import annotations
 
@@ -20,8 +20,6 @@ import dataclasses
 import hashlib
 import json
 from pathlib import Path
-
-import numpy as np
 
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
@@ -90,37 +88,6 @@ def packed_model(spec: ModelSpec, method: str, bits: int, fmt: str, settings: Qu
             p.unlink()
         tmp_dir.rmdir()
     return path
-
-
-@dataclasses.dataclass
-class FileFacts:
-    entries: dict[str, tuple[int, int]]   # name -> (offset B, size B)
-    embed_row_bytes: int                  # B per embedding row (INT8 row; its scale is read with it)
-    bits: dict[str, np.ndarray]           # kind -> (n_layers, C) per-channel bit widths
-    fmt: str                              # packed format of the linear weights
-    size_bytes: int                       # B, whole file
-
-
-def file_facts(path: Path, spec: ModelSpec) -> FileFacts:
-    from quant.pack.container import PackedFile
-
-    with PackedFile(path) as f:
-        entries = {n: (f.entry(n).offset, f.entry(n).size) for n in f.names()}
-        emb = f.entry("token_embd.weight")
-        bits: dict[str, list] = {}
-        fmts = set()
-        for kind in spec.linear_shapes():
-            rows = []
-            for i in range(spec.n_layers):
-                name = f"blk.{i}.{kind}.weight"
-                _b3, b, _s, _p = f.split_blob(name, f.read_blob(name))
-                rows.append(b)
-                fmts.add(f.entry(name).fmt_name)
-            bits[kind] = rows
-    if len(fmts) != 1:
-        raise ValueError(f"{path}: linear weights in several formats {sorted(fmts)}")
-    return FileFacts(entries, emb.D + 4, {k: np.stack(v).astype(np.int8) for k, v in bits.items()}, fmts.pop(),
-                     path.stat().st_size)
 
 
 def plan_summary(plan: Plan) -> dict:
