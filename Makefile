@@ -9,7 +9,7 @@ CROSS_STAMP := $(VENV)/.cross-tools
 NATIVE_SRC := $(wildcard native/src/*.c native/src/*.h)
 PYTEST_ARGS ?=
 
-.PHONY: setup demo test bench clean cross-tools
+.PHONY: setup demo test bench clean cross-tools runner runner-aarch64
 
 setup: $(STAMP)
 
@@ -33,6 +33,24 @@ $(CROSS_STAMP): | $(STAMP)
 		echo "WARNING: not root or no apt-get: NEON tests will be skipped"; \
 	fi
 	@touch $@
+
+# Layer-profiling runner (native/runner/ef_profile.c; docs/cluster.md "Phones over adb"): `make runner` builds it for
+# this host, `make runner-aarch64` statically for aarch64 phones (hil/adb.py pushes it). On a user's machine, build for
+# Android with the NDK's clang, e.g.
+#   make runner-aarch64 NDK_CC=$$ANDROID_NDK_HOME/toolchains/llvm/prebuilt/linux-x86_64/bin/aarch64-linux-android30-clang
+RUNNER_SRC := $(wildcard native/src/*.c) native/runner/ef_profile.c
+RUNNER_FLAGS := -O3 -std=c11 -fno-strict-aliasing -Wall -Inative/src
+NDK_CC ?= aarch64-linux-gnu-gcc
+
+runner: build/ef_profile
+build/ef_profile: $(RUNNER_SRC) $(wildcard native/src/*.h)
+	@mkdir -p build
+	$(CC) $(RUNNER_FLAGS) $(RUNNER_SRC) -lm -o $@
+
+runner-aarch64: build/ef_profile-aarch64
+build/ef_profile-aarch64: $(RUNNER_SRC) $(wildcard native/src/*.h)
+	@mkdir -p build
+	$(NDK_CC) $(RUNNER_FLAGS) -static $(RUNNER_SRC) -lm -o $@
 
 demo: setup
 	$(PY) -m experiments.demo

@@ -3,6 +3,7 @@
     python -m experiments.calibrate device=host               # full calibration (a few minutes on 2 cores)
     python -m experiments.calibrate device=host quick=true    # < 30 s, smaller files and grids
     python -m experiments.calibrate remeasure=false           # reuse this machine's stored profile if it exists
+    python -m experiments.calibrate cluster=office_emu        # an emulated cluster's devices (calibrate_cluster.py)
 
 Runs `hil.host.host_from_marker` (measurements in `hil.calibrate`), which stores the profile under
 `outputs/hil/host/<identity hash>/` (device.json, cost_table.json, identity.json, measurements.json). The run directory
@@ -169,5 +170,11 @@ def main(cfg: DictConfig) -> None:
 
 
 if __name__ == "__main__":
-    precheck("calibrate", sys.argv[1:], validate, GROUPS)
-    main()
+    if any(a.split("=", 1)[0].lstrip("+~") == "cluster" for a in sys.argv[1:]):
+        # an emulated cluster's device profiles: its own app, run as __main__ (Hydra resolves conf/ relative to the
+        # main module)
+        import runpy
+        runpy.run_module("experiments.calibrate_cluster", run_name="__main__", alter_sys=True)
+    else:
+        precheck("calibrate", sys.argv[1:], validate, GROUPS)
+        main()

@@ -4,7 +4,8 @@
     python -m experiments.coldstart framework=llmnpu prompt_tokens=128
     python -m experiments.coldstart -m framework=llamacpp,mnn,llmnpu_plus,edgeflow workload=lambada,hellaswag bits=4,5
 
-Writes `metrics.json` (all numbers modelled) and `trace.json` (Chrome/Perfetto) into the Hydra run directory.
+Writes `metrics.json` (every number modelled, except `prompt_tokens` and `bits`: inputs echoed, `input_keys`) and
+`trace.json` (Chrome/Perfetto) into the Hydra run directory.
 """
 from __future__ import annotations
 
@@ -96,7 +97,7 @@ def validate(cfg: DictConfig) -> Estimate:
 @resumable(expected=("ttft_s",))
 @one_line_errors
 def run(cfg: DictConfig) -> dict:
-    from sim.coldstart.run import modelled_keys, run_one
+    from sim.coldstart.run import input_keys, modelled_keys, run_one
 
     watch_parent()
     settings, model, device, framework, workload = inputs(cfg)
@@ -108,7 +109,7 @@ def run(cfg: DictConfig) -> dict:
         raise ConfigError(str(e)) from None
     if trace is not None:
         atomic_write_json(out / "trace.json", trace)
-    write_run_outputs(out, cfg, metrics, measured=[], modelled=modelled_keys(metrics))
+    write_run_outputs(out, cfg, metrics, measured=[], modelled=modelled_keys(metrics), inputs=input_keys(metrics))
     print(f"{metrics['framework']} {metrics['model']} {metrics['workload']} bits={metrics['bits']}: "
           f"TTFT {metrics['ttft_s']:.2f} s (load {metrics['load_s']:.2f} s, prefill {metrics['prefill_s']:.2f} s) "
           f"-> {out}")

@@ -148,13 +148,42 @@ def check_resources(estimates: Sequence[Estimate], parallel: int = 1) -> list[st
 
 
 # ================================================ typed conversion ===================================================
+def _dataclass_field_sentinel(name: str) -> Any:
+    """Unpickle one of `dataclasses`' field-kind sentinels (`_FIELD`, `_FIELD_CLASSVAR`, `_FIELD_INITVAR`) as the
+    worker's own object (see `pickle_dataclass_fields_by_reference`)."""
+    import dataclasses
+
+    return getattr(dataclasses, name)
+
+
+def _reduce_dataclass_field_sentinel(sentinel: Any) -> tuple:
+    return _dataclass_field_sentinel, (sentinel.name,)
+
+
+def pickle_dataclass_fields_by_reference() -> None:
+    """Make a dataclass defined in an app run as `python -m experiments.<app>` survive a trip to a joblib/loky worker.
+
+    The task function and the schema dataclasses of such an app live in `__main__`, so cloudpickle sends them by value.
+    Each `Field` of the copy then carries a *copy* of dataclasses' `_FIELD` sentinel, `dataclasses.fields()` (which
+    tests identity) returns nothing, and `OmegaConf.to_object` builds the schema with no arguments
+    (`model='???'` -> "'str' object has no attribute 'weights'"). Pickling the sentinels by name restores them;
+    cloudpickle >= 3 does the same, but hydra-ray-launcher pins cloudpickle < 3. Idempotent; the main process
+    registers it (it pickles), workers only need this module importable (they unpickle)."""
+    import copyreg
+    import dataclasses
+
+    copyreg.pickle(dataclasses._FIELD_BASE, _reduce_dataclass_field_sentinel)  # type: ignore[attr-defined]
+
+
 def register_common() -> None:
     """Schemas of the groups several apps share (idempotent): `model`, and both kinds of `device` profile — a
     single-SoC cold-start profile (`soc_schema`) and a multi-device cluster member (`edge_device_schema`) — so any
-    app can compose any device file and reject the wrong kind with a clear error."""
+    app can compose any device file and reject the wrong kind with a clear error. Also makes the apps' own schema
+    dataclasses picklable into joblib workers (`pickle_dataclass_fields_by_reference`)."""
     from planner.device import SocProfile
     from planner.voltron.devices import EdgeDevice
 
+    pickle_dataclass_fields_by_reference()
     cs = ConfigStore.instance()
     cs.store(group="model", name="model_schema", node=ModelSpec)
     cs.store(group="device", name="soc_schema", node=SocProfile)

@@ -94,7 +94,8 @@ register()
 
 # Modelled resource estimate, from runs measured on this 2-core host (SmolLM2-135M, method=int8): eval_tokens=256
 # 33 s / 1.88 GB peak RSS, eval_tokens=1024 60 s / 3.36 GB. The logits of the evaluation slice (T x vocab, float32
-# + float64 temporaries) dominate memory; EdgeFlow's α search adds time on top (not in the estimate).
+# + float64 temporaries) dominate memory; EdgeFlow's α search adds time on top (not in the estimate). The K evaluation
+# slices (quant.eval_slices) run one after the other: time scales with K, peak memory does not.
 EST_BASE_B = 1.4e9             # bytes: weights (dequantized fp32 + quantized copies), tokenizer, Python
 EST_B_PER_LOGIT = 40.0         # bytes per (token, vocab entry) of the evaluation slice
 EST_BASE_S, EST_S_PER_TOKEN = 25.0, 0.035
@@ -106,17 +107,23 @@ def validate(cfg: DictConfig) -> Estimate:
     if "pack" in cfg:
         strict_bool(cfg.pack, "pack")
     qc = typed(cfg, QuantizeConfig)
-    from quant.evaluate import text_token_count
+    from quant.evaluate import check_slices, slice_offsets, text_token_count
 
     n = text_token_count(qc.model)
     q = qc.quant
-    for key, off, cnt in (("calib_offset", q.calib_offset, q.calib_tokens),
-                          ("eval_offset", q.eval_offset, q.eval_tokens)):
-        if off + cnt > n:
-            raise ConfigError(f"quant.{key}: {key.split('_')[0]} slice [{off}, {off + cnt}) runs past the {n} "
-                              f"tokens of the evaluation text")
+    if q.calib_offset + q.calib_tokens > n:
+        raise ConfigError(f"quant.calib_offset: calib slice [{q.calib_offset}, {q.calib_offset + q.calib_tokens}) "
+                          f"runs past the {n} tokens of the evaluation text")
+    offs = slice_offsets(q.eval_slices, q.eval_tokens, q.eval_offset, q.eval_stride)
+    if len(offs) == 1 and offs[0] + q.eval_tokens > n:
+        raise ConfigError(f"quant.eval_offset: eval slice [{offs[0]}, {offs[0] + q.eval_tokens}) runs past the {n} "
+                          f"tokens of the evaluation text")
+    try:
+        check_slices(n, offs, q.eval_tokens, (q.calib_offset, q.calib_tokens))
+    except ValueError as e:
+        raise ConfigError(f"quant.{e}") from None
     vocab = qc.model.vocab
-    return Estimate(EST_BASE_S + EST_S_PER_TOKEN * q.eval_tokens,
+    return Estimate(EST_BASE_S + EST_S_PER_TOKEN * q.eval_tokens * q.eval_slices,
                     EST_BASE_B + EST_B_PER_LOGIT * q.eval_tokens * vocab, "quant.eval_tokens",
                     f"quant.eval_tokens={q.eval_tokens}")
 

@@ -3,6 +3,8 @@
     python -m experiments.validate device=host model=smollm2_135m framework=edgeflow bits=5 prompt_tokens=128 repeats=5
     python -m experiments.validate -m framework=edgeflow,llamacpp,mnn,llmnpu_plus      # + speedups.csv in the sweep dir
     python -m experiments.validate peer=llamacpp                 # + llama.cpp's cold TTFT on the same model and prompt
+    python -m experiments.validate cluster=office_emu planner=voltron trace=walk_away_disconnect turns=3
+                                                                 # Voltron on the emulated cluster (validate_cluster.py)
 
 Writes `metrics.json` (predicted_* modelled; measured_* measured: median, min, max over `repeats` cold runs; *_error_pct
 = (predicted - measured) / measured), `ops.csv` (the same per op kind: summed span time predicted vs measured),
@@ -258,6 +260,16 @@ def main(cfg: DictConfig) -> None:
     run(cfg)
 
 
+def _cluster_run(argv: list[str]) -> bool:
+    """A command line naming a cluster (`cluster=…`) runs on the emulated cluster (experiments.validate_cluster)."""
+    return any(a.split("=", 1)[0].lstrip("+~") == "cluster" for a in argv)
+
+
 if __name__ == "__main__":
-    precheck("validate", sys.argv[1:], validate, GROUPS)
-    main()
+    if _cluster_run(sys.argv[1:]):
+        # its own app, run as __main__ (Hydra resolves conf/ relative to the main module)
+        import runpy
+        runpy.run_module("experiments.validate_cluster", run_name="__main__", alter_sys=True)
+    else:
+        precheck("validate", sys.argv[1:], validate, GROUPS)
+        main()

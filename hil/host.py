@@ -15,6 +15,8 @@ machine's, else measures (`hil.calibrate`): a profile from another machine is re
 The mapping of the measurements onto the phone-shaped `SocProfile` (EdgeFlow §3 components) is `build_profile`:
 cpu_big_cores = physical cores, no little cores, GHz = the nominal clock; the NPU fields describe the NPU stand-in (one
 CPU core running the INT8 GEMM); no NPU graph exists here, so its set-up / compose / optimize / prepare costs are 0.
+It fills a `ProfileFields` (value, source, spread per field) with one `put_*` function per measurement group (flash
+reads, memory copy, random reads, memory touch, cores, INT8 GEMM, float kernels, unpack, NPU stand-in, assumed power).
 """
 from __future__ import annotations
 
@@ -26,14 +28,17 @@ import json
 import os
 import platform
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import numpy as np
 
 from planner.device import SocProfile
 from quant.atomic import atomic_open
+
+if TYPE_CHECKING:
+    from hil.calibrate import Measurements
 
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
@@ -128,60 +133,107 @@ def nominal_ghz() -> tuple[float, str]:
 
 
 # ================================================ profile mapping ====================================================
-def build_profile(m, ident: HostIdentity, ghz: float, ghz_how: str
-                  ) -> tuple[SocProfile, dict[str, str], dict[str, float]]:
-    """Map a `hil.calibrate.Measurements` onto SocProfile fields: (profile, sources, spread) — see the module doc."""
-    s = m.settings
-    src: dict[str, str] = {}
-    spr: dict[str, float] = {}
-    v: dict[str, float | int | str] = {}
-    kern = m.kernels
+@dataclass
+class ProfileFields:
+    """SocProfile field values mapped from measurements, with each field's source and (when repeated) its spread."""
+    values: dict[str, float | int | bool] = field(default_factory=dict)
+    sources: dict[str, str] = field(default_factory=dict)     # field -> "measured: how" | "assumed: why" | ...
+    spread: dict[str, float] = field(default_factory=dict)    # field -> (max - min) / median of the repeats
 
-    def put(key: str, val, how: str, spread: float | None = None) -> None:
-        v[key], src[key] = val, how
+    def put(self, key: str, val: float | int | bool, how: str, spread: float | None = None) -> None:
+        """Set field `key` to `val`, sourced by `how` (spread: of the repeats it was measured from)."""
+        self.values[key], self.sources[key] = val, how
         if spread is not None:
-            spr[key] = float(spread)
+            self.spread[key] = float(spread)
 
+
+def build_profile(m: Measurements, ident: HostIdentity, ghz: float, ghz_how: str
+                  ) -> tuple[SocProfile, dict[str, str], dict[str, float]]:
+    """Map a `hil.calibrate.Measurements` onto SocProfile fields: (profile, sources, spread) — see the module doc.
+    ghz: nominal clock (GHz) and ghz_how its source (`nominal_ghz`)."""
+    f = ProfileFields()
+    put_flash_reads(f, m)
+    put_memory_copy(f, m)
+    put_random_reads(f, m)
+    put_memory_touch(f, m)
+    put_cores(f, ident, ghz, ghz_how)
+    put_gemm(f, m, ghz)
+    put_float_kernels(f, m, ghz)
+    put_unpack(f, m, ghz)
+    put_npu_stand_in(f, m)
+    put_assumed_power(f)
+    for fl in dataclasses.fields(SocProfile):                # fields this calibration does not know: schema default
+        if fl.name not in f.values and fl.name not in ("name", "soc", "source"):
+            f.sources[fl.name] = f"default: not calibrated on this host (schema default {fl.default!r})"
+    prof = SocProfile(name="host", soc=ident.cpu_model,
+                      source=f"measured on this host by hil.calibrate ({'quick' if m.settings.quick else 'full'}; "
+                             f"compute kernels: {m.kernels}); per-field sources in device.json", **f.values)
+    return prof, f.sources, f.spread
+
+
+def put_flash_reads(f: ProfileFields, m: Measurements) -> None:
+    """Sequential cold reads: peak rate, the 1-reader latency / bandwidth fit, bulk request size, mmap readahead."""
     reads = m.reads.rows
     best = max(reads, key=lambda r: r["gbps"])
-    put("flash_peak_gbps", best["gbps"], f"measured: best aggregate cold pread rate over request sizes x readers "
-        f"({best['request_bytes']} B, {best['threads']} readers; scratch file evicted before each)", best["spread"])
+    f.put("flash_peak_gbps", best["gbps"], f"measured: best aggregate cold pread rate over request sizes x readers "
+          f"({best['request_bytes']} B, {best['threads']} readers; scratch file evicted before each)", best["spread"])
     one = [r for r in reads if r["threads"] == 1]
     rg = min(m.reader_gbps, best["gbps"])
-    put("flash_reader_gbps", rg, "measured: 1-reader fit of reader_rate(request) = request / (latency + request / "
-        "reader_bw) to the cold pread curve" + (" (clipped to flash_peak_gbps)" if rg < m.reader_gbps else ""),
-        max(r["spread"] for r in one))
-    put("flash_request_latency_s", m.reader_latency_s, "measured: latency term of the same fit (kernel readahead "
-        "hides most of it for sequential preads)")
-    put("flash_bulk_request_bytes", int(m.bulk_request_bytes), "measured: smallest request size within 5 % of the "
-        "best cold read rate")
-    put("mmap_readahead_bytes", int(round(m.readahead.median / 4096) * 4096) or 4096,
-        "measured: bytes made resident by one mmap page fault on an evicted file (mincore)", m.readahead.spread)
-    put("mem_capacity_bytes", _mem_total(), "measured: /proc/meminfo MemTotal")
+    f.put("flash_reader_gbps", rg, "measured: 1-reader fit of reader_rate(request) = request / (latency + request / "
+          "reader_bw) to the cold pread curve" + (" (clipped to flash_peak_gbps)" if rg < m.reader_gbps else ""),
+          max(r["spread"] for r in one))
+    f.put("flash_request_latency_s", m.reader_latency_s, "measured: latency term of the same fit (kernel readahead "
+          "hides most of it for sequential preads)")
+    f.put("flash_bulk_request_bytes", int(m.bulk_request_bytes), "measured: smallest request size within 5 % of the "
+          "best cold read rate")
+    f.put("mmap_readahead_bytes", int(round(m.readahead.median / 4096) * 4096) or 4096,
+          "measured: bytes made resident by one mmap page fault on an evicted file (mincore)", m.readahead.spread)
+
+
+def put_memory_copy(f: ProfileFields, m: Measurements) -> None:
+    """Memory capacity, single-thread copy rate and DRAM bandwidth (2-thread copy, when measured)."""
+    s = m.settings
+    f.put("mem_capacity_bytes", _mem_total(), "measured: /proc/meminfo MemTotal")
     c1 = m.copy[1]
-    put("cpu_copy_gbps", 1.0 / c1.median / 1e9, f"measured: native.memcpy of {s.copy_bytes} B, 1 thread", c1.spread)
+    f.put("cpu_copy_gbps", 1.0 / c1.median / 1e9, f"measured: native.memcpy of {s.copy_bytes} B, 1 thread", c1.spread)
     c2 = m.copy.get(2)
     if c2 is not None:
-        put("dram_gbps", 2.0 / c2.median / 1e9, f"measured: native.memcpy of {s.copy_bytes} B split over 2 threads "
-            "(DRAM traffic = 2 x bytes copied / s: a copy reads and writes each byte, as CostModel.dram_bytes counts)",
-            c2.spread)
-    put("flash_random_read_s", m.random_read.median, "measured: cold 4 KiB preads at random offsets of the evicted "
-        "scratch file, 1 thread (embedding rows of a prompt)", m.random_read.spread)
-    put("flash_random_read_busy_s", m.random_read_busy.median, "measured: the same random reads while another thread "
-        "streams the file sequentially in flash_bulk_request_bytes preads (queued behind its readahead)",
-        m.random_read_busy.spread)
-    put("mem_fault_gbps", 1.0 / m.first_touch.median / 1e9, "measured: first touch of freshly allocated memory "
-        "(64 x 1 MiB aligned_empty buffers, as the runner allocates tensors): copy into them fresh minus again, "
-        "1 thread",
-        m.first_touch.spread)
-    w1 = m.warm_read[1]
-    put("read_cpu_gbps", 1.0 / w1.median / 1e9, "measured: pread of a page-cache-resident file into a user buffer "
-        "(1 MiB requests), 1 thread", w1.spread)
-    put("cpu_big_cores", ident.physical_cores, "measured: physical cores (/proc/cpuinfo core ids)")
-    put("cpu_big_ghz", ghz, f"measured: nominal clock ({ghz_how})")
-    put("cpu_little_cores", 0, "this host has one core type")
-    put("cpu_little_ghz", 0.0, "this host has one core type")
+        f.put("dram_gbps", 2.0 / c2.median / 1e9, f"measured: native.memcpy of {s.copy_bytes} B split over 2 threads "
+              "(DRAM traffic = 2 x bytes copied / s: a copy reads and writes each byte, as CostModel.dram_bytes "
+              "counts)", c2.spread)
 
+
+def put_random_reads(f: ProfileFields, m: Measurements) -> None:
+    """Cold random 4 KiB reads (embedding rows), alone and behind a sequential stream."""
+    f.put("flash_random_read_s", m.random_read.median, "measured: cold 4 KiB preads at random offsets of the evicted "
+          "scratch file, 1 thread (embedding rows of a prompt)", m.random_read.spread)
+    f.put("flash_random_read_busy_s", m.random_read_busy.median, "measured: the same random reads while another "
+          "thread streams the file sequentially in flash_bulk_request_bytes preads (queued behind its readahead)",
+          m.random_read_busy.spread)
+
+
+def put_memory_touch(f: ProfileFields, m: Measurements) -> None:
+    """First touch of fresh memory and page-cache-resident reads into user buffers."""
+    f.put("mem_fault_gbps", 1.0 / m.first_touch.median / 1e9, "measured: first touch of freshly allocated memory "
+          "(64 x 1 MiB aligned_empty buffers, as the runner allocates tensors): copy into them fresh minus again, "
+          "1 thread",
+          m.first_touch.spread)
+    w1 = m.warm_read[1]
+    f.put("read_cpu_gbps", 1.0 / w1.median / 1e9, "measured: pread of a page-cache-resident file into a user buffer "
+          "(1 MiB requests), 1 thread", w1.spread)
+
+
+def put_cores(f: ProfileFields, ident: HostIdentity, ghz: float, ghz_how: str) -> None:
+    """Core counts and clock: physical cores as big cores at the nominal clock (GHz), no little cores."""
+    f.put("cpu_big_cores", ident.physical_cores, "measured: physical cores (/proc/cpuinfo core ids)")
+    f.put("cpu_big_ghz", ghz, f"measured: nominal clock ({ghz_how})")
+    f.put("cpu_little_cores", 0, "this host has one core type")
+    f.put("cpu_little_ghz", 0.0, "this host has one core type")
+
+
+def put_gemm(f: ProfileFields, m: Measurements, ghz: float) -> None:
+    """INT8 GEMM rates (CPU and the NPU stand-in), GEMV weight bandwidth and 2-thread parallel efficiency."""
+    kern = m.kernels
     g1 = [r for r in m.gemm if r["threads"] == 1]
     ms = sorted({r["m"] for r in g1})
     large = ms[-2:] if len(ms) > 2 else ms[-1:]                 # "large M": the two largest measured M
@@ -189,73 +241,82 @@ def build_profile(m, ident: HostIdentity, ghz: float, ghz_how: str
     gops = float(np.median([r["gops"] for r in big1]))
     gspread = float(np.median([r["spread"] for r in big1]))
     mtxt = "/".join(map(str, large))
-    put("cpu_int8_gemm_gops_per_ghz", gops / ghz, f"measured: {kern} INT8 GEMM, 1 thread, M={mtxt}, median GOP/s "
-        f"over {len(big1)} (M, K, N) points / GHz", gspread)
-    put("npu_int8_tops", gops / 1e3, f"measured: NPU stand-in = one core running {kern} INT8 GEMM, M={mtxt}, "
-        "median over shapes", gspread)
+    f.put("cpu_int8_gemm_gops_per_ghz", gops / ghz, f"measured: {kern} INT8 GEMM, 1 thread, M={mtxt}, median GOP/s "
+          f"over {len(big1)} (M, K, N) points / GHz", gspread)
+    f.put("npu_int8_tops", gops / 1e3, f"measured: NPU stand-in = one core running {kern} INT8 GEMM, M={mtxt}, "
+          "median over shapes", gspread)
     gemv = max((r for r in g1 if r["m"] == min(x["m"] for x in g1)), key=lambda r: r["k"] * r["n"])
-    put("npu_weight_gbps", gemv["k"] * gemv["n"] / gemv["seconds"] / 1e9, f"measured: GEMV (M={gemv['m']}) of the "
-        f"largest weight ({gemv['k']}x{gemv['n']} INT8), weight bytes / s, 1 thread", gemv["spread"])
+    f.put("npu_weight_gbps", gemv["k"] * gemv["n"] / gemv["seconds"] / 1e9, f"measured: GEMV (M={gemv['m']}) of the "
+          f"largest weight ({gemv['k']}x{gemv['n']} INT8), weight bytes / s, 1 thread", gemv["spread"])
     g2 = {(r["m"], r["k"], r["n"]): r for r in m.gemm if r["threads"] == 2}
     effs = [big["seconds"] / g2[(big["m"], big["k"], big["n"])]["seconds"] - 1.0
             for big in big1 if (big["m"], big["k"], big["n"]) in g2]
     if effs:
         eff = float(min(1.0, max(0.05, np.median(effs))))
-        put("cpu_parallel_eff", eff, f"measured: INT8 GEMM M={mtxt} 1-thread time / 2-thread time - 1, median over "
-            "shapes (clipped to [0.05, 1]; low when other work occupies the second core)")
+        f.put("cpu_parallel_eff", eff, f"measured: INT8 GEMM M={mtxt} 1-thread time / 2-thread time - 1, median over "
+              "shapes (clipped to [0.05, 1]; low when other work occupies the second core)")
     else:
-        put("cpu_parallel_eff", 1.0, "assumed: 2-thread GEMM not measured (quick calibration)")
-    put("cpu_kquant_gemm_slowdown", 1.0, "assumed: the host runner has no K-quant GEMM (it unpacks to INT8 first)")
+        f.put("cpu_parallel_eff", 1.0, "assumed: 2-thread GEMM not measured (quick calibration)")
+    f.put("cpu_kquant_gemm_slowdown", 1.0, "assumed: the host runner has no K-quant GEMM (it unpacks to INT8 first)")
 
+
+def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
+    """Float attention and elementwise rates, and the per-task dispatch overhead."""
+    kern = m.kernels
     att = m.attention
-    put("cpu_fp16_gflops_per_ghz", sum(r["flops"] for r in att) / sum(r["seconds"] for r in att) / 1e9 / ghz,
-        f"measured: {kern} float32 attention (FP32 here, no FP16), total FLOPs / total s over "
-        f"{len(att)} shapes / GHz", float(np.median([r["spread"] for r in att])))
+    f.put("cpu_fp16_gflops_per_ghz", sum(r["flops"] for r in att) / sum(r["seconds"] for r in att) / 1e9 / ghz,
+          f"measured: {kern} float32 attention (FP32 here, no FP16), total FLOPs / total s over "
+          f"{len(att)} shapes / GHz", float(np.median([r["spread"] for r in att])))
     el = m.elementwise
     emax = max(r["m"] for r in el)
     eb = [r for r in el if r["m"] == emax]
-    put("cpu_elementwise_gbps_per_core", sum(r["bytes"] for r in eb) / sum(r["seconds"] for r in eb) / 1e9,
-        f"measured: {kern} float32 rmsnorm/quantize/dequant/rope/silu_mul/add at M={emax}, bytes read + written / s",
-        float(np.median([r["spread"] for r in eb])))
-    put("cpu_op_overhead_s", m.dispatch.median, "measured: Python thread hand-off through a threading.Condition "
-        "and back (the HIL runner's per-task cost)", m.dispatch.spread)
+    f.put("cpu_elementwise_gbps_per_core", sum(r["bytes"] for r in eb) / sum(r["seconds"] for r in eb) / 1e9,
+          f"measured: {kern} float32 rmsnorm/quantize/dequant/rope/silu_mul/add at M={emax}, bytes read + written / s",
+          float(np.median([r["spread"] for r in eb])))
+    f.put("cpu_op_overhead_s", m.dispatch.median, "measured: Python thread hand-off through a threading.Condition "
+          "and back (the HIL runner's per-task cost)", m.dispatch.spread)
 
+
+def put_unpack(f: ProfileFields, m: Measurements, ghz: float) -> None:
+    """Unpack speed: effective SIMD IPC of the weightlet unpack, cycles per weight of the K-quant one (when
+    measured)."""
     from planner.formats import unpack_work
 
-    C, D = s.unpack_shape
+    C, D = m.settings.unpack_shape
     wl = [r for r in m.unpack if r["fmt"] == "weightlet" and r["threads"] == 1]
     if wl:
         ipcs = [unpack_work(np.full(C, r["bits"]), D, "weightlet")[0] / (C * D) / (r["s_per_weight"] * ghz * 1e9)
                 for r in wl]
-        put("cpu_simd_ipc", float(np.median(ipcs)), "measured (effective): planner.formats weightlet instruction "
-            "count (16-weight stripes) / measured native unpack time x GHz, median over bit widths, 1 thread",
-            float(np.median([r["spread"] for r in wl])))
+        f.put("cpu_simd_ipc", float(np.median(ipcs)), "measured (effective): planner.formats weightlet instruction "
+              "count (16-weight stripes) / measured native unpack time x GHz, median over bit widths, 1 thread",
+              float(np.median([r["spread"] for r in wl])))
     kq = [r for r in m.unpack if r["fmt"] == "kquant" and r["threads"] == 1]
     if kq:
-        put("kquant_unpack_cycles_per_weight", float(np.median([r["s_per_weight"] for r in kq])) * ghz * 1e9,
-            "measured: native kquant unpack s/weight x GHz, median over bit widths, 1 thread",
-            float(np.median([r["spread"] for r in kq])))
+        f.put("kquant_unpack_cycles_per_weight", float(np.median([r["s_per_weight"] for r in kq])) * ghz * 1e9,
+              "measured: native kquant unpack s/weight x GHz, median over bit widths, 1 thread",
+              float(np.median([r["spread"] for r in kq])))
 
-    put("npu_on_cpu_core", True, "by construction: the runner's NPU worker is a thread on a CPU core")
-    put("npu_inefficient_factor", 1.0, "by construction: the NPU stand-in is a CPU core running the same kernels")
-    put("npu_dispatch_s", m.dispatch.median, "measured: same thread hand-off as cpu_op_overhead_s (the runner's NPU "
-        "worker is a thread)", m.dispatch.spread)
+
+def put_npu_stand_in(f: ProfileFields, m: Measurements) -> None:
+    """The NPU stand-in: a worker thread on a CPU core, no QNN graph; context deserialization = a copy. Needs
+    `cpu_copy_gbps` already put."""
+    f.put("npu_on_cpu_core", True, "by construction: the runner's NPU worker is a thread on a CPU core")
+    f.put("npu_inefficient_factor", 1.0, "by construction: the NPU stand-in is a CPU core running the same kernels")
+    f.put("npu_dispatch_s", m.dispatch.median, "measured: same thread hand-off as cpu_op_overhead_s (the runner's NPU "
+          "worker is a thread)", m.dispatch.spread)
     for key in ("npu_setup_s", "npu_compose_s_per_gb", "npu_optimize_s_per_gb", "npu_prepare_s_per_gb"):
-        put(key, 0.0, "this host has no NPU graph (no QNN set-up / compose / optimize / prepare)")
-    put("npu_ctx_deserialize_gbps", v["cpu_copy_gbps"], "measured: = cpu_copy_gbps (the runner's stand-in for "
-        "deserializing a context binary is a real copy)", spr.get("cpu_copy_gbps"))
-    put("power_idle_w", 5.0, "assumed: idle share of a server host (no power sensor readable here)")
-    put("power_big_core_w", 3.75, "assumed: server CPU TDP per core order (e.g. 360 W / 96 cores)")
-    put("power_little_core_w", 0.0, "this host has one core type")
-    put("power_npu_w", 3.75, "assumed: = power_big_core_w (the NPU stand-in is a core)")
-    put("flash_nj_per_byte", 1.5, "assumed: datacenter SSD order (~5 W at ~3 GB/s)")
-    for f in dataclasses.fields(SocProfile):                 # fields this calibration does not know: schema default
-        if f.name not in v and f.name not in ("name", "soc", "source"):
-            src[f.name] = f"default: not calibrated on this host (schema default {f.default!r})"
-    prof = SocProfile(name="host", soc=ident.cpu_model,
-                      source=f"measured on this host by hil.calibrate ({'quick' if s.quick else 'full'}; compute "
-                             f"kernels: {kern}); per-field sources in device.json", **v)
-    return prof, src, spr
+        f.put(key, 0.0, "this host has no NPU graph (no QNN set-up / compose / optimize / prepare)")
+    f.put("npu_ctx_deserialize_gbps", f.values["cpu_copy_gbps"], "measured: = cpu_copy_gbps (the runner's stand-in "
+          "for deserializing a context binary is a real copy)", f.spread.get("cpu_copy_gbps"))
+
+
+def put_assumed_power(f: ProfileFields) -> None:
+    """Power and flash energy: assumed (no power sensor readable on this host)."""
+    f.put("power_idle_w", 5.0, "assumed: idle share of a server host (no power sensor readable here)")
+    f.put("power_big_core_w", 3.75, "assumed: server CPU TDP per core order (e.g. 360 W / 96 cores)")
+    f.put("power_little_core_w", 0.0, "this host has one core type")
+    f.put("power_npu_w", 3.75, "assumed: = power_big_core_w (the NPU stand-in is a core)")
+    f.put("flash_nj_per_byte", 1.5, "assumed: datacenter SSD order (~5 W at ~3 GB/s)")
 
 
 def cost_table(m) -> dict:

@@ -10,9 +10,10 @@ SIMD-friendly format) and `kquant` (compact bit-split with per-group minimums). 
   fitted to Fig. 4b); `int8`: nothing.
 - `ggml`: llama.cpp's own K-quant types for a uniform budget (bits per weight from ggml's block layouts).
 
-Bit allocations come from the quantizer's statistical twin (`quant.twin.twin_bits`) for models without weights here;
-until it exists a uniform allocation at the budget (floor/ceil mix with the exact mean) stands in, and the metrics
-say which one was used (`bits_source`).
+Bit allocations come from the quantizer's statistical twin (`quant.twin.twin_bits`) for models without weights here
+and from the quantizer on the real weights otherwise; a uniform allocation at the budget (floor/ceil mix with the
+exact mean) is used only when asked for (`bits_source=uniform`), never as a silent fallback, and the metrics say which
+one was used (`bits_source`). Cached allocations are keyed by a hash of the allocator's (and twin's) source code.
 """
 from __future__ import annotations
 
@@ -122,9 +123,9 @@ def model_bits(spec: ModelSpec, budget: float, seed: int = 0, source: str = "aut
             return cached, "twin"
         try:
             from quant.twin import twin_bits  # type: ignore[attr-defined]
-        except Exception as e:
-            if source == "twin":
-                raise ValueError(f"bits_source=twin but quant.twin is not available ({e})") from None
+        except Exception as e:            # no silent fallback to uniform bits: uniform only when asked for
+            raise ValueError(f"bits_source={source}: the quantizer twin (quant.twin) is not available ({e}); "
+                             f"use bits_source=uniform to run with uniform bits") from None
         else:
             raw = twin_bits(spec, budget, seed)
             shapes = spec.linear_shapes()
@@ -164,6 +165,17 @@ def real_bits(spec: ModelSpec, budget: float) -> dict[str, np.ndarray]:
     return out
 
 
+def _allocator_code_hash(tag: str) -> str:
+    """Hash of the source of the modules that compute an allocation (the allocator, and the twin for twin bits)."""
+    import importlib
+    import inspect
+
+    h = hashlib.sha1()
+    for mod in ("quant.allocate",) + (("quant.twin",) if tag != "real" else ()):
+        h.update(inspect.getsource(importlib.import_module(mod)).encode())
+    return h.hexdigest()
+
+
 def _cache_key(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> Path | None:
     try:
         if tag == "real":
@@ -179,6 +191,7 @@ def _cache_key(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> 
         return None
     h.update(repr(sorted(spec.linear_shapes().items())).encode())
     h.update(f"{spec.n_layers}|{budget:.6f}|{seed}".encode())
+    h.update(_allocator_code_hash(tag).encode())        # a changed allocator invalidates its cached allocations
     from quant.arch import check_name
 
     try:                                # the file name embeds model.name: only a validated name, under CACHE_DIR

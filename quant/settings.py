@@ -11,6 +11,7 @@ from enum import Enum
 MAX_TOKENS = 4096          # documented maximum of quant.calib_tokens / eval_tokens / search_tokens (logits: T x vocab)
 MAX_ALPHA_STEPS = 101      # documented maximum of quant.alpha_steps (one quantization per grid point per tensor)
 MAX_OFFSET = 10_000_000    # tokens; the evaluation text is far shorter (the app checks the real length)
+MAX_EVAL_SLICES = 64       # documented maximum of quant.eval_slices (one reference + one quantized forward each)
 
 
 class BudgetScope(str, Enum):
@@ -43,8 +44,10 @@ class QuantSettings:
     cmpq_low_frac: float = 0.25       # CMPQ adapted: share at B-1 (lowest RE at B); equal shares keep the average B
     calib_tokens: int = 256           # tokens of the calibration slice (activation scales, S_I, S_O)
     calib_offset: int = 100_000       # token offset of the calibration slice (disjoint from the evaluation slice)
-    eval_tokens: int = 512            # tokens of the evaluation slice (check figure: 512 -> ppl 17.83)
-    eval_offset: int = 0              # token offset of the evaluation slice
+    eval_tokens: int = 512            # tokens of each evaluation slice (check figure: slice 0, 512 -> ppl 17.83)
+    eval_offset: int = 0              # token offset of the first evaluation slice
+    eval_slices: int = 4              # K disjoint evaluation slices; metrics are mean ± sd over them
+    eval_stride: int = 20_000         # tokens between the starts of consecutive evaluation slices (>= eval_tokens)
 
     def __post_init__(self) -> None:
         for f in fields(self):                   # types first (NaN / inf rejected for every float)
@@ -86,8 +89,16 @@ class QuantSettings:
         for key in ("calib_offset", "eval_offset"):
             if not 0 <= getattr(self, key) <= MAX_OFFSET:
                 raise ValueError(f"quant.{key} must be in 0..{MAX_OFFSET} (got {getattr(self, key)})")
-        a0, a1 = self.eval_offset, self.eval_offset + self.eval_tokens
+        if not 1 <= self.eval_slices <= MAX_EVAL_SLICES:
+            raise ValueError(f"quant.eval_slices must be in 1..{MAX_EVAL_SLICES} (got {self.eval_slices})")
+        if not self.eval_tokens <= self.eval_stride <= MAX_OFFSET:
+            raise ValueError(f"quant.eval_stride must be in quant.eval_tokens..{MAX_OFFSET} = {self.eval_tokens}.."
+                             f"{MAX_OFFSET} so the evaluation slices are disjoint (got {self.eval_stride})")
         c0, c1 = self.calib_offset, self.calib_offset + self.calib_tokens
-        if a0 < c1 and c0 < a1:
-            raise ValueError(f"quant.calib_offset: the calibration slice [{c0}, {c1}) overlaps the evaluation slice "
-                             f"[{a0}, {a1}) (quant.eval_offset, quant.eval_tokens)")
+        for k in range(self.eval_slices):
+            a0 = self.eval_offset + k * self.eval_stride
+            a1 = a0 + self.eval_tokens
+            if a0 < c1 and c0 < a1:
+                raise ValueError(f"quant.calib_offset: the calibration slice [{c0}, {c1}) overlaps evaluation slice "
+                                 f"{k} [{a0}, {a1}) (quant.eval_offset, quant.eval_tokens, quant.eval_slices, "
+                                 f"quant.eval_stride)")

@@ -3,11 +3,13 @@ measured on the real SmolLM2-135M on this host (perplexity and mean KL against t
 paper's Table 4 shape, README "Quantization of the real SmolLM2-135M"). The paper's evaluation (Llama3-8B and
 others on benchmark accuracy) is withheld from the design text and needs GPUs and datasets; this is the measurable
 counterpart. Built from `quant/` (the same steps as `quant.pipeline.run_quantization`, with the weights, the
-calibration and the reference forward computed once for all methods).
+calibration and the reference forwards computed once for all methods). Every method is evaluated on K = 4 disjoint
+slices of the text (offsets 0, 20000, 40000, 60000; disjoint from the calibration slice at 100000): each row has the
+mean and the sample sd over the slices (`ppl` / `ppl_sd`, `kl_mean` / `kl_mean_sd`); the plot draws mean ± sd.
 
-`full`: methods edgeflow, smoothquant, shadow_outlier, cmpq at 4-6 bits and int8 / int4, 512 evaluation tokens
-(a few minutes on 2 cores); `toy`: edgeflow (3-point α grid) and int8 at 5 bits on 16 tokens (about a
-minute: the golden test is marked slow).
+`full`: methods edgeflow, smoothquant, shadow_outlier, cmpq at 4-6 bits and int8 / int4, 4 slices of 512 evaluation
+tokens (several minutes on 2 cores); `toy`: edgeflow (3-point α grid) and int8 at 5 bits on 4 slices of 16 tokens
+(about a minute: the golden test is marked slow).
 """
 from __future__ import annotations
 
@@ -17,9 +19,10 @@ from experiments.figures.base import FigureSpec, note, progress
 
 GRID = {
     "full": dict(methods=("edgeflow", "smoothquant", "shadow_outlier", "cmpq"), fixed=("int8", "int4"),
-                 bits=(4, 5, 6), eval_tokens=512, calib_tokens=256, search_tokens=128, alpha_steps=11),
-    "toy": dict(methods=("edgeflow",), fixed=("int8",), bits=(5,), eval_tokens=16, calib_tokens=32,
-                search_tokens=16, alpha_steps=3),
+                 bits=(4, 5, 6), eval_tokens=512, eval_slices=4, calib_tokens=256, search_tokens=128,
+                 alpha_steps=11),
+    "toy": dict(methods=("edgeflow",), fixed=("int8",), bits=(5,), eval_tokens=16, eval_slices=4,
+                calib_tokens=32, search_tokens=16, alpha_steps=3),
 }
 MODEL = "smollm2_135m"
 
@@ -32,12 +35,13 @@ SPEC = FigureSpec(
     simulated="",
     measured="perplexity and KL(reference‖quantized) of each method on this host (deterministic NumPy forward)",
     tolerances={"ppl": (1e-3, 1e-6), "kl_mean": (1e-3, 1e-6), "ref_ppl": (1e-3, 1e-6),
+                "ppl_sd": (1e-2, 1e-5), "kl_mean_sd": (1e-2, 1e-6), "ref_ppl_sd": (1e-2, 1e-5),
                 "stored_bits_per_weight": (1e-4, 1e-9)})
 
 
 def data(size: str) -> pd.DataFrame:
     from quant.calibrate import calibrate
-    from quant.evaluate import eval_text_tokens, kl_mean, perplexity_from_logits
+    from quant.evaluate import eval_text_tokens, evaluate_slices, settings_slices
     from quant.gguf_model import load_weights, model_spec
     from quant.llama import forward_logits
     from quant.methods import METHODS
@@ -45,24 +49,24 @@ def data(size: str) -> pd.DataFrame:
 
     g = GRID[size]
     spec = model_spec(MODEL)
-    settings = QuantSettings(eval_tokens=g["eval_tokens"], calib_tokens=g["calib_tokens"],
-                             search_tokens=g["search_tokens"], alpha_steps=g["alpha_steps"])
+    settings = QuantSettings(eval_tokens=g["eval_tokens"], eval_slices=g["eval_slices"],
+                             calib_tokens=g["calib_tokens"], search_tokens=g["search_tokens"],
+                             alpha_steps=g["alpha_steps"])
     weights = load_weights(spec)
     calib = calibrate(weights, spec, eval_text_tokens(spec, settings.calib_tokens, settings.calib_offset))
-    toks = eval_text_tokens(spec, settings.eval_tokens, settings.eval_offset)
-    ref = forward_logits(weights, spec, toks)                       # (T, vocab)
-    ref_ppl = perplexity_from_logits(ref, toks)
+    slices = settings_slices(spec, settings)                        # (K, L) disjoint, none overlaps calibration
+    refs = [forward_logits(weights, spec, t) for t in slices]       # K × (L, vocab)
     runs = [(m, b) for m in g["methods"] for b in g["bits"]] + [(m, 8 if m == "int8" else 4) for m in g["fixed"]]
     rows = []
     for method, bits in progress(runs, "quantize + evaluate"):
         qm = METHODS[method](settings).build(weights, spec, calib, bits, float(bits), None)
-        q = forward_logits(weights, spec, toks, qm)
+        ev = evaluate_slices(weights, spec, slices, qm, refs).metrics()
         b, d = qm.all_bits()
         lin_bytes = sum(layer.weight_bytes() for layer in qm.layers.values())
-        rows.append({"method": method, "budget_bits": bits, "ppl": perplexity_from_logits(q, toks),
-                     "kl_mean": kl_mean(ref, q), "ref_ppl": ref_ppl,
-                     "stored_bits_per_weight": lin_bytes * 8 / d.sum(), "eval_tokens": int(toks.size),
-                     "source": "measured"})
+        rows.append({"method": method, "budget_bits": bits, "ppl": ev["ppl"], "ppl_sd": ev["ppl_sd"],
+                     "kl_mean": ev["kl_mean"], "kl_mean_sd": ev["kl_mean_sd"], "ref_ppl": ev["ref_ppl"],
+                     "ref_ppl_sd": ev["ref_ppl_sd"], "stored_bits_per_weight": lin_bytes * 8 / d.sum(),
+                     "eval_tokens": int(slices.shape[1]), "eval_slices": int(slices.shape[0]), "source": "measured"})
     return pd.DataFrame(rows)
 
 
@@ -71,13 +75,14 @@ def plot(df: pd.DataFrame, fig) -> None:
     for method in dict.fromkeys(df.method):
         d = df[df.method == method].sort_values("stored_bits_per_weight")
         style = "o-" if len(d) > 1 else "s"
-        ax1.plot(d.stored_bits_per_weight, d.ppl, style, label=method)
-        ax2.plot(d.stored_bits_per_weight, d.kl_mean, style, label=method)
+        ax1.errorbar(d.stored_bits_per_weight, d.ppl, yerr=d.ppl_sd, fmt=style, capsize=2, label=method)
+        ax2.errorbar(d.stored_bits_per_weight, d.kl_mean, yerr=d.kl_mean_sd, fmt=style, capsize=2, label=method)
     ax1.axhline(float(df.ref_ppl.iloc[0]), color="k", ls=":", lw=1, label="reference (dequantized GGUF)")
     ax1.set_yscale("log")
     ax1.set_xlabel("stored bits per linear weight")
-    ax1.set_ylabel(f"perplexity ({int(df.eval_tokens.iloc[0])} tokens)")
+    ax1.set_ylabel(f"perplexity, mean ± sd over {int(df.eval_slices.iloc[0])} slices of "
+                   f"{int(df.eval_tokens.iloc[0])} tokens")
     ax2.set_xlabel("stored bits per linear weight")
-    ax2.set_ylabel("mean KL(ref ‖ quantized), nats")
+    ax2.set_ylabel("mean KL(ref ‖ quantized), nats (mean ± sd over slices)")
     ax1.legend(fontsize=7)
     note(ax1, "measured on this host")

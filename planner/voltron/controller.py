@@ -207,7 +207,7 @@ class VoltronPolicy(Policy):
         changed = self.changed(self.current, prefill)
         reload = self.adopt(prefill)
         self._key = None
-        self._first_decode = (decode, kv_len + n_in)
+        self._first_decode = (decode, kv_len + n_in, tuple(links.connected.tolist()))
         return Decision(plan=prefill, next_plan=decode, reload_bytes=reload, replanned=changed, plan_ms=ms,
                         searched=True)
 
@@ -234,9 +234,9 @@ class VoltronPolicy(Policy):
         key = (int(np.ceil((kv_len + 2) / b)), links.mcs_key, tuple(np.where(links.connected, budgets, 0).tolist()),
                self._floor)
         first = self.__dict__.pop("_first_decode", None)
-        if first is not None and first[1] == kv_len:
+        if first is not None and first[1] == kv_len and first[2] == tuple(links.connected.tolist()):
             # first token of a turn: the decode plan searched with the prefill (same precisions); its shards were
-            # loading in the background during the prefill
+            # loading in the background during the prefill (not if a device left or came back meanwhile: re-plan)
             self._key = key
             reload = self.adopt(first[0])
             return Decision(plan=first[0], reload_bytes=reload, replanned=True, urgent=False)

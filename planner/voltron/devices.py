@@ -102,12 +102,35 @@ def device_time(dev: EdgeDevice, prec: np.ndarray, n_tokens: np.ndarray, flops: 
 
 
 @dataclass
+class EmulationSpec:
+    """How a cluster is emulated by worker processes on one host (docs/cluster.md): each device's CPU speed becomes a
+    CPU quota on this host, proportional to its spec-sheet sustained INT8 rate (`EdgeDevice.ops_per_s`), the fastest
+    device getting `max_cores`; its memory budget is scaled down so that the small models we can run here need more
+    than one device (the emulated budget, enforced by the worker)."""
+    max_cores: float = 0.6                            # host cores of the fastest device's worker (cgroup CPU quota)
+    min_cores: float = 0.1                            # floor of any device's quota (a quota below ~0.1 core starves)
+    cfs_period_ms: float = 10.0                       # CFS period: short, so a throttled worker stalls ≤ ~period
+    mem_budget_mb: list[float] = field(default_factory=list)   # MB per device (cluster order); [] = the devices' own
+
+    def __post_init__(self) -> None:
+        if not 0.05 <= self.min_cores <= self.max_cores <= 1.0:
+            raise ValueError(f"cluster.emulation: need 0.05 <= min_cores <= max_cores <= 1 core "
+                             f"(got {self.min_cores}, {self.max_cores})")
+        if not 1.0 <= self.cfs_period_ms <= 1000.0:
+            raise ValueError(f"cluster.emulation.cfs_period_ms must be in [1, 1000] (got {self.cfs_period_ms})")
+        if any(m <= 0 for m in self.mem_budget_mb):
+            raise ValueError(f"cluster.emulation.mem_budget_mb must be > 0 (got {self.mem_budget_mb})")
+
+
+@dataclass
 class ClusterSpec:
-    """conf/cluster/<name>.yaml: devices in order (index 0 = main device) and their links to the main device."""
+    """conf/cluster/<name>.yaml: devices in order (index 0 = main device) and their links to the main device;
+    optionally how to emulate it on this host (`emulation`, used by `hil.cluster`)."""
     name: str = "???"
     devices: list[str] = field(default_factory=list)   # conf/device names; devices[0] is the main device
     links: list[str] = field(default_factory=list)     # trace link name of device k+1 ↔ main (len = len(devices) - 1)
     description: str = ""
+    emulation: EmulationSpec | None = None
 
     def __post_init__(self) -> None:
         if len(self.devices) < 1:
@@ -117,6 +140,12 @@ class ClusterSpec:
         if len(self.links) != len(self.devices) - 1:
             raise ValueError(f"cluster.links must name one link per non-main device "
                              f"({len(self.devices) - 1}), got {len(self.links)}")
+        if isinstance(self.emulation, dict):
+            self.emulation = EmulationSpec(**self.emulation)
+        if self.emulation is not None and self.emulation.mem_budget_mb and \
+                len(self.emulation.mem_budget_mb) != len(self.devices):
+            raise ValueError(f"cluster.emulation.mem_budget_mb must give one budget per device ({len(self.devices)}), "
+                             f"got {len(self.emulation.mem_budget_mb)}")
 
 
 @dataclass
@@ -160,3 +189,20 @@ def load_device(name: str, conf_dir=None) -> EdgeDevice:
 def load_cluster(name: str, conf_dir=None) -> Cluster:
     spec = ClusterSpec(**_load_yaml("cluster", name, conf_dir))
     return Cluster(spec, [load_device(d, conf_dir) for d in spec.devices])
+
+
+def emulated_cluster(cluster: Cluster) -> tuple[Cluster, np.ndarray]:
+    """The cluster as emulated on this host: devices with their emulated memory budgets, and (D,) CPU quotas in host
+    cores (fastest device = `max_cores`, the others in proportion to their sustained INT8 rate, floored at
+    `min_cores`). Raises when the cluster has no `emulation` block."""
+    from dataclasses import replace
+
+    emu = cluster.spec.emulation
+    if emu is None:
+        raise ValueError(f"cluster {cluster.spec.name} has no `emulation` block (see conf/cluster/office_emu.yaml)")
+    rate = np.array([d.ops_per_s()[1] for d in cluster.devices])              # (D,) sustained INT8 op/s
+    cores = np.maximum(emu.max_cores * rate / rate.max(), emu.min_cores)     # (D,) host cores per worker
+    devices = list(cluster.devices)
+    if emu.mem_budget_mb:
+        devices = [replace(d, mem_budget_gb=mb / 1e3) for d, mb in zip(devices, emu.mem_budget_mb)]
+    return Cluster(cluster.spec, devices), cores

@@ -45,7 +45,9 @@ class Profile:
     time_s: np.ndarray       # (M,) "measured" time
 
 
-def _features(table: LayerTable, ltype: int, prec: int, n: int, kv: int, frac: float) -> np.ndarray:
+def feature_row(table: LayerTable, ltype: int, prec: int, n: int, kv: int, frac: float) -> np.ndarray:
+    """(4,) regression features of one profiling run: [1, ops, weight bytes read, KV bytes read] of a fraction `frac`
+    of a sublayer of type `ltype` at precision `prec`, n new tokens after kv cached ones."""
     f, _ = table.features(n, kv)                           # (T, 3): ops, weight params read, kv bytes read
     ops, wparams, kvb = f[ltype]
     return np.array([1.0, frac * ops, frac * wparams * BYTES_PER_WEIGHT[prec], frac * kvb])
@@ -71,7 +73,7 @@ def sample_profiles(n_devices: int, table: LayerTable, timer, points: int = 160,
                         n, kv = 1, int(rng.uniform(0, 8192))
                     frac = float(rng.choice([1.0, 0.5, 1 / 3, 0.25, 0.125, 1 / 16]))
                     nt = n if t != 5 else 1
-                    x = _features(table, t, p, nt, kv, frac)
+                    x = feature_row(table, t, p, nt, kv, frac)
                     true = timer(di, p, t, nt, kv, frac, x)
                     rows.append((di, p, ph, t, n, kv, x, float(true) * float(np.exp(rng.normal(0, noise)))))
     cols = list(zip(*rows))
@@ -167,4 +169,5 @@ def fit_for(devices: list[EdgeDevice], table: LayerTable, points: int = 160, noi
     return model, accuracy(model, test)
 
 
-__all__ = ["LatencyModel", "Profile", "sample_profiles", "simulate_profiles", "fit_for", "accuracy", "split"]
+__all__ = ["LatencyModel", "Profile", "feature_row", "sample_profiles", "simulate_profiles", "fit_for", "accuracy",
+           "split"]

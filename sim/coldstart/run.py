@@ -17,9 +17,12 @@ from sim.trace import timeline_trace
 MAX_PROMPT_TOKENS = 32_768     # documented maximum of prompt_tokens (the largest workload is ~1k tokens)
 MAX_SEED = 2**32 - 1
 
+# metrics.json labels (experiments.common.write_run_outputs): numbers the simulation / plan produce, and the run's
+# settings echoed next to them (the prompt length, from prompt_tokens or the workload, and the bit budget)
 MODELLED = ("ttft_s", "setup_s", "load_s", "unpack_s", "graph_s", "prefill_s", "cpu_busy_s", "npu_busy_s",
             "cpu_bubble_rate", "npu_bubble_rate", "stolen_ops", "peak_mem_gb", "mem_headroom_gb", "energy_j",
-            "bytes_read", "n_tasks", "flash_bytes", "steal_threshold", "prompt_tokens", "bits")
+            "bytes_read", "n_tasks", "flash_bytes", "steal_threshold")
+INPUTS = ("prompt_tokens", "bits")
 
 
 @dataclass
@@ -89,4 +92,11 @@ def run_one(model: ModelSpec, device: SocProfile, framework: FrameworkSpec, work
 
 
 def modelled_keys(metrics: dict[str, Any]) -> list[str]:
+    """Keys of `run_one`'s metrics that are modelled: simulated times, rates, bytes, and the plan's bit histogram."""
     return [k for k in metrics if k in MODELLED or k.startswith("bits_frac_")]
+
+
+def input_keys(metrics: dict[str, Any]) -> list[str]:
+    """Keys of `run_one`'s metrics that echo the run's inputs (prompt length, bit budget): neither measured nor
+    modelled."""
+    return [k for k in metrics if k in INPUTS]

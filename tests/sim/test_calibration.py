@@ -1,9 +1,23 @@
 """Component calibration (docs/design.md §7): the simulated components of the Xiaomi 15 Pro profile reproduce the
-EdgeFlow figures within 10 %. These scenarios are the figures' own set-ups (llm.npu Fig. 1, loading Fig. 4b, §4.3
-threshold); end-to-end TTFTs of EdgeFlow and the CPU baselines are not among them."""
+EdgeFlow figures within 10 %. These scenarios are the figures' own set-ups (llm.npu Fig. 1, loading Fig. 4b); end-to-end
+TTFTs of EdgeFlow and the CPU baselines are not among them. The CPU GEMM rate is sourced (a published MNN prefill rate
+on the same SoC), and the §4.3 stealing threshold is derived from the modelled rates and only reported next to the
+paper's 5 (docs/coldstart.md "Calibration")."""
+from dataclasses import replace
+
 import pytest
 
-from sim.coldstart.calibration import TARGETS, calibration_report
+from planner.cost.analytic import AnalyticCostModel
+from planner.pipeline.granular import matmul_time_ratio
+from sim.coldstart.calibration import (
+    CPU_GEMM_SOURCE,
+    EF_COMPUTE_THREADS,
+    EF_FIRST_CORE,
+    REPORTED,
+    TARGETS,
+    calibration_report,
+    sourced_cpu_gemm_rate,
+)
 from tests.sim.helpers import llama, xiaomi
 
 
@@ -17,8 +31,28 @@ def test_component_within_10_percent(report, key):
     assert report[key] == pytest.approx(TARGETS[key], rel=0.10), (key, report[key], TARGETS[key])
 
 
-def test_threshold_is_exactly_the_papers(report):
-    assert report["steal_threshold"] == 5
+def test_threshold_is_reported_not_fitted(report):
+    """The threshold is an outcome: round(CPU/NPU matmul time ratio) of the modelled rates, not forced to the paper's 5
+    (with the sourced MNN lower-bound rate it is larger: docs/coldstart.md)."""
+    assert set(REPORTED) <= set(report) and not set(REPORTED) & set(TARGETS)
+    spec, dev = llama(), xiaomi()
+    ratio = matmul_time_ratio(AnalyticCostModel(dev), spec, 128, EF_COMPUTE_THREADS, EF_FIRST_CORE)
+    assert report["steal_threshold"] == max(1, round(ratio))
+    # a CPU GEMM rate that many times faster would bring it to the paper's 5: it moves with the rate, nothing pins it
+    faster = replace(dev, cpu_int8_gemm_gops_per_ghz=dev.cpu_int8_gemm_gops_per_ghz * ratio / 5)
+    assert calibration_report(spec, faster)["steal_threshold"] == 5
+
+
+def test_cpu_gemm_rate_is_the_sourced_one():
+    """conf/device/xiaomi15pro.yaml holds the rate derived from the published MNN prefill rate (110.94 tok/s,
+    Qwen3-1.7B, 4 threads): 2 x 28 layers x 50.3 M projection weights = 2.819 GOP/token, over 4 threads' GHz."""
+    dev = xiaomi()
+    assert CPU_GEMM_SOURCE.gop_per_token == pytest.approx(2 * 28 * (2048 * 2048 * 2 + 2048 * 1024 * 2 + 3 * 2048 * 6144)
+                                                          / 1e9)
+    assert dev.cpu_int8_gemm_gops_per_ghz == pytest.approx(sourced_cpu_gemm_rate(dev), rel=1e-3)
+    # the cost model then reproduces the published prefill rate for that model's projections on 4 threads
+    per_token_s = CPU_GEMM_SOURCE.gop_per_token * 1e9 / (dev.cpu_int8_gemm_gops_per_ghz * 1e9 * dev.thread_ghz(4, 0))
+    assert 1 / per_token_s == pytest.approx(CPU_GEMM_SOURCE.prefill_tok_s, rel=1e-3)
 
 
 def test_calibration_is_sensitive_to_the_profile():

@@ -102,7 +102,7 @@ def _check_schedule(tl):
             assert b0 >= a1 - 1e-12, key
 
 
-def _llama_run(policy, tokens):
+def _llama_run(policy, tokens, dev=None):
     from planner.cost import AnalyticCostModel
     from planner.framework import FrameworkSpec
     from sim.coldstart import ColdStartInputs, run_coldstart
@@ -110,7 +110,7 @@ def _llama_run(policy, tokens):
     from tests.sim.helpers import llama
 
     fw = load_conf("framework", policy, FrameworkSpec)
-    dev = xiaomi()
+    dev = dev or xiaomi()
     return run_coldstart(ColdStartInputs(llama(), dev, fw, AnalyticCostModel(dev), tokens, 5.0,
                                          bits_source="uniform"))
 
@@ -143,15 +143,30 @@ def test_deadlock_is_reported():
 def test_each_pipeline_mechanism_shrinks_its_target():
     """HellaSwag-length prompt on Llama3-8B: + pipeline hides loading behind compute; + place shortens the NPU's
     busy time (NPU-inefficient ops move to the CPU); + priority cuts NPU bubbles; + steal cuts CPU bubbles; prefill
-    time falls at every step."""
+    time falls at every step up to priority. Stealing shortens prefill too when the CPU matmuls are as fast as the
+    paper's threshold of 5 implies; with the profile's sourced (lower-bound) CPU GEMM rate the derived threshold is 10
+    and stealing does not pay (docs/coldstart.md "Calibration"), so that step is checked at the paper's rate."""
+    from dataclasses import replace
+
+    from planner.cost import AnalyticCostModel
+    from planner.pipeline.granular import matmul_time_ratio
+    from tests.sim.helpers import llama
+
     m = {p: _llama_run(p, 1086)[2] for p in ("ef_pack", "ef_pipe", "ef_place", "ef_priority", "edgeflow")}
     assert m["ef_pipe"]["ttft_s"] < m["ef_pack"]["ttft_s"]
     assert m["ef_place"]["npu_busy_s"] < m["ef_pipe"]["npu_busy_s"]
     assert m["ef_priority"]["npu_bubble_rate"] < m["ef_place"]["npu_bubble_rate"]
     assert m["edgeflow"]["cpu_bubble_rate"] < m["ef_priority"]["cpu_bubble_rate"]
-    pre = [m[p]["prefill_s"] for p in ("ef_pipe", "ef_place", "ef_priority", "edgeflow")]
-    assert pre == sorted(pre, reverse=True) and len(set(pre)) == 4
+    pre = [m[p]["prefill_s"] for p in ("ef_pipe", "ef_place", "ef_priority")]
+    assert pre == sorted(pre, reverse=True) and len(set(pre)) == 3
     assert m["edgeflow"]["stolen_ops"] > 0 and m["ef_priority"]["stolen_ops"] == 0
+    dev = xiaomi()                  # CPU GEMM rate at which EdgeFlow's 3-thread pool derives the paper's threshold 5
+    ratio = matmul_time_ratio(AnalyticCostModel(dev), llama(), 128, 3, 2)
+    paper = replace(dev, cpu_int8_gemm_gops_per_ghz=dev.cpu_int8_gemm_gops_per_ghz * ratio / 5)
+    prio = _llama_run("ef_priority", 1086, paper)[2]
+    plan, _tl, steal = _llama_run("edgeflow", 1086, paper)
+    assert plan.schedule.steal_threshold == 5 and steal["stolen_ops"] > 0
+    assert steal["prefill_s"] < prio["prefill_s"] and steal["cpu_bubble_rate"] < prio["cpu_bubble_rate"]
 
 
 def test_trace_has_one_track_per_worker_without_overlaps():

@@ -40,7 +40,7 @@ def test_bad_values_name_the_key(compose):
     with pytest.raises(ConfigError, match="turns: must be >= 1"):
         run(compose("multidevice", ["turns=0"]))
     with pytest.raises(ConfigError, match="no published base score"):
-        run(compose("multidevice", ["model=smollm2_135m", "turns=1"]))
+        run(compose("multidevice", ["model=llama3_8b", "turns=1"]))
 
 
 def test_cli_writes_metrics_and_timeline(tmp_path):

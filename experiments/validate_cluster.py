@@ -1,0 +1,276 @@
+"""Emulated-cluster validation app (docs/cluster.md): a Voltron conversation on worker processes, predicted vs measured.
+
+    python -m experiments.validate cluster=office_emu model=smollm2_135m planner=voltron \
+        trace=walk_away_disconnect turns=3
+    (`experiments.validate` hands any command line with `cluster=` to this app; `python -m experiments.validate_cluster`
+    is the same.)
+
+Starts one worker per device of the cluster's `emulation` block (network namespace, tc tbf link, cgroup CPU quota;
+needs root), measures the devices' layer profiles (stored per machine, `profile_points` per device × precision ×
+phase) and fits the planner's latency regression on them (held-out accuracy reported), then plays the conversation:
+the policy plans every step on the links of that instant, the workers run it, the trace re-shapes and drops links.
+
+Writes `metrics.json` (measured: TTFT / TPOT from wall times, re-plans, stalls; modelled: the planner's predictions;
+errors = (predicted − measured) / measured), `steps.csv` (one row per prefill / decode step, predicted and measured
+side by side), `replans.json`, `links.csv` (every link change applied), `tokens.json`, `profile_accuracy.json`, and
+`trace.json` (one track per device worker and per link).
+"""
+from __future__ import annotations
+
+import json
+import os
+import sys
+from dataclasses import dataclass
+
+import hydra
+import numpy as np
+from omegaconf import DictConfig
+
+from experiments.common import (
+    ConfigError,
+    Estimate,
+    int_in,
+    one_line_errors,
+    precheck,
+    prepare_run_dir,
+    run_dir,
+    strict_bool,
+    typed,
+    watch_parent,
+    write_run_outputs,
+)
+from experiments.multidevice import register
+from experiments.resume import resumable
+
+OUTPUTS = ["steps.csv", "replans.json", "links.csv", "tokens.json", "profile_accuracy.json", "trace.json",
+           "config.yaml"]
+MEASURED_KEYS = ["measured_ttft_s", "measured_ttft_s_min", "measured_ttft_s_max", "measured_tpot_ms_p50",
+                 "measured_tpot_ms_p90", "measured_ttft_compute_s", "measured_tpot_compute_ms_p50", "replans",
+                 "replan_steps_after_disconnect", "stall_s_total", "recomputes", "tokens_generated", "disconnects",
+                 "rejoins", "profile_points_total", "latency_model_accuracy", "latency_model_mape", "profile_s",
+                 "cluster_start_s", "oom", "warm_up_load_s"]
+MODELLED_KEYS = ["predicted_ttft_s", "predicted_tpot_ms_p50", "ttft_error_pct", "tpot_error_pct",
+                 "tpot_step_mape_pct", "accuracy_proxy_min"]
+
+
+@dataclass
+class Inputs:
+    spec: object
+    cluster: object
+    pcfg: object
+    tcfg: object
+    rssi: object
+    live: object
+    turns: int
+    prompt_tokens: int
+    new_tokens: int
+    seed: int
+    points: int
+    remeasure: bool
+    port: int
+
+
+def inputs(cfg: DictConfig) -> Inputs:
+    from hil.cluster.conversation import LiveConfig
+    from planner.voltron.devices import ClusterSpec
+    from planner.voltron.policy import PlannerConfig
+    from planner.voltron.rssi import RssiTable
+    from quant.arch import ModelSpec
+    from sim.wireless import RssiTrace, TraceConfig
+
+    for k in ("turns", "prompt_tokens", "new_tokens", "seed", "profile_points", "remeasure", "live",
+              "rssi", "port", "write_trace"):
+        if k not in cfg:
+            raise ConfigError(f"{k}: missing top-level key")
+    turns = int_in(cfg.turns, "turns", 1, 50)
+    prompt = int_in(cfg.prompt_tokens, "prompt_tokens", 1, 256)
+    new = int_in(cfg.new_tokens, "new_tokens", 1, 256)
+    seed = int_in(cfg.seed, "seed", 0, 2**32 - 1)
+    points = int_in(cfg.profile_points, "profile_points", 4, 1000)
+    port = int_in(cfg.port, "port", 1024, 65535)
+    remeasure = strict_bool(cfg.remeasure, "remeasure")
+    strict_bool(cfg.write_trace, "write_trace")
+    spec = typed(cfg.model, ModelSpec, "model")
+    cluster = typed(cfg.cluster, ClusterSpec, "cluster")
+    if cluster.emulation is None:
+        raise ConfigError(f"cluster: {cluster.name} has no `emulation` block; use an emulated cluster "
+                          f"(e.g. cluster=office_emu)")
+    pcfg = typed(cfg.planner, PlannerConfig, "planner")
+    tcfg = typed(cfg.trace, TraceConfig, "trace")
+    rssi = typed(cfg.rssi, RssiTable, "rssi")
+    live = typed(cfg.live, LiveConfig, "live")
+    try:
+        RssiTrace.load(tcfg)
+    except (ValueError, OSError) as e:
+        raise ConfigError(str(e) if str(e).startswith("trace") else f"trace.csv: {e}") from None
+    return Inputs(spec, cluster, pcfg, tcfg, rssi, live, turns, prompt, new, seed, points, remeasure, port)
+
+
+def validate(cfg: DictConfig) -> Estimate:
+    """Every check before any work, including the ones that need this machine (root, tc, cgroups)."""
+    inp = inputs(cfg)
+    if os.geteuid() != 0:
+        raise ConfigError("cluster: the emulated cluster needs root (ip netns, tc, cgroups); run as root")
+    from hil.cluster.cgroup import detect_cpu_controller
+
+    if detect_cpu_controller() is None:
+        raise ConfigError("cluster: no cgroup hierarchy with the cpu controller is mounted (CPU quotas)")
+    steps = inp.turns * inp.new_tokens
+    return Estimate(30.0 + 0.2 * steps + 0.3 * inp.points * 6, 1.5e9, "turns",
+                    f"turns={inp.turns}, profile_points={inp.points}")
+
+
+def _prompts(spec, inp: Inputs) -> list[np.ndarray]:
+    from quant.evaluate import eval_text_tokens
+
+    toks = eval_text_tokens(spec, inp.turns * inp.prompt_tokens)
+    return [toks[i * inp.prompt_tokens:(i + 1) * inp.prompt_tokens] for i in range(inp.turns)]
+
+
+def run(inp: Inputs, out) -> dict:
+    import time
+
+    from hil.cluster.conversation import LiveConversation, Turn
+    from hil.cluster.profiler import profile_cluster
+    from hil.cluster.session import ProfileStore, start_workers
+    from hil.cluster.trace import chrome_trace
+    from planner.voltron.devices import Cluster, emulated_cluster, load_device
+    from planner.voltron.layers import layer_table
+    from planner.voltron.registry import context_from_profile, make_policy
+    from quant.atomic import atomic_write_json, atomic_write_text
+    from sim.wireless import LinkTracker, RssiTrace
+
+    spec = inp.spec
+    cluster, cores = emulated_cluster(Cluster(inp.cluster, [load_device(d) for d in inp.cluster.devices]))
+    period_s = inp.cluster.emulation.cfs_period_ms / 1e3
+    store = ProfileStore(cluster, cores, spec.name)
+    prompts = _prompts(spec, inp)
+    t0 = time.monotonic()
+    emu, handles = start_workers(cluster, cores, spec.name, period_s, port=inp.port)
+    try:
+        start_s = time.monotonic() - t0
+        table = layer_table(spec, inp.pcfg.ffn_shards)
+        prof = None if inp.remeasure else store.load(inp.points)
+        t1 = time.monotonic()
+        if prof is None:
+            prof = profile_cluster([h.client for h in handles], table, points=inp.points, seed=inp.seed)
+            store.save(prof, inp.points, inp.seed, {"cores": cores.tolist()})
+        profile_s = time.monotonic() - t1
+        ctx, acc = context_from_profile(spec, cluster, inp.pcfg, prof, inp.seed)
+        policy = make_policy(ctx)
+        tracker = LinkTracker(RssiTrace.load(inp.tcfg), inp.rssi, inp.cluster.links)
+        conv = LiveConversation(policy, ctx, handles, emu.clients, emu, tracker.state,
+                                [Turn(p, inp.new_tokens) for p in prompts], inp.live)
+        res = conv.run()
+        spans = [s.to_dict() for s in conv.coord.spans] if conv.coord is not None else []
+        spans_base = conv.coord._t0 if conv.coord is not None else 0.0
+        messages = emu.drain_trace()
+    finally:
+        emu.close()
+    rows = res["rows"]
+    import pandas as pd
+
+    atomic_write_text(out / "steps.csv", pd.DataFrame(rows).to_csv(index=False))
+    atomic_write_text(out / "links.csv", pd.DataFrame(res["links"]).to_csv(index=False))
+    atomic_write_json(out / "replans.json", res["replans"])
+    atomic_write_json(out / "tokens.json", res["tokens"])
+    atomic_write_json(out / "profile_accuracy.json", {**acc, "measured_profile": str(store.dir), "points": inp.points,
+                                                      "cores": cores.tolist()})
+    atomic_write_json(out / "trace.json", chrome_trace(spans, messages, [d.name for d in cluster.devices], spans_base))
+    return summarize(rows, res, acc, prof, start_s, profile_s, policy)
+
+
+def summarize(rows: list[dict], res: dict, acc: dict, prof, start_s: float, profile_s: float, policy) -> dict:
+    """Measured TTFT / TPOT as the user sees them (plan switches, reloads, KV re-prefills and link-drop retries
+    included) and without the switches (`*_compute`: what the planner's step estimate predicts); errors are against
+    the latter, the switches are reported as stalls."""
+    pre = [r for r in rows if r["phase"] == "prefill"]
+    dec = [r for r in rows if r["phase"] == "decode"]
+    m: dict = {"planner": policy.label(), "oom": bool(res["oom"])}
+    if pre:
+        meas = np.array([r["measured_s"] for r in pre])
+        comp = np.array([r["measured_step_s"] for r in pre])
+        pred = np.array([r["predicted_s"] for r in pre])
+        m.update(measured_ttft_s=float(np.median(meas)), measured_ttft_s_min=float(meas.min()),
+                 measured_ttft_s_max=float(meas.max()), measured_ttft_compute_s=float(np.median(comp)),
+                 predicted_ttft_s=float(np.median(pred)))
+        m["ttft_error_pct"] = 100.0 * (m["predicted_ttft_s"] - m["measured_ttft_compute_s"]) / m[
+            "measured_ttft_compute_s"]
+    if dec:
+        meas = np.array([r["measured_s"] for r in dec])
+        comp = np.array([r["measured_step_s"] for r in dec])
+        pred = np.array([r["predicted_s"] for r in dec])
+        m.update(measured_tpot_ms_p50=1e3 * float(np.median(meas)), measured_tpot_ms_p90=1e3 * float(
+            np.percentile(meas, 90)), measured_tpot_compute_ms_p50=1e3 * float(np.median(comp)),
+            predicted_tpot_ms_p50=1e3 * float(np.median(pred)))
+        mt = m["measured_tpot_compute_ms_p50"]
+        m["tpot_error_pct"] = 100.0 * (m["predicted_tpot_ms_p50"] - mt) / mt
+        m["tpot_step_mape_pct"] = 100.0 * float(np.mean(np.abs(pred - comp) / comp))
+    m["disconnects"], m["rejoins"] = _transitions(res["links"])
+    m["replans"] = len(res["replans"])
+    m["replan_steps_after_disconnect"] = _replan_lag(rows, len(policy.ctx.cluster.devices))
+    m["stall_s_total"] = float(sum(r["switch_s"] for r in rows))
+    m["recomputes"] = int(rows[-1]["recomputes"]) if rows else 0
+    m["tokens_generated"] = int(sum(len(t) for t in res["tokens"]))
+    m["profile_points_total"] = int(len(prof.time_s))
+    m["latency_model_accuracy"], m["latency_model_mape"] = acc["accuracy"], acc["mape"]
+    m["profile_s"], m["cluster_start_s"], m["warm_up_load_s"] = profile_s, start_s, float(res["warm_up_s"])
+    m["accuracy_proxy_min"] = float(min((r["accuracy_proxy"] for r in rows), default=float("nan")))
+    from planner.voltron.accuracy import score_basis
+
+    m["accuracy_basis"] = score_basis(policy.ctx.table.spec.name)
+    return m
+
+
+def _transitions(links: list[dict]) -> tuple[int, int]:
+    """(disconnects, rejoins): up → down and down → up transitions of the links applied."""
+    state: dict[int, bool] = {}
+    downs = ups = 0
+    for e in links:
+        was = state.get(e["device"], True)
+        downs += was and not e["up"]
+        ups += (not was) and e["up"]
+        state[e["device"]] = e["up"]
+    return int(downs), int(ups)
+
+
+def _replan_lag(rows: list[dict], n_devices: int) -> int | None:
+    """Worst case over the steps that ran with fewer devices than the step before (a link went down before or
+    during them): steps until one was re-planned (0 = that very step was re-planned, after a retry if the link fell
+    mid-step); None if no device left while steps ran."""
+    worst, prev = None, n_devices
+    for i, r in enumerate(rows):
+        if r["connected"] < prev:
+            k = next((k for k in range(i, len(rows)) if rows[k]["replanned"]), None)
+            lag = None if k is None else k - i
+            worst = lag if worst is None or (lag is not None and lag > worst) else worst
+        prev = r["connected"]
+    return worst
+
+
+register()
+GROUPS = {"cluster": None, "model": None, "planner": None, "trace": None}
+
+
+@hydra.main(config_path="../conf", config_name="validate_cluster", version_base="1.3")
+@resumable(expected=("measured_ttft_s",))
+@one_line_errors
+def main(cfg: DictConfig) -> None:
+    watch_parent()
+    inp = inputs(cfg)
+    out = run_dir()
+    prepare_run_dir(out, OUTPUTS)
+    m = run(inp, out)
+    write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=MODELLED_KEYS)
+    print(f"{inp.cluster.name}/{inp.spec.name}/{m['planner']}/{inp.tcfg.name}: TTFT measured "
+          f"{m.get('measured_ttft_s', float('nan')):.3f} s vs predicted {m.get('predicted_ttft_s', float('nan')):.3f} s"
+          f" ({m.get('ttft_error_pct', float('nan')):+.1f} %); TPOT p50 measured "
+          f"{m.get('measured_tpot_ms_p50', float('nan')):.1f} ms vs predicted "
+          f"{m.get('predicted_tpot_ms_p50', float('nan')):.1f} ms ({m.get('tpot_error_pct', float('nan')):+.1f} %); "
+          f"re-plans {m['replans']}, disconnects {m['disconnects']}, rejoins {m['rejoins']} -> {out / 'metrics.json'}")
+    print(json.dumps({k: m[k] for k in ("latency_model_accuracy", "stall_s_total", "tokens_generated")}))
+
+
+if __name__ == "__main__":
+    precheck("validate_cluster", sys.argv[1:], validate, GROUPS)
+    main()

@@ -1,0 +1,322 @@
+"""A conversation on the emulated cluster under an RSSI trace: the elastic controller drives real workers (Voltron
+§4.3 "token by token"; docs/cluster.md "Live conversation").
+
+The same `Policy` objects the simulator drives (`planner.voltron`) decide, before every prefill and decode step, the
+plan for the links of that instant; the `Coordinator` runs it on the device workers for real. Meanwhile a link driver
+thread plays the trace in wall-clock time: it re-shapes each link (`tc tbf` rate = the RSSI's goodput, one-way
+latency added by the controller's RPC client) and takes a link down below the disconnect threshold (calls on it fail
+with `LinkDown`), up again with hysteresis (`sim.wireless.LinkTracker` semantics, passed in as `links_at`).
+
+Trace clock: trace time = `trace_start_s` + `trace_speed` × (wall time spent generating) + `think_s` per turn gap
+(the user's think time is not waited for). A step that fails because its link went down mid-step is re-planned on
+the links of that instant and run again (the device's KV is lost: the policy's declared `lost_kv()` — pruned by the
+plan, or the coordinator re-prefills the context); the re-plan happens at the very step during which the link fell.
+A device whose link comes back is used again (its worker kept running; it reloads its shards).
+
+Every row carries the planner's estimate of the step (`predicted_s`, modelled: the fitted latency regression + the
+planner's comm model) and the wall time it took (`measured_s`, measured, switch / reload / KV work included).
+"""
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from hil.cluster.coordinator import Coordinator
+from hil.cluster.transport import LinkDown
+from planner.voltron.comm import LinkState
+from planner.voltron.policy import Decision, Policy, PolicyContext
+from planner.voltron.shard_map import assign_shards
+
+MIN_RATE_BPS = 1e6         # bit/s: tbf floor for a link that is up (the RSSI table's MCS 0 goodput is above this)
+
+
+@dataclass
+class LiveConfig:
+    trace_start_s: float = 150.0    # s of trace time at the first token
+    trace_speed: float = 30.0       # trace seconds per wall second of generation (compresses a walk to a short run)
+    think_s: float = 250.0          # s of trace time between turns (skipped, not waited)
+    link_poll_s: float = 0.02       # s wall between link-driver updates
+    max_retries: int = 3            # re-plans of one step after links fell during it
+
+    def __post_init__(self) -> None:
+        if self.trace_start_s < 0 or self.trace_speed <= 0 or self.think_s < 0:
+            raise ValueError("live: trace_start_s >= 0, trace_speed > 0, think_s >= 0")
+        if not 0.001 <= self.link_poll_s <= 1.0:
+            raise ValueError(f"live.link_poll_s must be in [0.001, 1] s (got {self.link_poll_s})")
+
+
+class TraceClock:
+    """Trace time that advances with wall time while generating, and jumps by the think time between turns."""
+
+    def __init__(self, start_s: float, speed: float):
+        self.speed = speed
+        self._base = start_s
+        self._t0 = time.monotonic()
+        self._lock = threading.Lock()
+
+    def now(self) -> float:
+        with self._lock:
+            return self._base + self.speed * (time.monotonic() - self._t0)
+
+    def skip(self, seconds: float) -> None:
+        with self._lock:
+            self._base += seconds
+
+
+class LinkDriver(threading.Thread):
+    """Applies `links_at(trace time)` to the emulated network (`net.set_link`) and the RPC clients, every
+    `poll_s`; records every change (trace time, wall time, link, goodput, latency, up)."""
+
+    def __init__(self, links_at, clock: TraceClock, net, clients: list, poll_s: float):
+        super().__init__(daemon=True, name="link-driver")
+        self.links_at, self.clock, self.net, self.clients, self.poll_s = links_at, clock, net, clients, poll_s
+        self.events: list[dict] = []
+        self._halt = threading.Event()
+        self._last: list[tuple | None] = [None] * len(clients)
+        self._lock = threading.Lock()
+        self.state: LinkState = self.apply()
+
+    def apply(self) -> LinkState:
+        with self._lock:
+            t = self.clock.now()
+            links = self.links_at(t)
+            for k in range(1, len(self.clients)):
+                up = bool(np.isfinite(links.latency[k]) and links.goodput[k] > 0)
+                rate = float(max(links.goodput[k] * 8.0, MIN_RATE_BPS)) if up else None
+                lat = float(links.latency[k]) if up else 0.0
+                key = (up, None if rate is None else round(rate, -4), round(lat, 5))
+                if key == self._last[k]:
+                    continue
+                if self.net is not None:
+                    self.net.set_link(k, rate_bps=rate, latency_s=lat, up=up)
+                else:
+                    self.clients[k].set_latency(lat)
+                    self.clients[k].set_link_down(not up)
+                self._last[k] = key
+                self.events.append({"trace_s": t, "wall_s": time.monotonic(), "device": k, "up": up,
+                                    "rate_bps": rate, "latency_s": lat, "rssi_dbm": float(links.rssi_dbm[k])})
+            self.state = links
+            return links
+
+    def run(self) -> None:
+        while not self._halt.wait(self.poll_s):
+            self.apply()
+
+    def stop(self) -> None:
+        self._halt.set()
+
+
+class LiveCoordinator(Coordinator):
+    """The coordinator of a multi-turn conversation: a turn's prompt extends the cached context; a device whose
+    link came back is used again; each phase's plan reserves its own KV capacity (`caps`, set by the caller: what the
+    planner reserved for that phase, at least what the turn needs), so a device holds what its plan was checked for."""
+
+    caps: dict[str, int] | None = None
+    switch_s: float = 0.0          # s measured in plan switches: loads, KV moves, history re-prefills
+    dirty: bool = False            # a switch failed part-way: caches must be rebuilt
+
+    def _activate(self, phase: str) -> None:
+        t0 = time.monotonic()
+        if self.caps:
+            self.kv_capacity = max(self.caps[phase], len(self.history) + 1)
+        hist = list(self.history)
+        try:
+            super()._activate(phase)
+            if self.dirty and self.history:             # a previous switch failed part-way: rebuild every cache
+                self.dirty = False
+                self.history = []
+                self.recomputes += 1
+                self._reset_workers()
+                self._forward(np.asarray(hist, dtype=np.int64), 0)
+                self.history = hist
+        except BaseException:
+            # a switch that failed part-way (a link fell during a reload or a history re-prefill) keeps the context;
+            # the next attempt loads the new map from scratch and re-prefills the history
+            self.history, self.active, self.dirty = hist, None, True
+            raise
+        finally:
+            self.switch_s += time.monotonic() - t0
+
+    def extend(self, tokens) -> np.ndarray:
+        """Run a turn's prompt (T,) after the cached context on the prefill plan; logits (V,) of its last token."""
+        if not self.history:
+            return self.prefill(tokens)
+        tok = np.asarray(tokens, dtype=np.int64).ravel()
+        if tok.size == 0:
+            raise ValueError("tokens: empty prompt")
+        self._activate("prefill")
+        self._check_room(tok.size)
+        out = self._forward(tok, len(self.history))
+        self.history.extend(tok.tolist())
+        return out
+
+    def rejoin(self, d: int) -> None:
+        """Device d is reachable again: it may hold shards of the next plan (reloaded: its state is unknown)."""
+        self.lost.discard(int(d))
+        self.loaded[int(d)] = None
+
+
+@dataclass
+class Turn:
+    prompt: np.ndarray        # (n_in,) token ids
+    n_out: int                # tokens to generate
+
+
+class LiveConversation:
+    """One conversation of `policy` on the workers `handles` (see the module docstring)."""
+
+    def __init__(self, policy: Policy, ctx: PolicyContext, handles: list, clients: list, net, links_at,
+                 turns: list[Turn], cfg: LiveConfig):
+        self.policy, self.ctx, self.handles, self.clients, self.net = policy, ctx, handles, clients, net
+        self.links_at, self.turns, self.cfg = links_at, turns, cfg
+        self.budgets = ctx.cluster.budgets()
+        self.rows: list[dict] = []
+        self.replans: list[dict] = []
+        self.tokens: list[list[int]] = []
+        self.coord: Coordinator | None = None
+        self.lost: set[int] = set()
+        self.prefill_plan = None
+        self.oom = False
+
+    # ---- plans -------------------------------------------------------------------------------------------------------
+    def _maps(self, prefill, decode) -> tuple[dict, dict]:
+        tb = self.ctx.table
+        return {"prefill": prefill, "decode": decode}, {"prefill": assign_shards(prefill, tb),
+                                                          "decode": assign_shards(decode, tb)}
+
+    @staticmethod
+    def _caps(prefill, decode, need: int) -> dict[str, int]:
+        return {"prefill": max(int(prefill.kv_plan), int(need)), "decode": max(int(decode.kv_plan), int(need))}
+
+    def _adopt(self, prefill, decode, links: LinkState, need: int) -> None:
+        """Adopt plans: KV capacity = what the planner reserved (`kv_plan`), at least the `need`ed tokens."""
+        plans, maps = self._maps(prefill, decode)
+        caps = self._caps(prefill, decode, need)
+        cap = max(caps.values())
+        down = {k for k in range(1, len(self.handles)) if not bool(links.connected[k])}
+        newly_lost, back = down - self.lost, self.lost - down
+        if self.coord is None:
+            self.coord = LiveCoordinator(plans, maps, self.handles, kv_capacity=cap,
+                                         head_precision=self.ctx.cfg.head_precision)
+            self.coord.caps = caps
+            if down:
+                self.coord.replan(plans, maps, lost=tuple(sorted(down)))
+        else:
+            self.coord.caps = caps
+            for d in back:
+                self.coord.rejoin(d)
+            self.coord.replan(plans, maps, lost=tuple(sorted(newly_lost)))
+        self.lost = down
+
+    def _row(self, turn, tok, phase, d: Decision, plan, measured, trace_s, links, retries, switch_s) -> None:
+        prec = np.bincount(plan.precision, minlength=3)
+        r = {"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s, "kv_len": len(self.coord.history),
+             "predicted_s": float(plan.est_time_s), "predicted_comm_s": float(plan.est_comm_s),
+             "measured_s": measured, "switch_s": switch_s, "measured_step_s": measured - switch_s,
+             "replanned": bool(d.replanned), "retries": retries, "recomputes": self.coord.recomputes,
+             "n_fp16": int(prec[0]), "n_int8": int(prec[1]), "n_int4": int(prec[2]), "n_tp": plan.n_tp,
+             "pruned_shards": int(plan.pruned.sum()), "connected": int(links.connected.sum()),
+             "accuracy_proxy": float(self.policy.accuracy(plan))}
+        for k in range(1, len(links.rssi_dbm)):
+            r[f"rssi_{k}"] = float(links.rssi_dbm[k])
+        self.rows.append(r)
+
+    # ---- steps -------------------------------------------------------------------------------------------------------
+    def _step(self, run, decide, phase: str, turn: int, tok: int, driver: LinkDriver, need: int):
+        """Decide (maybe re-plan), run; on a link that fell during the step, decide again and re-run."""
+        retries = 0
+        t_first, sw_first = time.monotonic(), (self.coord.switch_s if self.coord is not None else 0.0)
+        while True:
+            links = driver.apply()
+            trace_s = self.clock.now()
+            d, prefill, decode = decide(links)
+            if d.oom:
+                self.oom = True
+                return None
+            if d.replanned or self.coord is None or self.lost != {k for k in range(1, len(self.handles))
+                                                                    if not bool(links.connected[k])}:
+                self._adopt(prefill, decode, links, need)
+                self.replans.append({"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s,
+                                     "wall_s": time.monotonic(),
+                                     "connected": int(links.connected.sum()), "retry": retries,
+                                     "summary": d.plan.summary()})
+            else:
+                self.coord.caps = self._caps(prefill, decode, need)
+            try:
+                out = run()
+            except LinkDown:
+                retries += 1
+                if retries > self.cfg.max_retries:
+                    raise
+                continue
+            t1 = time.monotonic()
+            # measured from the first attempt: re-planning and re-running after a link fell are part of the step
+            self._row(turn, tok, phase, d, d.plan, t1 - t_first, trace_s, links, retries,
+                      self.coord.switch_s - sw_first)
+            self.rows[-1].update(t_start=t_first, t_end=t1)
+            return out
+
+    def warm_up(self, driver: LinkDriver) -> float:
+        """Load the first turn's plan (links at the trace start) before the conversation starts: the model is resident
+        when the user starts talking, as in the paper's set-up. Returns the measured load seconds (reported apart)."""
+        links = driver.apply()
+        first = self.turns[0]
+        d = self.policy.start_turn(links, self.budgets, int(first.prompt.size), 0)
+        if d.oom:
+            return 0.0
+        t0 = time.monotonic()
+        self.prefill_plan = d.plan
+        self._adopt(d.plan, d.next_plan if d.next_plan is not None else d.plan, links,
+                    int(first.prompt.size) + first.n_out)
+        self.coord._activate("prefill")
+        return time.monotonic() - t0
+
+    def run(self) -> dict:
+        self.clock = TraceClock(self.cfg.trace_start_s, self.cfg.trace_speed)
+        driver = LinkDriver(self.links_at, self.clock, self.net, self.clients, self.cfg.link_poll_s)
+        self.warm_up_s = self.warm_up(driver)
+        self.clock = driver.clock = TraceClock(self.cfg.trace_start_s, self.cfg.trace_speed)   # starts now
+        driver.start()
+        try:
+            kv = 0
+            for ti, turn in enumerate(self.turns):
+                if ti:
+                    self.clock.skip(self.cfg.think_s)
+                n_in = int(turn.prompt.size)
+
+                def decide_prefill(links, n_in=n_in, kv=kv):
+                    d = self.policy.start_turn(links, self.budgets, n_in, kv)
+                    if not d.oom:
+                        self.prefill_plan = d.plan
+                    return d, d.plan, d.next_plan if d.next_plan is not None else d.plan
+
+                logits = self._step(lambda t=turn: self.coord.extend(t.prompt), decide_prefill, "prefill", ti, 0,
+                                    driver, kv + n_in + turn.n_out)
+                if logits is None:
+                    break
+                kv += n_in
+                out = [int(np.argmax(logits))]
+                for k in range(1, turn.n_out):
+                    def decide_decode(links, kv=kv):
+                        d = self.policy.step(links, self.budgets, kv)
+                        return d, self.prefill_plan, d.plan
+
+                    logits = self._step(lambda t=out[-1]: self.coord.decode(t), decide_decode, "decode", ti, k,
+                                        driver, kv + turn.n_out - k + 1)
+                    if logits is None:
+                        break
+                    kv += 1
+                    out.append(int(np.argmax(logits)))
+                self.tokens.append(out)
+                kv = len(self.coord.history)            # the turn's last token is answered, not fed back
+                if self.oom:
+                    break
+        finally:
+            driver.stop()
+            driver.join(timeout=2)
+        self.link_events = driver.events
+        return {"rows": self.rows, "replans": self.replans, "tokens": self.tokens, "links": driver.events,
+                "oom": self.oom, "warm_up_s": self.warm_up_s}
