@@ -35,7 +35,9 @@ from experiments.resume import resumable
 
 OUTPUTS = ["profile.csv", "config.yaml"]
 MEASURED_KEYS = ["profile_points_total", "profile_s", "latency_model_accuracy", "latency_model_mape",
-                 "latency_model_r2", "latency_model_mape_prefill", "latency_model_mape_decode"]
+                 "latency_model_r2", "latency_model_mape_prefill", "latency_model_mape_decode", "held_out_points",
+                 "median_time_s_per_device"]
+INPUT_KEYS = ["cores"]          # the devices' CPU quotas, derived from the cluster config
 
 
 def inputs(cfg: DictConfig):
@@ -114,7 +116,7 @@ def main(cfg: DictConfig) -> None:
          "latency_model_mape_prefill": acc["mape_prefill"], "latency_model_mape_decode": acc["mape_decode"],
          "cores": [float(c) for c in cores], "held_out_points": acc["n_points"],
          "median_time_s_per_device": [float(np.median(prof.time_s[prof.device == d])) for d in range(cluster.n)]}
-    write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=[])
+    write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=[], inputs=INPUT_KEYS)
     print(f"{cspec.name}/{spec.name}: {m['profile_points_total']} measured variants in {profile_s:.1f} s; latency "
           f"model held-out accuracy {100 * acc['accuracy']:.1f} % (MAPE prefill {100 * acc['mape_prefill']:.1f} %, "
           f"decode {100 * acc['mape_decode']:.1f} %) -> {out / 'metrics.json'}")

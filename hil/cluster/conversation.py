@@ -236,8 +236,10 @@ class LiveConversation:
             if d.oom:
                 self.oom = True
                 return None
-            if d.replanned or self.coord is None or self.lost != {k for k in range(1, len(self.handles))
-                                                                    if not bool(links.connected[k])}:
+            down = {k for k in range(1, len(self.handles)) if not bool(links.connected[k])}
+            fresh = self.coord is None or prefill is not self.coord.plans["prefill"] or \
+                decode is not self.coord.plans["decode"]
+            if d.replanned or fresh or self.lost != down:
                 self._adopt(prefill, decode, links, need)
                 self.replans.append({"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s,
                                      "wall_s": time.monotonic(),
@@ -269,8 +271,7 @@ class LiveConversation:
             return 0.0
         t0 = time.monotonic()
         self.prefill_plan = d.plan
-        self._adopt(d.plan, d.next_plan if d.next_plan is not None else d.plan, links,
-                    int(first.prompt.size) + first.n_out)
+        self._adopt(d.plan, d.next_plan if d.next_plan is not None else d.plan, links, int(first.prompt.size))
         self.coord._activate("prefill")
         return time.monotonic() - t0
 
@@ -294,7 +295,7 @@ class LiveConversation:
                     return d, d.plan, d.next_plan if d.next_plan is not None else d.plan
 
                 logits = self._step(lambda t=turn: self.coord.extend(t.prompt), decide_prefill, "prefill", ti, 0,
-                                    driver, kv + n_in + turn.n_out)
+                                    driver, kv + n_in)
                 if logits is None:
                     break
                 kv += n_in
@@ -305,7 +306,7 @@ class LiveConversation:
                         return d, self.prefill_plan, d.plan
 
                     logits = self._step(lambda t=out[-1]: self.coord.decode(t), decide_decode, "decode", ti, k,
-                                        driver, kv + turn.n_out - k + 1)
+                                        driver, kv + 1)
                     if logits is None:
                         break
                     kv += 1

@@ -225,8 +225,11 @@ class OptionBuilder:
         """(D,) bytes reserved before layers: activation workspace on every live device (two buffers of the widest
         per-token activation, fp32; attention assumed fused as with llama.cpp's flash attention, so the
         n_tokens × context score matrix is not materialised), LM head and, for untied models, the token-embedding
-        table on the main device (both at `head_precision`, as llama.cpp quantizes output.weight / token_embd)."""
+        table on the main device (both at `head_precision`, as llama.cpp quantizes output.weight / token_embd), and the
+        RMSNorm gains (fp32, d_model per sublayer) of every sublayer a device might run (an upper bound: tiny next to
+        the weights, but a plan that fills a budget to the byte must count them)."""
         tb = self.table
-        reserve = np.where(alive, env.n_tokens * (tb.act_width + tb.ffn_width) * ACT_WORK_BYTES * 2, 0.0)
+        norms = tb.n * tb.act_width * 4.0                                    # bytes: fp32 gains of all sublayers
+        reserve = np.where(alive, env.n_tokens * (tb.act_width + tb.ffn_width) * ACT_WORK_BYTES * 2 + norms, 0.0)
         reserve[0] += (tb.params[HEAD] + tb.embed_params) * BYTES_PER_WEIGHT[self.head_precision]
         return reserve

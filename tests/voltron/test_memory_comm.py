@@ -14,7 +14,8 @@ BPW = {0: 2.0, 1: 8.5 / 8, 2: 4.5 / 8}          # FP16, Q8_0, Q4_K bytes per wei
 
 
 def _expected_mem(spec, plan, n_tokens, head_precision=1, ffn_shards=32):
-    """Per-device resident bytes: weights of the held shards + their KV cache slice + workspace + head/embeddings."""
+    """Per-device resident bytes: weights of the held shards + their KV cache slice + workspace + norm gains +
+    head/embeddings."""
     d, q, kv = spec.d_model, spec.n_heads * spec.head_dim, spec.n_kv_heads * spec.head_dim
     D = len(plan.devices)
     mem = np.zeros(D)
@@ -36,7 +37,8 @@ def _expected_mem(spec, plan, n_tokens, head_precision=1, ffn_shards=32):
             weights, kv_bytes, shards = 3 * d * spec.d_ffn, 0.0, ffn_shards
         mem += plan.shards[j] * (weights * BPW[p] + kv_bytes) / shards
     widest = max(spec.d_ffn, spec.d_expert_ffn * spec.n_experts_active + spec.d_shared_expert_ffn, q)
-    mem += np.where(plan.budget_bytes > 0, n_tokens * (d + widest) * 4.0 * 2, 0.0)
+    norms = 2 * spec.n_layers * d * 4.0                           # fp32 RMSNorm gains, every sublayer (upper bound)
+    mem += np.where(plan.budget_bytes > 0, n_tokens * (d + widest) * 4.0 * 2 + norms, 0.0)
     mem[0] += spec.vocab * d * (1 if spec.tied_embeddings else 2) * BPW[head_precision]
     return mem
 
