@@ -259,6 +259,7 @@ def fake_adb(monkeypatch):
 
 
 def test_no_server_one_line(monkeypatch, capsys):
+    pytest.importorskip("adbutils", reason="the no-server message needs adbutils (extra: [phone], also in [test])")
     monkeypatch.setenv("ANDROID_ADB_SERVER_PORT", str(free_port()))
     serials, why = adb.attached()
     assert serials == [] and why.startswith("no phone attached (") and "adb start-server" in why and "\n" not in why
