@@ -57,7 +57,10 @@ def inputs(cfg: DictConfig):
     if cluster.emulation is None:
         raise ConfigError(f"cluster: {cluster.name} has no `emulation` block (e.g. cluster=office_emu)")
     pcfg = typed(cfg.planner, PlannerConfig, "planner")
-    return spec, cluster, pcfg, points, seed, remeasure, port
+    pdir = cfg.get("profile_dir")
+    if pdir is not None and (not isinstance(pdir, str) or not pdir.strip()):
+        raise ConfigError(f"profile_dir: a directory path or null (got {pdir!r})")
+    return spec, cluster, pcfg, points, seed, remeasure, port, pdir
 
 
 def validate(cfg: DictConfig) -> Estimate:
@@ -87,11 +90,11 @@ def main(cfg: DictConfig) -> None:
     from quant.atomic import atomic_write_text
 
     watch_parent()
-    spec, cspec, pcfg, points, seed, remeasure, port = inputs(cfg)
+    spec, cspec, pcfg, points, seed, remeasure, port, pdir = inputs(cfg)
     out = run_dir()
     prepare_run_dir(out, OUTPUTS)
     cluster, cores = emulated_cluster(Cluster(cspec, [load_device(d) for d in cspec.devices]))
-    store = ProfileStore(cluster, cores, spec.name)
+    store = ProfileStore(cluster, cores, spec.name, pdir)
     table = layer_table(spec, pcfg.ffn_shards)
     t0 = time.monotonic()
     prof = None if remeasure else store.load(points)

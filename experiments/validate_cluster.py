@@ -68,6 +68,7 @@ class Inputs:
     points: int
     remeasure: bool
     port: int
+    profile_dir: str | None
 
 
 def inputs(cfg: DictConfig) -> Inputs:
@@ -103,7 +104,10 @@ def inputs(cfg: DictConfig) -> Inputs:
         RssiTrace.load(tcfg)
     except (ValueError, OSError) as e:
         raise ConfigError(str(e) if str(e).startswith("trace") else f"trace.csv: {e}") from None
-    return Inputs(spec, cluster, pcfg, tcfg, rssi, live, turns, prompt, new, seed, points, remeasure, port)
+    pdir = cfg.get("profile_dir")
+    if pdir is not None and (not isinstance(pdir, str) or not pdir.strip()):
+        raise ConfigError(f"profile_dir: a directory path or null (got {pdir!r})")
+    return Inputs(spec, cluster, pcfg, tcfg, rssi, live, turns, prompt, new, seed, points, remeasure, port, pdir)
 
 
 def validate(cfg: DictConfig) -> Estimate:
@@ -143,7 +147,7 @@ def run(inp: Inputs, out) -> dict:
     spec = inp.spec
     cluster, cores = emulated_cluster(Cluster(inp.cluster, [load_device(d) for d in inp.cluster.devices]))
     period_s = inp.cluster.emulation.cfs_period_ms / 1e3
-    store = ProfileStore(cluster, cores, spec.name)
+    store = ProfileStore(cluster, cores, spec.name, inp.profile_dir)
     prompts = _prompts(spec, inp)
     t0 = time.monotonic()
     emu, handles = start_workers(cluster, cores, spec.name, period_s, port=inp.port)

@@ -26,7 +26,8 @@ def test_live_conversation_with_disconnect_and_rejoin(tmp_path):
     out = tmp_path / "run"
     cmd = [sys.executable, "-m", "experiments.validate", "cluster=office_emu", "model=smollm2_135m",
            "planner=voltron", "trace=walk_away_disconnect", "turns=2", "prompt_tokens=8", "new_tokens=8",
-           "profile_points=8", "remeasure=true", "port=5621", "live.trace_start_s=225", "live.think_s=450",
+           "profile_points=8", "remeasure=true", "port=5621", f"profile_dir={tmp_path / 'profiles'}",
+           "live.trace_start_s=225", "live.think_s=450",
            f"hydra.run.dir={out}"]
     r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
