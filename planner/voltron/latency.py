@@ -89,33 +89,53 @@ def simulate_profiles(devices: list[EdgeDevice], table: LayerTable, points: int 
     return sample_profiles(len(devices), table, roofline, points, noise, seed)
 
 
+def _nnls_fit(X: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """(4,) non-negative coefficients of y ≈ X β, relative-error weighted (small layers count as much as big ones)."""
+    scale = np.maximum(np.abs(X).max(axis=0), 1e-30)                        # column scaling for conditioning
+    w = 1.0 / y
+    b, _ = nnls((X / scale) * w[:, None], y * w)
+    return b / scale
+
+
+MIN_TYPE_POINTS = 6          # profile rows a (device, precision, phase, layer type) needs for its own fit
+N_TYPES = 6                  # layer types of `layers.TYPES`
+
+
 @dataclass
 class LatencyModel:
-    """β[d, p, phase, :] coefficients (s per feature unit), NNLS-fitted."""
+    """β[d, p, phase, :] coefficients (s per feature unit), NNLS-fitted; optionally also per layer type
+    (`beta_type[d, p, phase, t, :]`, the paper lists layer type among the regression's features): a type with fewer
+    than MIN_TYPE_POINTS rows uses the pooled β."""
     beta: np.ndarray                     # (D, P, 2, 4)
     device_names: list[str]
+    beta_type: np.ndarray | None = None  # (D, P, 2, T, 4) or None (pooled over layer types)
 
     @classmethod
-    def fit(cls, prof: Profile, device_names: list[str]) -> "LatencyModel":
+    def fit(cls, prof: Profile, device_names: list[str], by_type: bool = False) -> "LatencyModel":
         D, P = len(device_names), len(PRECISIONS)
         beta = np.zeros((D, P, 2, 4))
+        beta_t = np.zeros((D, P, 2, N_TYPES, 4)) if by_type else None
         for d in range(D):
             for p in range(P):
                 for ph in range(2):
                     m = (prof.device == d) & (prof.prec == p) & (prof.phase == ph)
                     if m.sum() < 4:
                         raise ValueError(f"too few profile points for {device_names[d]}/{PRECISIONS[p]}/{PHASES[ph]}")
-                    X = prof.x[m]
-                    scale = np.maximum(np.abs(X).max(axis=0), 1e-30)        # column scaling for conditioning
-                    # relative-error weighting: divide each row by its time so small layers count as much as big ones
-                    w = 1.0 / prof.time_s[m]
-                    b, _ = nnls((X / scale) * w[:, None], prof.time_s[m] * w)
-                    beta[d, p, ph] = b / scale
-        return cls(beta=beta, device_names=list(device_names))
+                    beta[d, p, ph] = _nnls_fit(prof.x[m], prof.time_s[m])
+                    if beta_t is None:
+                        continue
+                    for t in range(N_TYPES):
+                        mt = m & (prof.ltype == t)
+                        beta_t[d, p, ph, t] = (_nnls_fit(prof.x[mt], prof.time_s[mt]) if mt.sum() >= MIN_TYPE_POINTS
+                                               else beta[d, p, ph])
+        return cls(beta=beta, device_names=list(device_names), beta_type=beta_t)
 
     def predict(self, prof: Profile) -> np.ndarray:
         """(M,) predicted time for profile rows."""
-        b = self.beta[prof.device, prof.prec, prof.phase]                   # (M, 4)
+        if self.beta_type is not None:
+            b = self.beta_type[prof.device, prof.prec, prof.phase, prof.ltype]   # (M, 4)
+        else:
+            b = self.beta[prof.device, prof.prec, prof.phase]                   # (M, 4)
         return np.einsum("mf,mf->m", b, prof.x)
 
     def type_costs(self, phase: int, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -125,8 +145,13 @@ class LatencyModel:
         X[:, :, 1] = feats[:, 1][None, :] * BYTES_PER_WEIGHT[:, None]
         X[:, :, 2] = feats[:, 2]
         bp = self.beta[:, :, phase]                                         # (D, P, 4)
-        slope = np.einsum("dpf,ptf->dpt", bp[:, :, 1:], X)
-        return bp[:, :, 0], slope
+        if self.beta_type is None:
+            return bp[:, :, 0], np.einsum("dpf,ptf->dpt", bp[:, :, 1:], X)
+        # per-type fits: the pooled intercept stays the per-sublayer constant; each type's slope is its own full-layer
+        # time minus that intercept (exact for whole layers; a TP shard of fraction f is charged b + f·slope)
+        bt = self.beta_type[:, :, phase, :X.shape[1]]                       # (D, P, T, 4)
+        full = bt[..., 0] + np.einsum("dptf,ptf->dpt", bt[..., 1:], X)      # (D, P, T) s per whole layer
+        return bp[:, :, 0], np.maximum(full - bp[:, :, 0][:, :, None], 0.0)
 
 
 def accuracy(model: LatencyModel, prof: Profile) -> dict[str, float]:
@@ -157,7 +182,7 @@ def split(prof: Profile, test_frac: float = 0.2, seed: int = 0) -> tuple[Profile
 
 
 def fit_for(devices: list[EdgeDevice], table: LayerTable, points: int = 160, noise: float = 0.05,
-            seed: int = 0, timer=None) -> tuple[LatencyModel, dict[str, float]]:
+            seed: int = 0, timer=None, by_type: bool = False) -> tuple[LatencyModel, dict[str, float]]:
     """Profile, split, fit, and report held-out accuracy. `timer` (see `sample_profiles`) is the device profiled;
     None = the spec roofline."""
     if timer is None:
@@ -165,7 +190,7 @@ def fit_for(devices: list[EdgeDevice], table: LayerTable, points: int = 160, noi
     else:
         prof = sample_profiles(len(devices), table, timer, points=points, noise=noise, seed=seed)
     train, test = split(prof, seed=seed)
-    model = LatencyModel.fit(train, [d.name for d in devices])
+    model = LatencyModel.fit(train, [d.name for d in devices], by_type)
     return model, accuracy(model, test)
 
 

@@ -49,6 +49,9 @@ class PlannerConfig:
                                        # to create the latency margin DVFS then spends (§4.4)
     profile_points: int = 160          # simulated profile runs per (device, precision, phase) for the regression
     profile_noise: float = 0.05        # σ of the log-normal noise of simulated profiles
+    latency_by_type: bool = False      # fit the latency regression per layer type too (paper: layer type is a feature);
+                                       # on for measured cluster profiles (conf/validate_cluster.yaml), off in the
+                                       # simulator's runs (their tables were made with the pooled fit)
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
 
     def __post_init__(self) -> None:

@@ -27,7 +27,7 @@ def build_context(spec: ModelSpec, cluster: Cluster, cfg: PlannerConfig, seed: i
     cluster in a simulation run, measured runs on hardware; None = the spec roofline (planner alone)."""
     table = layer_table(spec, cfg.ffn_shards)
     latency, acc = fit_for(cluster.devices, table, points=cfg.profile_points, noise=cfg.profile_noise, seed=seed,
-                           timer=None if profiler is None else profiler(table))
+                           timer=None if profiler is None else profiler(table), by_type=cfg.latency_by_type)
     return PolicyContext(table=table, cluster=cluster, latency=latency, importance=importance_for(spec), cfg=cfg), acc
 
 
@@ -37,7 +37,7 @@ def context_from_profile(spec: ModelSpec, cluster: Cluster, cfg: PlannerConfig, 
     held-out 20 % for its accuracy (the paper's method on a real cluster)."""
     table = layer_table(spec, cfg.ffn_shards)
     train, test = split(prof, seed=seed)
-    latency = LatencyModel.fit(train, [d.name for d in cluster.devices])
+    latency = LatencyModel.fit(train, [d.name for d in cluster.devices], cfg.latency_by_type)
     return (PolicyContext(table=table, cluster=cluster, latency=latency, importance=importance_for(spec), cfg=cfg),
             accuracy(latency, test))
 

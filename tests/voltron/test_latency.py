@@ -54,3 +54,28 @@ def test_layer_variants_in_the_table():
     f512, _ = moe.features(512, 0)
     assert f1[FFN_MOE, 1] < 0.2 * moe.params[FFN_MOE]            # decode reads 4 of 60 experts (+ shared)
     assert f512[FFN_MOE, 1] > 0.99 * moe.params[FFN_MOE] * 0.999  # a 512-token batch touches every expert
+
+
+def test_fit_by_layer_type_captures_type_specific_costs():
+    """Two layer types with different per-op costs on one device: the pooled fit cannot match both, the per-type fit
+    (paper: layer type is a regression feature) does, and `type_costs` gives each type's whole-layer time."""
+    from planner.voltron.latency import LatencyModel, Profile
+
+    rng = np.random.default_rng(0)
+    rows = []
+    for p in range(3):
+        for ph in range(2):
+            for t, per_op in ((1, 1e-9), (3, 5e-9)):
+                for _ in range(12):
+                    ops = rng.uniform(1e5, 5e6)
+                    rows.append((0, p, ph, t, 1, 0, np.array([1.0, ops, 0.0, 0.0]), 1e-3 + per_op * ops))
+    cols = list(zip(*rows))
+    prof = Profile(*(np.array(c) for c in cols[:6]), x=np.stack(cols[6]), time_s=np.array(cols[7]))
+    pooled = LatencyModel.fit(prof, ["dev"])
+    typed = LatencyModel.fit(prof, ["dev"], by_type=True)
+    err = lambda m: np.abs(m.predict(prof) - prof.time_s) / prof.time_s              # noqa: E731
+    assert err(typed).max() < 1e-6 < 0.1 < err(pooled).max()
+    feats = np.zeros((6, 3))
+    feats[1, 0] = feats[3, 0] = 2e6                                                   # ops of a whole layer per type
+    icpt, slope = typed.type_costs(0, feats)
+    np.testing.assert_allclose(icpt[0, 1] + slope[0, 1, [1, 3]], [1e-3 + 2e-3, 1e-3 + 1e-2], rtol=1e-6)
