@@ -41,6 +41,8 @@ INPUT_KEYS = ["cores"]          # the devices' CPU quotas, derived from the clus
 
 
 def inputs(cfg: DictConfig):
+    """The keys both cluster apps share (this one and `validate_cluster`), typed and checked: (model, cluster,
+    planner, profile_points, seed, remeasure, port, profile_dir)."""
     from planner.voltron.devices import ClusterSpec
     from planner.voltron.policy import PlannerConfig
     from quant.arch import ModelSpec
@@ -55,7 +57,8 @@ def inputs(cfg: DictConfig):
     spec = typed(cfg.model, ModelSpec, "model")
     cluster = typed(cfg.cluster, ClusterSpec, "cluster")
     if cluster.emulation is None:
-        raise ConfigError(f"cluster: {cluster.name} has no `emulation` block (e.g. cluster=office_emu)")
+        raise ConfigError(f"cluster: {cluster.name} has no `emulation` block; use an emulated cluster "
+                          f"(e.g. cluster=office_emu)")
     pcfg = typed(cfg.planner, PlannerConfig, "planner")
     pdir = cfg.get("profile_dir")
     if pdir is not None and (not isinstance(pdir, str) or not pdir.strip()):
@@ -63,10 +66,19 @@ def inputs(cfg: DictConfig):
     return spec, cluster, pcfg, points, seed, remeasure, port, pdir
 
 
-def validate(cfg: DictConfig) -> Estimate:
-    _, _, _, points, *_ = inputs(cfg)
+def check_machine() -> None:
+    """What an emulated cluster needs of this machine (root; a cgroup hierarchy with the cpu controller)."""
     if os.geteuid() != 0:
         raise ConfigError("cluster: the emulated cluster needs root (ip netns, tc, cgroups); run as root")
+    from hil.cluster.cgroup import detect_cpu_controller
+
+    if detect_cpu_controller() is None:
+        raise ConfigError("cluster: no cgroup hierarchy with the cpu controller is mounted (CPU quotas)")
+
+
+def validate(cfg: DictConfig) -> Estimate:
+    _, _, _, points, *_ = inputs(cfg)
+    check_machine()
     return Estimate(20.0 + 0.3 * points * 6, 1.0e9, "profile_points", f"profile_points={points}")
 
 

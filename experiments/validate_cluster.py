@@ -18,7 +18,6 @@ side by side), `replans.json`, `links.csv` (every link change applied), `tokens.
 from __future__ import annotations
 
 import json
-import os
 import sys
 from dataclasses import dataclass
 
@@ -72,31 +71,19 @@ class Inputs:
 
 
 def inputs(cfg: DictConfig) -> Inputs:
+    from experiments.calibrate_cluster import inputs as cluster_inputs
     from hil.cluster.conversation import LiveConfig
-    from planner.voltron.devices import ClusterSpec
-    from planner.voltron.policy import PlannerConfig
     from planner.voltron.rssi import RssiTable
-    from quant.arch import ModelSpec
     from sim.wireless import RssiTrace, TraceConfig
 
-    for k in ("turns", "prompt_tokens", "new_tokens", "seed", "profile_points", "remeasure", "live",
-              "rssi", "port", "write_trace"):
+    for k in ("turns", "prompt_tokens", "new_tokens", "live", "rssi", "write_trace"):
         if k not in cfg:
             raise ConfigError(f"{k}: missing top-level key")
     turns = int_in(cfg.turns, "turns", 1, 50)
     prompt = int_in(cfg.prompt_tokens, "prompt_tokens", 1, 256)
     new = int_in(cfg.new_tokens, "new_tokens", 1, 256)
-    seed = int_in(cfg.seed, "seed", 0, 2**32 - 1)
-    points = int_in(cfg.profile_points, "profile_points", 4, 1000)
-    port = int_in(cfg.port, "port", 1024, 65535)
-    remeasure = strict_bool(cfg.remeasure, "remeasure")
     strict_bool(cfg.write_trace, "write_trace")
-    spec = typed(cfg.model, ModelSpec, "model")
-    cluster = typed(cfg.cluster, ClusterSpec, "cluster")
-    if cluster.emulation is None:
-        raise ConfigError(f"cluster: {cluster.name} has no `emulation` block; use an emulated cluster "
-                          f"(e.g. cluster=office_emu)")
-    pcfg = typed(cfg.planner, PlannerConfig, "planner")
+    spec, cluster, pcfg, points, seed, remeasure, port, pdir = cluster_inputs(cfg)
     tcfg = typed(cfg.trace, TraceConfig, "trace")
     rssi = typed(cfg.rssi, RssiTable, "rssi")
     live = typed(cfg.live, LiveConfig, "live")
@@ -104,21 +91,15 @@ def inputs(cfg: DictConfig) -> Inputs:
         RssiTrace.load(tcfg)
     except (ValueError, OSError) as e:
         raise ConfigError(str(e) if str(e).startswith("trace") else f"trace.csv: {e}") from None
-    pdir = cfg.get("profile_dir")
-    if pdir is not None and (not isinstance(pdir, str) or not pdir.strip()):
-        raise ConfigError(f"profile_dir: a directory path or null (got {pdir!r})")
     return Inputs(spec, cluster, pcfg, tcfg, rssi, live, turns, prompt, new, seed, points, remeasure, port, pdir)
 
 
 def validate(cfg: DictConfig) -> Estimate:
     """Every check before any work, including the ones that need this machine (root, tc, cgroups)."""
-    inp = inputs(cfg)
-    if os.geteuid() != 0:
-        raise ConfigError("cluster: the emulated cluster needs root (ip netns, tc, cgroups); run as root")
-    from hil.cluster.cgroup import detect_cpu_controller
+    from experiments.calibrate_cluster import check_machine
 
-    if detect_cpu_controller() is None:
-        raise ConfigError("cluster: no cgroup hierarchy with the cpu controller is mounted (CPU quotas)")
+    inp = inputs(cfg)
+    check_machine()
     steps = inp.turns * inp.new_tokens
     return Estimate(30.0 + 0.2 * steps + 0.3 * inp.points * 6, 1.5e9, "turns",
                     f"turns={inp.turns}, profile_points={inp.points}")

@@ -34,6 +34,21 @@ from planner.voltron.shard_map import ShardMap, kv_switch, placement_strategy
 PHASES = ("prefill", "decode")
 
 
+def greedy(runner, prompt_tokens, n_new: int, on_step=None) -> list[int]:
+    """Greedy generation with any runner that has `prefill(tokens) -> logits` and `decode(token) -> logits` (the
+    coordinator and the single-process reference): `n_new` tokens; `on_step(i, runner)` runs before decode step i."""
+    logits = runner.prefill(prompt_tokens)
+    out: list[int] = []
+    for i in range(int(n_new)):
+        out.append(int(np.argmax(logits)))
+        if i == n_new - 1:
+            break
+        if on_step is not None:
+            on_step(i, runner)
+        logits = runner.decode(out[-1])
+    return out
+
+
 class WorkerHandle(Protocol):
     """What the coordinator calls on a device (`hil.cluster.shard_exec.ShardWorker` has exactly these methods)."""
 
@@ -268,17 +283,7 @@ class Coordinator:
 
     def generate(self, prompt_tokens, n_new: int, on_step=None) -> list[int]:
         """Greedy: `n_new` tokens after the prompt. `on_step(i, coordinator)` runs before decode step i (re-plans)."""
-        logits = self.prefill(prompt_tokens)
-        out: list[int] = []
-        for i in range(int(n_new)):
-            tok = int(np.argmax(logits))
-            out.append(tok)
-            if i == n_new - 1:
-                break
-            if on_step is not None:
-                on_step(i, self)
-            logits = self.decode(tok)
-        return out
+        return greedy(self, prompt_tokens, n_new, on_step)
 
     def _check_room(self, n: int) -> None:
         if len(self.history) + n > self.kv_capacity:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from hil.cluster.coordinator import check_plans
+from hil.cluster.coordinator import check_plans, greedy
 from hil.cluster.shard_ops import ShardState, residual, tensor_source
 from planner.voltron.plan import PhasePlan
 from planner.voltron.shard_map import ShardMap, kv_switch
@@ -94,14 +94,4 @@ class Reference:
         return out
 
     def generate(self, prompt_tokens, n_new: int, on_step=None) -> list[int]:
-        logits = self.prefill(prompt_tokens)
-        out: list[int] = []
-        for i in range(int(n_new)):
-            tok = int(np.argmax(logits))
-            out.append(tok)
-            if i == n_new - 1:
-                break
-            if on_step is not None:
-                on_step(i, self)
-            logits = self.decode(tok)
-        return out
+        return greedy(self, prompt_tokens, n_new, on_step)
