@@ -14,7 +14,9 @@ plan, or the coordinator re-prefills the context); the re-plan happens at the ve
 A device whose link comes back is used again (its worker kept running; it reloads its shards).
 
 Every row carries the planner's estimate of the step (`predicted_s`, modelled: the fitted latency regression + the
-planner's comm model) and the wall time it took (`measured_s`, measured, switch / reload / KV work included).
+planner's comm model, for the plan that ran, re-costed for the links and KV length of that step — a plan kept by the
+controller's hysteresis was searched under older links; its estimate at search time is `predicted_plan_s`) and the wall
+time it took (`measured_s`, measured, switch / reload / KV work included).
 """
 from __future__ import annotations
 
@@ -211,10 +213,14 @@ class LiveConversation:
             self.coord.replan(plans, maps, lost=tuple(sorted(newly_lost)))
         self.lost = down
 
-    def _row(self, turn, tok, phase, d: Decision, plan, measured, trace_s, links, retries, switch_s) -> None:
+    def _row(self, turn, tok, phase, d: Decision, plan, measured, trace_s, links, retries, switch_s,
+             n_tokens: int) -> None:
         prec = np.bincount(plan.precision, minlength=3)
-        r = {"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s, "kv_len": len(self.coord.history),
-             "predicted_s": float(plan.est_time_s), "predicted_comm_s": float(plan.est_comm_s),
+        kv_after = len(self.coord.history)
+        now = self.policy.estimate(plan, n_tokens, kv_after - n_tokens, links)     # this step's links and KV
+        r = {"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s, "kv_len": kv_after,
+             "predicted_s": float(now.est_time_s), "predicted_comm_s": float(now.est_comm_s),
+             "predicted_plan_s": float(plan.est_time_s),
              "measured_s": measured, "switch_s": switch_s, "measured_step_s": measured - switch_s,
              "replanned": bool(d.replanned), "retries": retries, "recomputes": self.coord.recomputes,
              "n_fp16": int(prec[0]), "n_int8": int(prec[1]), "n_int4": int(prec[2]), "n_tp": plan.n_tp,
@@ -225,7 +231,7 @@ class LiveConversation:
         self.rows.append(r)
 
     # ---- steps -------------------------------------------------------------------------------------------------------
-    def _step(self, run, decide, phase: str, turn: int, tok: int, driver: LinkDriver, need: int):
+    def _step(self, run, decide, phase: str, turn: int, tok: int, driver: LinkDriver, need: int, n_tokens: int):
         """Decide (maybe re-plan), run; on a link that fell during the step, decide again and re-run."""
         retries = 0
         t_first, sw_first = time.monotonic(), (self.coord.switch_s if self.coord is not None else 0.0)
@@ -257,7 +263,7 @@ class LiveConversation:
             t1 = time.monotonic()
             # measured from the first attempt: re-planning and re-running after a link fell are part of the step
             self._row(turn, tok, phase, d, d.plan, t1 - t_first, trace_s, links, retries,
-                      self.coord.switch_s - sw_first)
+                      self.coord.switch_s - sw_first, n_tokens)
             self.rows[-1].update(t_start=t_first, t_end=t1)
             return out
 
@@ -295,7 +301,7 @@ class LiveConversation:
                     return d, d.plan, d.next_plan if d.next_plan is not None else d.plan
 
                 logits = self._step(lambda t=turn: self.coord.extend(t.prompt), decide_prefill, "prefill", ti, 0,
-                                    driver, kv + n_in)
+                                    driver, kv + n_in, n_in)
                 if logits is None:
                     break
                 kv += n_in
@@ -306,7 +312,7 @@ class LiveConversation:
                         return d, self.prefill_plan, d.plan
 
                     logits = self._step(lambda t=out[-1]: self.coord.decode(t), decide_decode, "decode", ti, k,
-                                        driver, kv + 1)
+                                        driver, kv + 1, 1)
                     if logits is None:
                         break
                     kv += 1

@@ -137,6 +137,23 @@ class Policy:
         kv_est = kv_len if phase == 0 else kv_plan
         return PhaseEnv(phase, n_tokens, kv_est, kv_plan, links, np.where(links.connected, budgets, 0.0))
 
+    def estimate(self, plan: PhasePlan, n_tokens: int, kv_len: int, links: LinkState) -> PhasePlan:
+        """`plan` re-costed (modelled) for the step it runs in: the links of that instant and the exact KV length.
+        A plan is kept while its KV bucket and link state allow (hysteresis), so its own `est_time_s`, made when it
+        was searched, can describe links that have since changed; the step's prediction is this re-costing. Memory
+        is not re-checked (the running plan was admitted under the budgets it carries)."""
+        phase = 0 if plan.phase == "prefill" else 1
+        env = PhaseEnv(phase, n_tokens, kv_len, plan.kv_plan, links,
+                       np.where(links.connected, plan.budget_bytes, 0.0))
+        out = self.hp.fixed(self.hp.options(env, 0.0), env, plan.precision, plan.act_precision, plan.shards,
+                            plan.pruned, plan.act_pruned)
+        if out.fits and plan.freq.size and np.any(plan.freq != 1.0):     # energy mode: DVFS as planned
+            import dataclasses
+
+            comp = out.est_time_s - out.est_comm_s
+            out = dataclasses.replace(out, freq=plan.freq, est_time_s=comp / plan.freq.min() + out.est_comm_s)
+        return out
+
     def weight_bytes(self, plan: PhasePlan) -> np.ndarray:
         """(N, D) weight bytes a plan keeps resident."""
         tb = self.ctx.table

@@ -262,3 +262,20 @@ def test_communication_scaling_quantizes_activations_then_prunes():
             assert (out.mem_bytes <= out.budget_bytes * (1 + 1e-9)).all()
             pruned_somewhere = True
     assert pruned_somewhere and quantized_somewhere
+
+
+def test_estimate_recosts_a_kept_plan_for_the_links_of_the_step():
+    """A plan kept by the controller's hysteresis was costed under the links of its search; the step's prediction is
+    the same plan re-costed for the links and KV length of that step (modelled), worse links → higher estimate."""
+    pol = policy("qwen2_5_3b", name="tp")
+    budgets = np.array([d.mem_budget_bytes for d in pol.ctx.cluster.devices], dtype=float)
+    strong, weak = links(-45.0, -45.0), links(-72.0, -72.0)
+    d = pol.start_turn(strong, budgets, 64, 0)
+    plan = d.next_plan
+    assert plan.n_tp > 0
+    same = pol.estimate(plan, 1, plan.kv_len, strong)
+    assert np.isclose(same.est_time_s, plan.est_time_s, rtol=1e-9)
+    assert np.array_equal(same.shards, plan.shards) and np.array_equal(same.precision, plan.precision)
+    worse = pol.estimate(plan, 1, plan.kv_len, weak)
+    assert worse.est_comm_s > plan.est_comm_s and worse.est_time_s > plan.est_time_s
+    assert np.isclose(worse.est_time_s - worse.est_comm_s, plan.est_time_s - plan.est_comm_s)   # compute unchanged
