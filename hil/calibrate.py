@@ -11,8 +11,9 @@ throughput per format, INT8 matmul roofline, dispatch overheads); here the same 
   cpu_copy_gbps / dram_gbps;
 - native unpack per format (weightlet R=128, mixed, kquant) x bit width 1..8 x threads -> seconds per weight;
 - INT8 GEMM (native.compute) vs M x the (K, N) of SmolLM2-135M and a 1B Llama x threads; float32 elementwise ops vs
-  bytes; attention vs (m, ctx, heads, head_dim); the Python thread hand-off through a threading.Condition (what the
-  HIL runner pays per task).
+  bytes; attention vs (m, ctx, heads, head_dim); the HIL runner's per-task cost when a worker finds its next task ready
+  (its worker loop over the real `Dispatcher`, charged per op) and, for the record, the Python thread hand-off through
+  a threading.Condition (a worker woken by another thread's completion).
 Every figure is the median of >= 3 repeats; the spread ((max - min) / median) is recorded with it. The host is shared
 and noisy: compare figures of one run, not runs.
 """
@@ -35,6 +36,7 @@ import native
 from hil.pagecache import evict, resident_fraction
 
 KIB, MIB = 1 << 10, 1 << 20
+LARGE_ALLOC = 16 * MIB        # B, the large allocation size of the first-touch curve
 
 
 # ================================================ settings ===========================================================
@@ -62,6 +64,9 @@ class CalibrationSettings:
         (1, 128, 9, 3, 64), (16, 0, 9, 3, 64), (128, 0, 9, 3, 64), (128, 128, 9, 3, 64),
         (1, 128, 32, 8, 64), (16, 0, 32, 8, 64), (128, 0, 32, 8, 64), (128, 128, 32, 8, 64))
     dispatch_tasks: int = 2000                                          # hand-offs per dispatch measurement
+    overlap_blob_bytes: int = 2 * MIB                                   # tensor buffer size of the read-overlap run
+    cold_set_bytes: int = 64 * MIB                                      # B cycled through by GEMM / unpack timings
+    #                                                                     (> last-level cache: operands come from DRAM)
 
     def __post_init__(self) -> None:
         if self.reps < 3:
@@ -77,7 +82,7 @@ class CalibrationSettings:
                    reader_threads=(1, 2),
                    copy_bytes=16 * MIB, unpack_shape=(256, 2048), threads=(1,), gemm_m=(1, 16, 128),
                    gemm_kn=((576, 576), (576, 1536)), elem_rows=(1, 64), elem_dims=(576,),
-                   attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300)
+                   attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300, cold_set_bytes=8 * MIB)
 
 
 # ================================================ statistics =========================================================
@@ -357,6 +362,47 @@ def measure_warm_read(path: Path, s: CalibrationSettings) -> dict[int, Stat]:
 
 
 # ================================================ copy ===============================================================
+def read_into_fresh(path: Path, request: int, blob: int) -> float:
+    """Seconds of one cold sequential read of `path` by 1 thread into fresh `blob`-byte buffers that stay alive (the
+    runner's loads: every tensor gets its own page-aligned buffer), `request`-byte preads."""
+    from hil.runner_state import aligned_empty
+
+    evict(path)
+    size = path.stat().st_size
+    keep = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        t0 = time.perf_counter()
+        off = 0
+        while off < size:
+            n = min(blob, size - off)
+            buf = aligned_empty(n)
+            mv = memoryview(buf)
+            got = 0
+            while got < n:
+                k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
+                if k <= 0:
+                    raise OSError(f"short read at {off + got} of {path}")
+                got += k
+            keep.append(buf)
+            off += n
+        return time.perf_counter() - t0
+    finally:
+        os.close(fd)
+
+
+def measure_read_fresh(path: Path, s: CalibrationSettings, request: int) -> tuple[Stat, Stat]:
+    """(into fresh kept buffers, into one reused buffer): seconds per byte of cold sequential 1-thread reads, measured
+    alternately. Their difference, against the copy and first-touch costs measured alone, gives how much of a read's
+    CPU side hides under the device transfer (`read_cpu_overlap`, hil.host)."""
+    size = path.stat().st_size
+    fresh, reused = [], []
+    for _ in range(max(3, s.reps)):
+        fresh.append(read_into_fresh(path, request, s.overlap_blob_bytes) / size)
+        reused.append(size / read_rate(path, request, 1, cold=True)[0] / size)
+    return Stat.of(fresh), Stat.of(reused)
+
+
 def measure_copy(s: CalibrationSettings) -> dict[int, Stat]:
     """native.memcpy of `copy_bytes` (beyond the caches), split over 1 or 2 threads: Stat of seconds per byte."""
     src = np.random.default_rng(1).integers(0, 256, s.copy_bytes, dtype=np.uint8)
@@ -370,17 +416,31 @@ def measure_copy(s: CalibrationSettings) -> dict[int, Stat]:
     return out
 
 
-def measure_first_touch(s: CalibrationSettings) -> Stat:
+def _read_and_evict(path: Path) -> None:
+    """Read `path` into the page cache, then evict it: its pages go back to the free lists, as the runner's model file
+    does right before t0 (the memory a cold start then allocates is what the kernel hands out next)."""
+    with open(path, "rb") as fh:
+        while fh.read(16 * MIB):
+            pass
+    evict(path)
+
+
+def measure_first_touch(s: CalibrationSettings, n: int = MIB, total: int = 64 * MIB,
+                        evicted: Path | None = None) -> Stat:
     """Seconds per byte of touching freshly allocated memory for the first time (page faults + zeroing), the way the
-    runner allocates its tensors (hil.runner_state.aligned_empty / np.empty, ~0.1-1 MiB each, all kept alive): a
-    copy into 64 fresh 1 MiB buffers minus the same copies again. Buffers of every repeat stay alive until the end, so
-    no repeat reuses memory an earlier one already touched."""
+    runner allocates its tensors (hil.runner_state.aligned_empty, one buffer per tensor, all kept alive): a copy into
+    `total` bytes of fresh `n`-byte buffers minus the same copies again. Buffers of every repeat stay alive until the
+    end, so no repeat reuses memory an earlier one already touched. The size matters (measured here: 16 MiB buffers
+    fault for ~1/3 of the per-byte cost of 1 MiB ones). With `evicted`, that file is read and evicted before every
+    repeat (the runner's state: its model file was just evicted)."""
     from hil.runner_state import aligned_empty
 
-    n, k = 1 << 20, 64
+    k = max(1, total // n)
     src = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
     keep, vals = [], []
     for _ in range(max(3, s.reps)):
+        if evicted is not None:
+            _read_and_evict(evicted)
         bufs = [aligned_empty(n) for _ in range(k)]
         t0 = time.perf_counter()
         for d in bufs:
@@ -404,24 +464,33 @@ def _codes(bits: int, shape: tuple[int, int], rng: np.random.Generator) -> np.nd
 
 def measure_unpack(s: CalibrationSettings) -> list[dict]:
     """Seconds per weight of each native unpack kernel with every channel at one bit width: rows {fmt, bits, threads,
-    s_per_weight, spread} (weightlet with R = 128 weights per group)."""
+    s_per_weight, spread} (weightlet with R = 128 weights per group). Inputs and outputs cycle through
+    `cold_set_bytes` of buffers, so each call reads and writes DRAM as a cold start's unpack does (the outputs were
+    touched before: first touch is `mem_fault_gbps`, charged apart)."""
     from quant.pack import pack_bits3
     from quant.pack.formats import get_format
 
     C, D = s.unpack_shape
     rng = np.random.default_rng(2)
-    out_buf = np.empty((C, D), dtype=np.int8)
+    n_out = max(1, -(-s.cold_set_bytes // (C * D)))
+    outs = [np.zeros((C, D), dtype=np.int8) for _ in range(n_out)]    # touched once here: first touch is charged apart
     rows = []
     for fmt in s.unpack_formats:
         f = get_format(fmt)
         for b in s.unpack_bits:
             bits = np.full(C, b, dtype=np.int64)
             payload = np.ascontiguousarray(f.pack(_codes(b, (C, D), rng), bits, 128, "calibration"))
+            payloads = [payload] + [payload.copy() for _ in range(max(1, -(-s.cold_set_bytes // payload.nbytes)) - 1)]
             b3 = pack_bits3(bits)
             for th in s.threads:                                     # channel ranges split over threads
-                calls = [lambda a=a, z=z: f.unpack_native(payload, b3, C, D, 128, out=out_buf, c0=a, c1=z)
-                         for a, z in split(C, th)]
-                st = timed(lambda: in_threads(calls), s.reps)
+                turn = [0]
+
+                def call(th=th, payloads=payloads, b3=b3, f=f) -> None:
+                    turn[0] += 1
+                    src, dst = payloads[turn[0] % len(payloads)], outs[turn[0] % n_out]
+                    in_threads([lambda a=a, z=z: f.unpack_native(src, b3, C, D, 128, out=dst, c0=a, c1=z)
+                                for a, z in split(C, th)])
+                st = timed(call, s.reps)
                 rows.append(dict(fmt=fmt, bits=b, threads=th, s_per_weight=st.median / (C * D), spread=st.spread))
     return rows
 
@@ -441,17 +510,34 @@ class Kernels:
             self.label = f"numpy stand-in (native.compute unavailable: {type(e).__name__})"
 
     # ---- GEMM: x int8 (M, K), w int8 (N, K) -> out int32 (M, N), output columns [n0, n1) -----------------------
-    def gemm_call(self, M: int, K: int, N: int, threads: int, rng: np.random.Generator) -> Callable[[], None]:
+    def gemm_call(self, M: int, K: int, N: int, threads: int, rng: np.random.Generator,
+                  weights: list[np.ndarray] | None = None) -> Callable[[], None]:
+        """One GEMM call per invocation; with `weights` (copies of an (N, K) matrix) each call takes the next copy,
+        so a set larger than the last-level cache makes every call read its weights from DRAM, as a cold-start pass
+        (each layer's weights used once per chunk) does."""
         x = rng.integers(-127, 128, size=(M, K), dtype=np.int8)
-        w = rng.integers(-127, 128, size=(N, K), dtype=np.int8)
+        ws = weights or [rng.integers(-127, 128, size=(N, K), dtype=np.int8)]
         out = np.empty((M, N), dtype=np.int32)
         parts = split(N, threads)
+        turn = [0]
+
+        def nxt() -> np.ndarray:
+            turn[0] = (turn[0] + 1) % len(ws)
+            return ws[turn[0]]
+
         if self.nc is not None:
             g = self.nc.gemm_i8_i32
-            return lambda: in_threads([lambda a=a, b=b: g(x, w, out, a, b) for a, b in parts])
-        xf, wf = x.astype(np.float32), w.astype(np.float32)
+
+            def run() -> None:
+                w = nxt()
+                in_threads([lambda a=a, b=b: g(x, w, out, a, b) for a, b in parts])
+            return run
         of = out.view(np.float32)
-        return lambda: in_threads([lambda a=a, b=b: np.matmul(xf, wf[a:b].T, out=of[:, a:b]) for a, b in parts])
+
+        def run_np() -> None:
+            wf = nxt().astype(np.float32)
+            in_threads([lambda a=a, b=b: np.matmul(x.astype(np.float32), wf[a:b].T, out=of[:, a:b]) for a, b in parts])
+        return run_np
 
     # ---- float32 elementwise ops: (callable, bytes read + written) ----------------------------------------------
     def elementwise_calls(self, M: int, d: int, rng: np.random.Generator) -> dict[str, tuple[Callable, int]]:
@@ -531,13 +617,16 @@ class Kernels:
 
 
 def measure_gemm(k: Kernels, s: CalibrationSettings) -> list[dict]:
-    """Rows {m, k, n, threads, seconds, spread, gops}: INT8 GEMM (M, K) x (N, K)^T, N split over threads."""
+    """Rows {m, k, n, threads, seconds, spread, gops}: INT8 GEMM (M, K) x (N, K)^T, N split over threads; weights
+    cycled through `cold_set_bytes` of copies (read from DRAM, as in a cold start, not from a warm cache)."""
     rng = np.random.default_rng(3)
     rows = []
     for K, N in s.gemm_kn:
+        base = rng.integers(-127, 128, size=(N, K), dtype=np.int8)
+        copies = [base] + [base.copy() for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
         for M in s.gemm_m:
             for th in s.threads:
-                st = timed(k.gemm_call(M, K, N, th, rng), s.reps)
+                st = timed(k.gemm_call(M, K, N, th, rng, copies), s.reps)
                 rows.append(dict(m=M, k=K, n=N, threads=th, seconds=st.median, spread=st.spread,
                                  gops=2.0 * M * K * N / st.median / 1e9))
     return rows
@@ -605,6 +694,58 @@ def measure_dispatch(s: CalibrationSettings) -> Stat:
     return Stat(st.median / s.dispatch_tasks, st.spread, st.n)
 
 
+def measure_task_loop(s: CalibrationSettings) -> Stat:
+    """Seconds per task when a runner worker finds its next task ready (no hand-off, no wait): the worker loop of
+    `hil.runner` — lock, `Dispatcher.pop`, notify the resources it woke, time stamps, memory bookkeeping, the span,
+    `Dispatcher.complete`, the input check of each task's weights — over a chain of CPU tasks whose kernels are left
+    out (they are timed on their own). This, not the hand-off round trip
+    (`measure_dispatch`), is what an op costs beyond its kernel when it follows another op of the same worker."""
+    from hil.runner_ops import needed_tensors
+    from planner.pipeline.dispatch import Dispatcher
+    from planner.plan import Plan, Task
+    from planner.timeline import Span
+
+    n = s.dispatch_tasks
+    ops = ("attn_norm", "quant_attn", "q_proj", "dq_q", "rope", "attention", "add_attn", "silu")
+    tasks = [Task(i, f"t{i}", "cpu", layer=0, order=i, deps=[i - 1] if i else [], ops=[ops[i % len(ops)]])
+             for i in range(n)]
+    arrived: dict[str, threading.Event] = {}
+    cond = {r: threading.Condition(threading.Lock()) for r in ("cpu", "npu")}
+    lock = threading.Lock()
+
+    def loop() -> None:
+        disp = Dispatcher(Plan("calib", "none", "host", 1, 1, tasks))
+        spans: list[Span] = []
+        mem = [0]
+        disp.start()
+        t0 = time.perf_counter()
+        while not disp.finished:
+            with lock:
+                tid, stolen, wake = disp.pop("cpu")
+                for r in set(wake):
+                    with cond[r]:
+                        cond[r].notify_all()
+            for name in needed_tensors(tasks[tid]):          # the runner's input check (weights already in)
+                with lock:
+                    ev = arrived.setdefault(name, threading.Event())
+                ev.set()
+                if not ev.is_set():
+                    raise RuntimeError("unreachable")
+            with lock:
+                start = time.perf_counter() - t0
+                mem[0] += tasks[tid].mem_alloc
+            with lock:
+                spans.append(Span(tid, "cpu", 0, start, time.perf_counter() - t0, "cpu", stolen, 0.0))
+                mem[0] -= tasks[tid].mem_free
+                wake, _ = disp.complete(tid)
+                for r in set(wake):
+                    with cond[r]:
+                        cond[r].notify_all()
+
+    st = timed(loop, s.reps)
+    return Stat(st.median / n, st.spread, st.n)
+
+
 # ================================================ everything ========================================================
 @dataclass
 class Measurements:
@@ -622,8 +763,12 @@ class Measurements:
     gemm: list[dict]
     elementwise: list[dict]
     attention: list[dict]
-    dispatch: Stat                        # s per task
-    first_touch: Stat                     # s per B of first touch of fresh memory
+    dispatch: Stat                        # s per hand-off round trip (post a task to a waiting thread and back)
+    task_loop: Stat                       # s per task a worker finds ready (the runner's loop, no hand-off)
+    first_touch: Stat                     # s per B of first touch of fresh memory (1 MiB buffers)
+    first_touch_large: Stat               # s per B of first touch of fresh 16 MiB buffers
+    read_fresh: Stat                      # s per B, cold 1-thread read into fresh kept buffers (bulk requests)
+    read_reused: Stat                     # s per B, the same read into one reused buffer (measured alternately)
     random_read: Stat                     # s per cold random 4 KiB read
     random_read_busy: Stat                # s per cold random 4 KiB read while a sequential stream runs
     wall_s: dict[str, float]              # s per measurement group
@@ -649,6 +794,9 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         warm = step("warm_read", lambda: measure_warm_read(path, s))
         rnd = step("random_read", lambda: measure_random_read(path, s.reps))
         rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, bulk_request(reads)))
+        fresh, reused = step("read_fresh", lambda: measure_read_fresh(path, s, bulk_request(reads)))
+        touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
+        touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
     lat, rbw = fit_reader(reads)
     copy = step("copy", lambda: measure_copy(s))
     unpack = step("unpack", lambda: measure_unpack(s))
@@ -657,6 +805,6 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     elem = step("elementwise", lambda: measure_elementwise(k, s))
     attn = step("attention", lambda: measure_attention(k, s))
     disp = step("dispatch", lambda: measure_dispatch(s))
-    touch = step("first_touch", lambda: measure_first_touch(s))
+    loop = step("task_loop", lambda: measure_task_loop(s))
     return Measurements(s, reads, lat, rbw, bulk_request(reads), ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, touch, rnd, rnd_busy, wall, load)
+                        disp, loop, touch, touch_large, fresh, reused, rnd, rnd_busy, wall, load)

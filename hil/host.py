@@ -218,9 +218,22 @@ def put_memory_touch(f: ProfileFields, m: Measurements) -> None:
           "(64 x 1 MiB aligned_empty buffers, as the runner allocates tensors): copy into them fresh minus again, "
           "1 thread",
           m.first_touch.spread)
+    f.put("mem_fault_small_bytes", 1 << 20, "measurement size of mem_fault_gbps")
+    f.put("mem_fault_large_gbps", 1.0 / m.first_touch_large.median / 1e9, "measured: the same with 4 x 16 MiB "
+          "buffers (large allocations fault for less per byte)", m.first_touch_large.spread)
+    from hil.calibrate import LARGE_ALLOC
+
+    f.put("mem_fault_large_bytes", LARGE_ALLOC, "measurement size of mem_fault_large_gbps")
     w1 = m.warm_read[1]
     f.put("read_cpu_gbps", 1.0 / w1.median / 1e9, "measured: pread of a page-cache-resident file into a user buffer "
           "(1 MiB requests), 1 thread", w1.spread)
+    T, C, F = m.read_reused.median, w1.median + m.first_touch.median, m.read_fresh.median    # s per B
+    eta = float(np.clip(1.0 - (F - max(T, C)) / min(T, C), 0.0, 1.0))
+    blob_mib = m.settings.overlap_blob_bytes >> 20
+    f.put("read_cpu_overlap", eta, f"measured: a cold 1-thread read into fresh kept {blob_mib}"
+          f" MiB buffers took {F * 1e9:.3f} ns/B, into a reused buffer {T * 1e9:.3f} ns/B (transfer), copy + first "
+          f"touch alone {C * 1e9:.3f} ns/B: overlap = 1 - (fresh - max) / min, clipped to [0, 1]",
+          max(m.read_fresh.spread, m.read_reused.spread))
 
 
 def put_cores(f: ProfileFields, ident: HostIdentity, ghz: float, ghz_how: str) -> None:
@@ -273,8 +286,11 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
     f.put("cpu_elementwise_gbps_per_core", sum(r["bytes"] for r in eb) / sum(r["seconds"] for r in eb) / 1e9,
           f"measured: {kern} float32 rmsnorm/quantize/dequant/rope/silu_mul/add at M={emax}, bytes read + written / s",
           float(np.median([r["spread"] for r in eb])))
-    f.put("cpu_op_overhead_s", m.dispatch.median, "measured: Python thread hand-off through a threading.Condition "
-          "and back (the HIL runner's per-task cost)", m.dispatch.spread)
+    f.put("thread_wake_s", m.dispatch.median / 2, "measured: half the round trip of a task handed to a waiting "
+          "thread through a threading.Condition and its completion handed back (two wake-ups)", m.dispatch.spread)
+    f.put("cpu_op_overhead_s", m.task_loop.median, "measured: the HIL runner's worker loop per task that is ready "
+          "(lock, Dispatcher pop / complete, span; hil.calibrate.measure_task_loop); a worker that waited is charged "
+          "thread_wake_s on top", m.task_loop.spread)
 
 
 def put_unpack(f: ProfileFields, m: Measurements, ghz: float) -> None:
@@ -299,15 +315,17 @@ def put_unpack(f: ProfileFields, m: Measurements, ghz: float) -> None:
 
 def put_npu_stand_in(f: ProfileFields, m: Measurements) -> None:
     """The NPU stand-in: a worker thread on a CPU core, no QNN graph; context deserialization = a copy. Needs
-    `cpu_copy_gbps` already put."""
+    `cpu_copy_gbps` and `mem_fault_gbps` already put."""
     f.put("npu_on_cpu_core", True, "by construction: the runner's NPU worker is a thread on a CPU core")
     f.put("npu_inefficient_factor", 1.0, "by construction: the NPU stand-in is a CPU core running the same kernels")
-    f.put("npu_dispatch_s", m.dispatch.median, "measured: same thread hand-off as cpu_op_overhead_s (the runner's NPU "
-          "worker is a thread)", m.dispatch.spread)
+    f.put("npu_dispatch_s", m.task_loop.median, "measured: same worker loop as cpu_op_overhead_s (the runner's NPU "
+          "worker is a thread)", m.task_loop.spread)
     for key in ("npu_setup_s", "npu_compose_s_per_gb", "npu_optimize_s_per_gb", "npu_prepare_s_per_gb"):
         f.put(key, 0.0, "this host has no NPU graph (no QNN set-up / compose / optimize / prepare)")
-    f.put("npu_ctx_deserialize_gbps", f.values["cpu_copy_gbps"], "measured: = cpu_copy_gbps (the runner's stand-in "
-          "for deserializing a context binary is a real copy)", f.spread.get("cpu_copy_gbps"))
+    fresh_copy = 1.0 / (1.0 / f.values["cpu_copy_gbps"] + 1.0 / f.values["mem_fault_gbps"])
+    f.put("npu_ctx_deserialize_gbps", fresh_copy, "measured: cpu_copy_gbps with the first touch of the fresh buffer "
+          "(mem_fault_gbps) in series (the runner's stand-in for deserializing a context binary is a real copy into "
+          "a new buffer)", f.spread.get("cpu_copy_gbps"))
 
 
 def put_assumed_power(f: ProfileFields) -> None:
@@ -330,13 +348,17 @@ def cost_table(m) -> dict:
     for r in m.unpack:
         pts.append(dict(unit="cpu", kind="unpack", threads=r["threads"], work=C * D,
                         seconds=r["s_per_weight"] * C * D, spread=r["spread"], fmt=r["fmt"], bits=r["bits"]))
+    # the runner splits only GEMMs over a unit's threads (hil.runner_ops.OpRunner.gemm); elementwise ops and attention
+    # run on the worker's own thread whatever the pool size, so their 1-thread times are what a k-thread unit takes
+    pool_sizes = range(1, max(os.cpu_count() or 1, *s.threads) + 1)
     for unit in ("cpu", "npu"):                                     # npu = the stand-in core: same kernels
-        for r in m.elementwise:
-            pts.append(dict(unit=unit, kind="elementwise", threads=1, work=r["bytes"], seconds=r["seconds"],
-                            spread=r["spread"], op=r["op"]))
-        for r in m.attention:
-            pts.append(dict(unit=unit, kind="attention", threads=1, work=r["flops"], seconds=r["seconds"],
-                            spread=r["spread"]))
+        for th in pool_sizes if unit == "cpu" else [1]:
+            for r in m.elementwise:
+                pts.append(dict(unit=unit, kind="elementwise", threads=th, work=r["bytes"], seconds=r["seconds"],
+                                spread=r["spread"], op=r["op"]))
+            for r in m.attention:
+                pts.append(dict(unit=unit, kind="attention", threads=th, work=r["flops"], seconds=r["seconds"],
+                                spread=r["spread"]))
     unpack = [dict(fmt=r["fmt"], bits=r["bits"], threads=r["threads"], s_per_weight=r["s_per_weight"],
                    spread=r["spread"]) for r in m.unpack]
     matmul = [dict(unit="cpu", threads=r["threads"], m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"],
@@ -344,7 +366,7 @@ def cost_table(m) -> dict:
     matmul += [dict(unit="npu", threads=1, m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"], spread=r["spread"])
                for r in m.gemm if r["threads"] == 1]
     return dict(version=2, source=f"measured on this host by hil.calibrate ({m.kernels})", points=pts, unpack=unpack,
-                matmul=matmul, op_overhead_s=dict(cpu=m.dispatch.median, npu=m.dispatch.median))
+                matmul=matmul, op_overhead_s=dict(cpu=m.task_loop.median, npu=m.task_loop.median))
 
 
 def measurements_json(m) -> dict:
@@ -360,7 +382,9 @@ def measurements_json(m) -> dict:
                 warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
                 copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
-                first_touch_s_per_byte=stat(m.first_touch), random_read_s=stat(m.random_read),
+                task_loop_s=stat(m.task_loop), first_touch_s_per_byte=stat(m.first_touch),
+                first_touch_large_s_per_byte=stat(m.first_touch_large), read_fresh_s_per_byte=stat(m.read_fresh),
+                read_reused_s_per_byte=stat(m.read_reused), random_read_s=stat(m.random_read),
                 random_read_busy_s=stat(m.random_read_busy), wall_s=m.wall_s,
                 loadavg=m.loadavg)
 

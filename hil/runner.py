@@ -16,7 +16,9 @@ NPU INT8 matmuls) under one lock, one Condition per resource. Stolen ops run on 
 stolen=True). Per resource:
 - load: preadv of the task's byte ranges into page-aligned buffers in `request_bytes` requests; `copy_bytes` > 0 (or
   `duration_s` > 0: a phone's materialized-graph deserialization, whose host stand-in is the same copy) -> a real
-  native memcpy into a second ("NPU") buffer, timed as the span's `cpu_s`. The embedding task reads the row scales in
+  native memcpy into a second ("NPU") buffer. Every span's `cpu_s` is the CPU time its thread used in it
+  (`time.thread_time`: syscalls, copies and page faults included; wall minus `cpu_s` = waiting for data or a core).
+  The embedding task reads the row scales in
   one sequential read and the prompt's rows one read each (ascending offsets, on a second descriptor advised
   POSIX_FADV_RANDOM so no readahead is triggered), then dequantizes them.
 - unpack: native unpack of the task's tensors to INT8 (an INT8 blob is a zero-copy view).
@@ -169,7 +171,9 @@ class _Run:
                 with self.lock:
                     start = self._now()
                     self._mem(task.mem_alloc)
-                unit, cpu_s = self._execute(task, resource, idx, stolen)
+                c0 = time.thread_time()
+                unit, _ = self._execute(task, resource, idx, stolen)
+                cpu_s = time.thread_time() - c0          # CPU seconds this thread used in the span (measured)
                 with self.lock:
                     end = self._now()
                     self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, end, unit, stolen,

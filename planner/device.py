@@ -16,6 +16,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
+import numpy as np
+
 
 @dataclass
 class SocProfile:
@@ -36,9 +38,20 @@ class SocProfile:
     cpu_copy_gbps: float = 0.0                # GB/s per thread, writing weights into NPU-shared buffers (copy/unpack)
     read_cpu_gbps: float = 0.0                # GB/s per thread of CPU work moving read data from the page cache into
     #                                           a user buffer (read() syscall copy); 0 = not modelled
+    read_cpu_overlap: float = 0.0             # 1, share of the shorter of a sequential read's device transfer and
+    #                                           its CPU side (copy + first touch) that runs concurrently with the other
+    #                                           (kernel readahead keeps the device busy while the thread copies);
+    #                                           0 = one after the other
     dram_gbps: float = 0.0                    # GB/s, shared DRAM bandwidth of all cores together; 0 = not modelled
     mem_fault_gbps: float = 0.0               # GB/s per thread of first touch of newly allocated memory (page faults
-    #                                           + zeroing, charged on load / unpack tasks' mem_alloc; 0 = not modelled)
+    #                                           + zeroing, charged on load / unpack tasks' mem_alloc; 0 = not modelled),
+    #                                           allocations up to mem_fault_small_bytes
+    mem_fault_small_bytes: int = 1 << 20      # B, allocation size mem_fault_gbps was measured at
+    mem_fault_large_gbps: float = 0.0         # GB/s, first touch of allocations of mem_fault_large_bytes and more
+    #                                           (0 = mem_fault_gbps at every size); log-interpolated in between
+    mem_fault_large_bytes: int = 0            # B
+    thread_wake_s: float = 0.0                # s, an idle worker thread woken by another's completion starts this
+    #                                           much later (a thread hand-off; 0 = not modelled)
     npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
     #                                           occupy a core in the simulator's processor sharing
     # ---- CPU ----------------------------------------------------------------------------------------------------
@@ -85,12 +98,28 @@ class SocProfile:
                     "npu_ctx_deserialize_gbps"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"device.{key} must be > 0 (got {getattr(self, key)})")
+        if not 0 <= self.read_cpu_overlap <= 1:
+            raise ValueError(f"device.read_cpu_overlap must be in [0, 1] (got {self.read_cpu_overlap})")
         if not 0 < self.cpu_parallel_eff <= 1:
             raise ValueError(f"device.cpu_parallel_eff must be in (0, 1] (got {self.cpu_parallel_eff})")
         if self.flash_reader_gbps > self.flash_peak_gbps:
             raise ValueError("device.flash_reader_gbps must be <= device.flash_peak_gbps")
 
     # ---- derived ------------------------------------------------------------------------------------------------
+    def fault_s_per_byte(self, alloc_bytes: float) -> float:
+        """s per byte of first-touching an allocation of `alloc_bytes` (0 when first touch is not modelled)."""
+        if self.mem_fault_gbps <= 0:
+            return 0.0
+        small = 1.0 / (self.mem_fault_gbps * 1e9)
+        lo, hi = float(self.mem_fault_small_bytes), float(self.mem_fault_large_bytes)
+        if self.mem_fault_large_gbps <= 0 or hi <= lo or alloc_bytes <= lo:
+            return small
+        large = 1.0 / (self.mem_fault_large_gbps * 1e9)
+        if alloc_bytes >= hi:
+            return large
+        f = (np.log(alloc_bytes) - np.log(lo)) / (np.log(hi) - np.log(lo))
+        return float(np.exp((1 - f) * np.log(small) + f * np.log(large)))
+
     @property
     def cpu_cores(self) -> int:
         return self.cpu_big_cores + self.cpu_little_cores

@@ -20,7 +20,8 @@ class Span:
     end: float           # s
     unit: str            # cpu | npu | io | graph
     stolen: bool = False
-    cpu_s: float = 0.0   # s of CPU work inside a load task (copy / deserialize)
+    cpu_s: float = 0.0   # s of CPU work inside a load task (copy / deserialize); measured timelines: the CPU time the
+    #                      span's thread used (every resource)
 
 
 @dataclass

@@ -11,13 +11,17 @@ position) first. An idle CPU steals the NPU queue's head when more than `steal_t
 Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
-unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps`, after the flash transfer),
+unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for sequential
+reads overlapping the flash transfer by `read_cpu_overlap`, readahead keeps the device busy; after it otherwise),
 copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots) — and the cores
 are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op slows down. The NPU queue
-occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
-allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch
-time (`mem_fault_gbps`: page faults + zeroing). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
-page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
+occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly allocated memory (a load's
+buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch time
+(`SocProfile.fault_s_per_byte`: page faults + zeroing, cheaper per byte for large allocations); the page faults of all
+threads share one fault resource (they serialize on the process's memory map, and a waiting thread spins on its core).
+A worker that waited idle starts `thread_wake_s` after being woken (a thread hand-off). DRAM bandwidth (`dram_gbps`) is
+one shared resource for copies, reads' page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads
+(`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
 """
@@ -43,6 +47,9 @@ class PlanExecutor:
         self.cores = Cores(self.env, dev.cpu_cores)
         self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
+        # first touch of fresh memory: page faults of all threads of the process share one rate (they serialize on
+        # the process's memory map; measured: two threads reading into fresh buffers spend ~2x the CPU per byte)
+        self.faults = SharedRate(self.env, 1.0) if dev.mem_fault_gbps > 0 else None   # fault-seconds per second
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -79,9 +86,27 @@ class PlanExecutor:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
 
-    def _touch_s(self, nbytes: int) -> float:
-        """Core seconds of touching `nbytes` of newly allocated memory for the first time (`mem_fault_gbps`)."""
-        return nbytes / (self.dev.mem_fault_gbps * 1e9) if nbytes > 0 and self.dev.mem_fault_gbps > 0 else 0.0
+    def _touch_s(self, nbytes: int, allocations: int = 1) -> float:
+        """Core seconds of first-touching `nbytes` of newly allocated memory in `allocations` equal buffers, alone
+        (`SocProfile.fault_s_per_byte`: large allocations fault for less per byte, measured)."""
+        if nbytes <= 0:
+            return 0.0
+        return nbytes * self.dev.fault_s_per_byte(nbytes / max(1, allocations))
+
+    def _cpu_with_touch(self, cpu_s: float, touch_bytes: int, dram_bytes: float, allocations: int = 1
+                        ) -> list[simpy.Event]:
+        """Events of a thread's CPU work of `cpu_s` (isolated) that first-touches `touch_bytes`: its core time (the
+        touch's share included) and the touch on the process-wide page-fault resource; done when both are."""
+        touch = self._touch_s(touch_bytes, allocations)
+        evs = []
+        if self.faults is not None and touch > 0:
+            evs.append(self.faults.use(touch, cap=1.0))
+            # a thread waiting for the page-fault lock spins on its core: with k touching threads the touch costs
+            # ~k times its core time (measured: two threads reading into fresh buffers ~2x the CPU per byte of one)
+            touch *= len(self.faults.active)
+        if cpu_s + touch > 0:
+            evs = self._occupy(cpu_s + touch, 1, dram_bytes) + evs
+        return evs
 
     # ---- workers -----------------------------------------------------------------------------------------------
     def _worker(self, resource: str, idx: int):
@@ -92,6 +117,8 @@ class PlanExecutor:
                 ev = env.event()
                 self.idle[resource].append(ev)
                 yield ev
+                if self.dev.thread_wake_s > 0:      # an idle worker thread takes this long to run once woken
+                    yield env.timeout(self.dev.thread_wake_s)
                 continue
             tid, stolen, wake = got
             self._wake(wake)
@@ -103,18 +130,33 @@ class PlanExecutor:
                 hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
                 self.preloaded -= hit
                 nread = t.read_bytes - hit
-                yield self.flash.read(nread, t.request_bytes, t.random_reads)
                 # CPU side of the read: the kernel copies the pages into the user buffer (read_cpu_gbps), faulting in
-                # the freshly allocated buffer (first touch, mem_fault_gbps). Measured on this host it adds to the
-                # transfer rather than hiding under it (a 1-thread load of an INT8 file: transfer + copy + touch).
-                read_cpu = (nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0) \
-                    + self._touch_s(t.mem_alloc)
-                if read_cpu > 0:
-                    yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread))
-                copy_s = cost.copy_time(t.copy_bytes) + self._touch_s(t.copy_bytes)   # into a fresh NPU buffer
+                # the freshly allocated buffer (first touch, mem_fault_gbps); it occupies a core either way. A
+                # sequential read overlaps part of it with the device transfer — the kernel's asynchronous readahead
+                # keeps the device streaming the next pages while the thread copies and faults in the current ones —
+                # by the measured share `read_cpu_overlap` (docs/hil.md "Loads"); scattered reads (no readahead) pay
+                # transfer, then copy.
+                copy_r = nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0
+                n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
+                read_cpu = copy_r + self._touch_s(t.mem_alloc, n_buf)
+                transfer = self.flash.read(nread, t.request_bytes, t.random_reads)
+                eta = 0.0 if t.random_reads else self.dev.read_cpu_overlap
+                if read_cpu > 0 and eta > 0:
+                    # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap
+                    t_alone = nread / self.dev.reader_rate(max(1, min(t.request_bytes, nread))) if nread else 0.0
+                    yield env.all_of([transfer, *self._cpu_with_touch(copy_r, t.mem_alloc, 2.0 * nread, n_buf)])
+                    exposed = (1.0 - eta) * min(t_alone, read_cpu)
+                    if exposed > 0:
+                        yield env.timeout(exposed)
+                else:
+                    yield transfer
+                    if read_cpu > 0:
+                        yield env.all_of(self._cpu_with_touch(copy_r, t.mem_alloc, 2.0 * nread, n_buf))
+                copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
+                copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
                 cpu_s = copy_s + t.duration_s
                 if copy_s > 0:
-                    yield env.all_of(self._occupy(copy_s, 1, 2.0 * t.copy_bytes))
+                    yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf))
                 if t.duration_s > 0:
                     yield self.cores.run(t.duration_s)
                 unit = "io"
@@ -132,8 +174,9 @@ class PlanExecutor:
                     unit, threads, core = "cpu", plan.cpu_threads, plan.cpu_first_core
                 else:
                     unit, threads, core = "npu", 1, 0
-                if resource == "unpack" and self._touch_s(t.mem_alloc) > 0:   # the fresh INT8 output buffers
-                    yield self.cores.run(self._touch_s(t.mem_alloc))
+                n_out = max(1, len(t.tensors))
+                if resource == "unpack" and self._touch_s(t.mem_alloc, n_out) > 0:   # the fresh INT8 outputs
+                    yield env.all_of(self._cpu_with_touch(0.0, t.mem_alloc, 0.0, n_out))
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
                     if dur > 0:

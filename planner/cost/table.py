@@ -3,8 +3,8 @@
 A table is JSON with up to four sections; only `points` is required (the original format, still read as before):
 - `points`: `[{"unit": "cpu", "kind": "matmul", "work": 1.2e9, "seconds": 0.004, "threads": 4}, ...]` (`threads`
   defaults to 1; extra keys are ignored). Per (unit, kind, threads) a linear fit `seconds = a + b * work`, least
-  squares with a >= 0 intercept, where `work` is the op's natural size: FLOPs for matmul/attention, bytes for
-  elementwise/copy, weights for unpack. Elementwise ops are costed by bytes, attention by FLOPs, copies by bytes.
+  squares in relative error with a, b >= 0 (a = the fixed cost of a call, what a small op costs), where `work` is the
+  op's natural size: FLOPs for matmul/attention, bytes for elementwise/copy, weights for unpack.
 - `unpack`: `[{"fmt": "weightlet", "bits": 5, "threads": 1, "s_per_weight": 1.1e-10}, ...]`: an unpack op with a
   per-bit-width histogram (`OpWork.bits_weights`) costs `sum_b bits_weights[b] * s_per_weight(fmt, b, threads)`; a
   bit width without a row takes the nearest measured one (0-bit weights: the 1-bit row). Without `bits_weights`, or
@@ -61,6 +61,19 @@ class _Curve:
         return float(np.interp(m, self.m, self.s))
 
 
+def _fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
+    """(a, b) >= 0 of seconds ≈ a + b · work, least squares in relative error (weights 1 / seconds): the measured
+    sizes span orders of magnitude, and an unweighted fit lets the largest sizes set the intercept — the fixed cost
+    of a call (argument checks, the kernel's set-up), which is what a small op costs — often below zero."""
+    from scipy.optimize import nnls
+
+    w = 1.0 / np.maximum(y, 1e-12)
+    scale = max(float(x.max()), 1e-30)
+    A = np.stack([np.ones_like(x), x / scale], axis=1) * w[:, None]
+    (a, b), _ = nnls(A, y * w)
+    return float(a), float(b / scale)
+
+
 class TableCostModel(CostModel):
     name = "table"
 
@@ -83,10 +96,7 @@ class TableCostModel(CostModel):
             if len(pts) == 1 or np.ptp(x) == 0:
                 self.fits[key] = (0.0, float(y.mean() / max(x.mean(), 1e-30)))
                 continue
-            b, a = np.polyfit(x, y, 1)
-            if a < 0:                                                 # refit through the origin
-                a, b = 0.0, float((x @ y) / (x @ x))
-            self.fits[key] = (float(a), float(b))
+            self.fits[key] = _fit_line(x, y)
         self.spw = self._unpack_rows(unpack or [])                   # (fmt, threads) -> (9,) s per weight by bits
         self.curves = self._matmul_rows(matmul or [])                # (unit, threads) -> {(K, N): _Curve}
         self.overhead = self._overheads(op_overhead_s or {})         # unit -> s per compute op

@@ -52,6 +52,13 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     bw[5] = 1 << 20
     assert model.op_time(OpWork("unpack", weights=1 << 20, fmt="weightlet", bits_weights=bw), "cpu") > 0
     assert model.copy_time(1 << 20) > 0
+    # the runner's per-op cost and its wake-ups, the read overlap and the first-touch curve are measured
+    assert 0 < prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
+    assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
+    for key in ("thread_wake_s", "read_cpu_overlap", "mem_fault_large_gbps", "cpu_op_overhead_s"):
+        assert doc["sources"][key].startswith("measured"), key
+    el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool
+    assert model.op_time(el, "cpu", 2) == model.op_time(el, "cpu", 1)
 
 
 def test_stored_profile_is_loaded_when_identity_matches(quick_store, monkeypatch):

@@ -111,6 +111,29 @@ def test_table_regression_recovers_linear_profile_and_falls_back(tmp_path):
         make_cost_model("table", dev, str(tmp_path / "missing.json"))
 
 
+# elementwise points of this host's calibration (2026-11-30: native.compute rmsnorm / quantize / dequant / rope /
+# silu_mul / add at M in {1, 16, 128}, d in {576, 2048}): (bytes, microseconds)
+ELEMENTWISE_US = [(6912, 9.6), (2880, 6.7), (6912, 8.8), (4864, 7.7), (18432, 8.1), (6912, 7.5), (76032, 10.4),
+                  (46080, 7.8), (76032, 10.4), (77824, 8.7), (294912, 17.7), (110592, 8.3), (592128, 21.7),
+                  (368640, 14.6), (592128, 15.2), (622592, 14.5), (2359296, 93.7), (884736, 18.7), (24576, 8.4),
+                  (10240, 6.6), (24576, 8.8), (16640, 7.7), (66048, 9.4), (24576, 7.4), (270336, 13.5),
+                  (163840, 10.2), (270336, 11.0), (266240, 10.5), (1056768, 46.4), (393216, 11.1), (2105344, 50.7),
+                  (1310720, 39.1), (2105344, 37.4), (2129920, 35.4), (8454144, 300.1), (3145728, 42.3)]
+
+
+def test_table_fit_keeps_the_fixed_cost_of_small_ops():
+    """Measured sizes over three decades: the relative-error fit keeps the ~7 us call cost that every small op pays;
+    an unweighted least-squares line lets the largest sizes set the intercept (2.2 us here)."""
+    pts = [{"unit": "cpu", "kind": "elementwise", "work": w, "seconds": us * 1e-6} for w, us in ELEMENTWISE_US]
+    a, b = TableCostModel(pts).fits[("cpu", "elementwise", 1)]
+    small = [us * 1e-6 for w, us in ELEMENTWISE_US if w < 30000]
+    assert a == pytest.approx(np.median(small), rel=0.2) and b > 0
+    pred = TableCostModel(pts).op_time(OpWork("elementwise", nbytes=6912), "cpu")
+    assert pred == pytest.approx(np.median(small), rel=0.25)
+    x, y = np.array(ELEMENTWISE_US, dtype=float).T
+    assert np.polyfit(x, y * 1e-6, 1)[1] < 0.5 * a                         # what the unweighted fit made of it
+
+
 # ---- formats -------------------------------------------------------------------------------------------------
 FIG4A = {4: 0.1154, 5: 0.7767, 6: 0.0991, 7: 0.0079, 8: 0.0004}
 

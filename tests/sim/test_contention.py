@@ -70,3 +70,57 @@ def test_overlapping_ops_share_dram_bandwidth():
     assert simulate(plan, device(2), FakeCost()).end_s == pytest.approx(1.0)                   # not modelled
     assert simulate(plan, device(2, dram_gbps=40.0), FakeCost()).end_s == pytest.approx(1.0)   # enough for both
     assert simulate(plan, device(2, dram_gbps=15.0), FakeCost()).end_s == pytest.approx(20 / 15)   # 7.5 GB/s each
+
+
+def _load_plan(n_loads: int, nbytes: int = 10**9, unpack_s: float = 0.0) -> Plan:
+    b = PlanBuilder()
+    for i in range(n_loads):
+        b.add(f"ld{i}", "load", read_bytes=nbytes, request_bytes=1 << 23, mem_alloc=nbytes)
+    if unpack_s:
+        b.add("u", "unpack", works=[OpWork("unpack", n=unpack_s)])          # type: ignore[arg-type]
+    return Plan("t", "m", "d", 1, 0, b.tasks, loader_threads=n_loads)
+
+
+def test_read_overlap_between_serial_and_concurrent():
+    """A sequential load takes max(T, C) + (1 − η)·min(T, C): T + C with no overlap, max(T, C) with full overlap."""
+    dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0,
+                 read_cpu_gbps=2.0)                                      # T = 1 s, C = 0.5 s per GB
+    t = {eta: simulate(_load_plan(1), dataclasses.replace(dev, read_cpu_overlap=eta), FakeCost()).end_s
+         for eta in (0.0, 0.5, 1.0)}
+    assert t[0.0] == pytest.approx(1.5, rel=1e-6)
+    assert t[0.5] == pytest.approx(1.25, rel=1e-6)
+    assert t[1.0] == pytest.approx(1.0, rel=1e-6)
+
+
+def test_page_faults_of_threads_share_one_resource():
+    """Two threads first-touching 1 GB each at the same time take twice as long as one (the faults serialize)."""
+    dev = device(4, flash_peak_gbps=1e6, flash_reader_gbps=1e6, flash_request_latency_s=0.0,
+                 mem_fault_gbps=1.0)                                      # transfer ~0, touch 1 s / GB
+    one = simulate(_load_plan(1), dev, FakeCost()).end_s
+    two = simulate(_load_plan(2), dev, FakeCost()).end_s
+    assert one == pytest.approx(1.0, rel=1e-3)
+    assert two == pytest.approx(2.0, rel=1e-3)
+    no_faults = dataclasses.replace(dev, mem_fault_gbps=0.0)
+    assert simulate(_load_plan(2), no_faults, FakeCost()).end_s < 1e-3
+
+
+def test_first_touch_cost_depends_on_allocation_size():
+    dev = dataclasses.replace(xiaomi(), mem_fault_gbps=2.0, mem_fault_small_bytes=1 << 20, mem_fault_large_gbps=8.0,
+                              mem_fault_large_bytes=16 << 20)
+    assert dev.fault_s_per_byte(4096) == pytest.approx(0.5e-9)
+    assert dev.fault_s_per_byte(1 << 30) == pytest.approx(0.125e-9)
+    assert dev.fault_s_per_byte(4 << 20) == pytest.approx(0.25e-9)          # halfway in log size
+    assert dataclasses.replace(dev, mem_fault_large_gbps=0.0).fault_s_per_byte(1 << 30) == pytest.approx(0.5e-9)
+    assert dataclasses.replace(dev, mem_fault_gbps=0.0).fault_s_per_byte(1 << 20) == 0.0
+    with pytest.raises(ValueError, match="read_cpu_overlap"):
+        dataclasses.replace(dev, read_cpu_overlap=1.5)
+
+
+def test_woken_worker_starts_after_its_wake_up_time():
+    b = PlanBuilder()
+    u0 = b.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])             # type: ignore[arg-type]
+    b.add("m", "cpu", [u0], works=[OpWork("matmul", k=1.0, n=1.0)])          # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks)
+    base = simulate(plan, device(2), FakeCost()).end_s
+    woke = simulate(plan, device(2, thread_wake_s=0.25), FakeCost()).end_s
+    assert woke == pytest.approx(base + 0.25)                               # the cpu worker waited for u0
