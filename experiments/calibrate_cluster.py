@@ -1,7 +1,7 @@
 """Emulated-cluster calibration app (docs/cluster.md "Profiles"): measure each emulated device's layer variants on its
 quota-limited worker and fit the Voltron planner's latency regression on them (Voltron §4.2.1).
 
-    python -m experiments.calibrate cluster=office_emu model=smollm2_135m profile_points=16
+    python -m experiments.calibrate cluster=office_emu model=smollm2_135m profile_points=48
     (`experiments.calibrate` hands any command line with `cluster=` to this app.)
 
 Writes `metrics.json` (measured: profile points, wall time, the regression's held-out accuracy / MAPE / R², per phase),

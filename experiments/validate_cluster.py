@@ -47,7 +47,7 @@ MEASURED_KEYS = ["measured_ttft_s", "measured_ttft_s_min", "measured_ttft_s_max"
                  "measured_tpot_ms_p90", "measured_ttft_compute_s", "measured_tpot_compute_ms_p50", "replans",
                  "replan_steps_after_disconnect", "stall_s_total", "recomputes", "tokens_generated", "disconnects",
                  "rejoins", "profile_points_total", "latency_model_accuracy", "latency_model_mape", "profile_s",
-                 "cluster_start_s", "oom", "warm_up_load_s"]
+                 "cluster_start_s", "oom", "warm_up_load_s", "rpc_call_ms"]
 MODELLED_KEYS = ["predicted_ttft_s", "predicted_tpot_ms_p50", "ttft_error_pct", "tpot_error_pct",
                  "tpot_step_mape_pct", "accuracy_proxy_min"]
 
@@ -116,7 +116,7 @@ def run(inp: Inputs, out) -> dict:
     import time
 
     from hil.cluster.conversation import LiveConversation, Turn
-    from hil.cluster.profiler import profile_cluster
+    from hil.cluster.profiler import measure_calls, profile_cluster
     from hil.cluster.session import ProfileStore, start_workers
     from hil.cluster.trace import chrome_trace
     from planner.voltron.devices import Cluster, emulated_cluster, load_device
@@ -142,10 +142,11 @@ def run(inp: Inputs, out) -> dict:
             store.save(prof, inp.points, inp.seed, {"cores": cores.tolist()})
         profile_s = time.monotonic() - t1
         ctx, acc = context_from_profile(spec, cluster, inp.pcfg, prof, inp.seed)
+        call_s = measure_calls([h.client for h in handles], period_s)
         policy = make_policy(ctx)
         tracker = LinkTracker(RssiTrace.load(inp.tcfg), inp.rssi, inp.cluster.links)
         conv = LiveConversation(policy, ctx, handles, emu.clients, emu, tracker.state,
-                                [Turn(p, inp.new_tokens) for p in prompts], inp.live)
+                                [Turn(p, inp.new_tokens) for p in prompts], inp.live, call_s=call_s)
         res = conv.run()
         spans = [s.to_dict() for s in conv.coord.spans] if conv.coord is not None else []
         spans_base = conv.coord._t0 if conv.coord is not None else 0.0
@@ -162,7 +163,9 @@ def run(inp: Inputs, out) -> dict:
     atomic_write_json(out / "profile_accuracy.json", {**acc, "measured_profile": str(store.dir), "points": inp.points,
                                                       "cores": cores.tolist()})
     atomic_write_json(out / "trace.json", chrome_trace(spans, messages, [d.name for d in cluster.devices], spans_base))
-    return summarize(rows, res, acc, prof, start_s, profile_s, policy)
+    m = summarize(rows, res, acc, prof, start_s, profile_s, policy)
+    m["rpc_call_ms"] = [round(float(c) * 1e3, 4) for c in call_s]        # per device, measured
+    return m
 
 
 def summarize(rows: list[dict], res: dict, acc: dict, prof, start_s: float, profile_s: float, policy) -> dict:

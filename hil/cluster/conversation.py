@@ -171,9 +171,10 @@ class LiveConversation:
     """One conversation of `policy` on the workers `handles` (see the module docstring)."""
 
     def __init__(self, policy: Policy, ctx: PolicyContext, handles: list, clients: list, net, links_at,
-                 turns: list[Turn], cfg: LiveConfig):
+                 turns: list[Turn], cfg: LiveConfig, call_s: np.ndarray | None = None):
         self.policy, self.ctx, self.handles, self.clients, self.net = policy, ctx, handles, clients, net
         self.links_at, self.turns, self.cfg = links_at, turns, cfg
+        self.call_s = None if call_s is None else np.asarray(call_s, dtype=float)   # (D,) measured RPC round trip
         self.budgets = ctx.cluster.budgets()
         self.rows: list[dict] = []
         self.replans: list[dict] = []
@@ -182,6 +183,17 @@ class LiveConversation:
         self.lost: set[int] = set()
         self.prefill_plan = None
         self.oom = False
+
+    def planner_view(self, links: LinkState) -> LinkState:
+        """The links as the planner costs them: each remote device's one-way latency plus half its measured RPC
+        round trip (`call_s`: request handling on the quota-limited worker, which the latency regression does not
+        time), so an MP segment on a device (in + out) and a TP call (2 · max latency) each pay one round trip. The
+        link driver applies the links themselves (tc rate, injected latency) unchanged."""
+        if self.call_s is None:
+            return links
+        extra = np.concatenate([[0.0], self.call_s[1:] / 2])
+        lat = np.where(links.connected, links.latency + extra, links.latency)
+        return LinkState(rssi_dbm=links.rssi_dbm, goodput=links.goodput, latency=lat, shared=links.shared)
 
     # ---- plans -------------------------------------------------------------------------------------------------------
     def _maps(self, prefill, decode) -> tuple[dict, dict]:
@@ -236,7 +248,7 @@ class LiveConversation:
         retries = 0
         t_first, sw_first = time.monotonic(), (self.coord.switch_s if self.coord is not None else 0.0)
         while True:
-            links = driver.apply()
+            links = self.planner_view(driver.apply())
             trace_s = self.clock.now()
             d, prefill, decode = decide(links)
             if d.oom:
@@ -270,7 +282,7 @@ class LiveConversation:
     def warm_up(self, driver: LinkDriver) -> float:
         """Load the first turn's plan (links at the trace start) before the conversation starts: the model is resident
         when the user starts talking, as in the paper's set-up. Returns the measured load seconds (reported apart)."""
-        links = driver.apply()
+        links = self.planner_view(driver.apply())
         first = self.turns[0]
         d = self.policy.start_turn(links, self.budgets, int(first.prompt.size), 0)
         if d.oom:

@@ -8,6 +8,8 @@ Owns:
   length, number of TP shards held. Timing happens inside the worker, under its cgroup CPU quota: the variant runs
   back to back until at least `MIN_WINDOW_PERIODS` CFS periods have elapsed, and the time is wall time / calls — the
   throughput the quota allows, throttled windows included (a single short call can land before or after a throttle).
+  The variant is loaded at several blocks and the calls cycle through them (`ROTATE_BYTES`), so its weights come
+  from DRAM as in a conversation step, not from a warm cache.
 - `make_worker`: the factory the workers are started with (`hil.cluster.cluster.DeviceEmu.factory`).
 - `profile_cluster`: sample variants per (device, precision, phase) with a seeded RNG, time them on every device's
   worker (devices in parallel: each has its own quota), and return a `planner.voltron.latency.Profile` whose features
@@ -33,6 +35,7 @@ from quant.arch import ModelSpec
 MIN_WINDOW_S = 0.03          # s: a variant is timed over at least this much wall time …
 MIN_WINDOW_PERIODS = 3       # … and at least this many CFS periods (throttled windows are part of the device speed)
 MIN_CALLS = 2
+ROTATE_BYTES = 32 << 20      # B: a variant's weights are cycled over blocks until they exceed this (the host's L3)
 
 
 def load_spec(model: str) -> ModelSpec:
@@ -68,35 +71,45 @@ class ProfilingWorker(ShardWorker, Invokable):
             raise ValueError(f"time_variant: bad variant {kind}/{p}/{n}/{kv}")
         block = sp.n_layers // 2
         ffn_shards = int(ffn_shards)
-        items, head = [], None
+        head = None
         if kind == "head":
             if self.device != 0:
                 raise ValueError("time_variant: the LM head runs on the main device only")
             head = p
-            items = [(2 * block, (0,), p)]
+
+            def items_of(blocks):
+                return [(2 * block, (0,), p)]
         else:
-            j = 2 * block + (kind == "ffn")
             total = sp.n_kv_heads if kind == "attn" else ffn_shards
             if not 1 <= int(n_held) <= total:
                 raise ValueError(f"time_variant: n_held {n_held} outside 1..{total}")
-            items = [(j, tuple(range(int(n_held))), p)]
-        doc = {"model": sp.name, "device": self.device, "n_devices": 1, "ffn_shards": ffn_shards,
-               "kv_capacity": kv + n, "head_precision": head if self.device == 0 else None,
-               "items": [[j, list(sh), q] for j, sh, q in items]}
+
+            def items_of(blocks):
+                return [(2 * b + (kind == "ffn"), tuple(range(int(n_held))), p) for b in blocks]
+        head_p = head if self.device == 0 else None
         if self.device == 0 and head is None:
-            doc["head_precision"] = 1
+            head_p = 1
+        blocks = [block] if kind == "head" else self._rotation(items_of, kv + n, head_p, ffn_shards, block)
+        doc = {"model": sp.name, "device": self.device, "n_devices": 1, "ffn_shards": ffn_shards,
+               "kv_capacity": kv + n, "head_precision": head_p,
+               "items": [[j, list(sh), q] for j, sh, q in items_of(blocks)]}
         self.load(json.dumps(doc))
         rng = np.random.default_rng(n * 7919 + kv)
         h = rng.standard_normal((1 if kind == "head" else n, sp.d_model)).astype(np.float32)   # (T, d)
+        turn = [0]
+
+        def nxt() -> int:                     # the next block: each call finds its weights out of the cache
+            turn[0] = (turn[0] + 1) % len(blocks)
+            return blocks[turn[0]]
         if kind == "head":
             def call():
                 self.head(h)
         elif kind == "attn":
             def call():
-                self.attn(block, h, kv)
+                self.attn(nxt(), h, kv)
         else:
             def call():
-                self.ffn(block, h)
+                self.ffn(nxt(), h)
         call()                                                      # warm: page in the weights, allocate
         window = max(MIN_WINDOW_S, MIN_WINDOW_PERIODS * self.period_s)
         calls, t0 = 0, time.perf_counter()
@@ -106,7 +119,19 @@ class ProfilingWorker(ShardWorker, Invokable):
             dt = time.perf_counter() - t0
             if dt >= window and calls >= MIN_CALLS:
                 break
-        return {"time_s": dt / calls, "calls": calls, "window_s": dt}
+        return {"time_s": dt / calls, "calls": calls, "window_s": dt, "blocks": len(blocks)}
+
+    def _rotation(self, items_of, cap: int, head, ffn_shards: int, block: int) -> list[int]:
+        """Blocks the variant is loaded at and cycled through: enough that their weights exceed `ROTATE_BYTES` (the
+        host's last-level cache, shared by the workers), within 90 % of the device's budget and the model's layers —
+        a conversation step streams every layer's weights once, so a variant timed on one cache-hot block would run
+        faster than it does in a step."""
+        n_layers = self.spec.n_layers
+        one = self.state.need_bytes(items_of([block]), cap, head, ffn_shards)
+        per = max(float(one["weights"] + one["kv"]), 1.0)
+        fixed = float(one["total"]) - per
+        k = int(min(n_layers, max(1, -(-ROTATE_BYTES // per)), max(1, (0.9 * self.budget - fixed) // per)))
+        return [(block + i) % n_layers for i in range(k)]
 
 
 def make_worker(model: str, device_index: int, budget_bytes: float, period_s: float = 0.1,
@@ -171,3 +196,32 @@ def profile_cluster(clients: list, table: LayerTable, points: int = 24, seed: in
         rows.append((d, p, ph, t, n, kv, feature_row(table, t, p, n, kv, frac), s))
     cols = list(zip(*rows))
     return Profile(*(np.array(c) for c in cols[:6]), x=np.stack(cols[6]), time_s=np.array(cols[7]))
+
+
+def measure_calls(clients: list, period_s: float, min_calls: int = 20) -> np.ndarray:
+    """(D,) seconds per RPC round trip to each worker with no link latency, called back to back for at least
+    `MIN_WINDOW_PERIODS` CFS periods (the worker's request handling — receive, decode, dispatch, reply — runs under its
+    CPU quota, throttled windows included, like the layer variants). Measured. The latency regression times variants
+    inside the worker, so this per-call cost is what a TP or MP call adds on top of the link (docs/cluster.md)."""
+    out = np.zeros(len(clients))
+    window = max(MIN_WINDOW_S, MIN_WINDOW_PERIODS * period_s)
+
+    def run(d: int) -> None:
+        c = clients[d]
+        saved = c.latency_s
+        c.set_latency(0.0)
+        try:
+            c.ping()                                                   # warm
+            n, t0 = 0, time.perf_counter()
+            while n < min_calls or time.perf_counter() - t0 < window:
+                c.ping()
+                n += 1
+            out[d] = (time.perf_counter() - t0) / n
+        finally:
+            c.set_latency(saved)
+
+    with ThreadPoolExecutor(len(clients)) as ex:
+        for f in [ex.submit(run, d) for d in range(len(clients))]:
+            f.result()
+    return out
+

@@ -3,7 +3,9 @@ wireless network conditions"): time = bytes / goodput(RSSI) + latency(RSSI).
 
 Topology: a star around the main device (the Wi-Fi Direct group owner, device 0). A transfer between two non-main
 devices is relayed by the group owner (two hops). All devices share one channel, so TP's broadcast and aggregation
-airtimes add up across devices (time-division), while per-message latencies of the parallel messages overlap:
+airtimes add up across devices (time-division), while per-message latencies of the parallel messages overlap
+(`RssiTable.shared_channel`; with independent links — the emulated cluster's one shaped veth per device — the
+airtimes overlap too: max instead of Σ):
 
     MP boundary a → b:   hop(a) + hop(b),            hop(d) = bytes / goodput_d + latency_d, hop(main) = 0
     TP layer over set S: Σ_{d∈S, d≠main} 2·bytes / goodput_d + 2·max_{d∈S, d≠main} latency_d   (broadcast + aggregate)
@@ -23,6 +25,7 @@ class LinkState:
     rssi_dbm: np.ndarray          # (D,) dBm (main: +inf)
     goodput: np.ndarray           # (D,) bytes/s (main: inf; disconnected: 0)
     latency: np.ndarray           # (D,) s one-way (main: 0; disconnected: inf)
+    shared: bool = True           # one channel for all links (airtimes add up) | independent links (in parallel)
 
     @property
     def connected(self) -> np.ndarray:
@@ -47,7 +50,7 @@ class LinkState:
             gp = np.where(up, gp, 0.0)
             lat = np.where(up, lat, np.inf)
         return cls(rssi_dbm=np.concatenate([[np.inf], r]), goodput=np.concatenate([[np.inf], gp]),
-                   latency=np.concatenate([[0.0], np.where(gp > 0, lat, np.inf)]))
+                   latency=np.concatenate([[0.0], np.where(gp > 0, lat, np.inf)]), shared=table.shared_channel)
 
     def hop(self, nbytes: np.ndarray | float) -> np.ndarray:
         """(…, D) one-hop time of `nbytes` between each device and the main device (0 for the main device)."""
@@ -64,7 +67,8 @@ class LinkState:
         remote = members.copy()
         remote[..., 0] = False
         with np.errstate(divide="ignore", invalid="ignore"):
-            air = np.where(remote, 2 * nb / np.where(self.connected, self.goodput, 1.0), 0.0).sum(axis=-1)
+            per = np.where(remote, 2 * nb / np.where(self.connected, self.goodput, 1.0), 0.0)
+            air = per.sum(axis=-1) if self.shared else per.max(axis=-1)
         lat = np.where(remote, self.latency, 0.0).max(axis=-1)
         ok = ~(remote & ~self.connected).any(axis=-1)
         return np.where(ok, air + 2 * lat, np.inf)

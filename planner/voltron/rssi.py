@@ -36,6 +36,9 @@ class RssiTable:
     disconnect_dbm: float = -80.0                  # dBm: below this the link is down
     reconnect_db: float = 5.0                      # dB above disconnect_dbm before a lost link is re-established
                                                    # (hysteresis: re-association + Wi-Fi Direct group re-join)
+    shared_channel: bool = True                    # one channel for every link (a Wi-Fi Direct group: the airtimes
+                                                   # of TP's broadcast / aggregate add up); false = independent links
+                                                   # (the emulated cluster: one shaped veth per device)
 
     def __post_init__(self) -> None:
         for key in ("mac_efficiency", "base_latency_ms", "retry_latency_ms", "disconnect_dbm", "reconnect_db"):
@@ -55,6 +58,8 @@ class RssiTable:
             raise ValueError(f"rssi.mac_efficiency must be in (0, 1] (got {self.mac_efficiency})")
         if self.reconnect_db < 0:
             raise ValueError(f"rssi.reconnect_db must be >= 0 (got {self.reconnect_db})")
+        if not isinstance(self.shared_channel, bool):
+            raise ValueError(f"rssi.shared_channel must be true or false (got {self.shared_channel!r})")
         if self.base_latency_ms < 0 or self.retry_latency_ms < 0:
             raise ValueError("rssi.base_latency_ms and rssi.retry_latency_ms must be >= 0")
 

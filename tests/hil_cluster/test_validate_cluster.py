@@ -39,8 +39,10 @@ def test_live_conversation_with_disconnect_and_rejoin(tmp_path):
               "ttft_error_pct", "tpot_error_pct", "latency_model_accuracy"):
         assert k in m and m[k] == m[k], k
     assert "measured_tpot_ms_p50" in m["measured_keys"] and "predicted_tpot_ms_p50" in m["modelled_keys"]
+    assert len(m["rpc_call_ms"]) == 3 and all(0 < c < 100 for c in m["rpc_call_ms"]), m["rpc_call_ms"]
     steps = pd.read_csv(out / "steps.csv")
-    assert len(steps) == 16 and {"predicted_s", "measured_s", "switch_s", "connected"} <= set(steps.columns)
+    assert len(steps) == 16 and {"predicted_s", "predicted_plan_s", "measured_s", "switch_s",
+                                 "connected"} <= set(steps.columns)
     assert steps["connected"].min() == 2 and steps["connected"].max() == 3      # ran without the tablet, then with
     trace = json.loads((out / "trace.json").read_text())
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
@@ -48,3 +50,22 @@ def test_live_conversation_with_disconnect_and_rejoin(tmp_path):
     assert sum(1 for e in trace["traceEvents"] if e["ph"] == "X" and e["pid"] == 2) > 0     # link messages
     left = leftovers(None)
     assert not any(left.values()), left
+
+
+def test_planner_view_adds_half_the_measured_round_trip_to_remote_links():
+    """The planner costs each remote link with its worker's measured RPC round trip (half each way); the main device
+    and a dead link are unchanged; without measurements the links pass through."""
+    from types import SimpleNamespace
+
+    import numpy as np
+
+    from hil.cluster.conversation import LiveConversation
+    from planner.voltron.comm import LinkState
+    from planner.voltron.rssi import RssiTable
+
+    links = LinkState.from_rssi(RssiTable(shared_channel=False), np.array([-45.0, -90.0]))
+    view = LiveConversation.planner_view(SimpleNamespace(call_s=np.array([5e-4, 2e-3, 4e-3])), links)
+    assert view.latency[0] == 0.0 and view.latency[1] == links.latency[1] + 1e-3 and np.isinf(view.latency[2])
+    assert view.shared is False and np.array_equal(view.goodput, links.goodput)
+    assert LiveConversation.planner_view(SimpleNamespace(call_s=None), links) is links
+

@@ -87,3 +87,12 @@ def test_tp_and_mp_communication_formula():
     assert pol.hp.boundary_comm(strat, act, hop) == pytest.approx(expect)
     down = links(-45, -85)
     assert np.isinf(down.tp_comm(np.array([nb]), both)[0])    # a TP member behind a dead link cannot be used
+    # independent links (the emulated cluster's one veth per device): the airtimes overlap, max instead of Σ
+    from planner.voltron.comm import LinkState
+    from planner.voltron.rssi import RssiTable
+
+    own = LinkState.from_rssi(RssiTable(shared_channel=False), np.array([-45.0, -70.0]))
+    assert not own.shared and own.tp_comm(np.array([nb]), both)[0] == pytest.approx((2 * nb / gp).max()
+                                                                                     + 2 * lat.max())
+    with pytest.raises(ValueError, match="shared_channel"):
+        RssiTable(shared_channel="no")
