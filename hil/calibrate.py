@@ -709,7 +709,10 @@ def measure_task_loop(s: CalibrationSettings) -> Stat:
     ops = ("attn_norm", "quant_attn", "q_proj", "dq_q", "rope", "attention", "add_attn", "silu")
     tasks = [Task(i, f"t{i}", "cpu", layer=0, order=i, deps=[i - 1] if i else [], ops=[ops[i % len(ops)]])
              for i in range(n)]
-    arrived: dict[str, threading.Event] = {}
+    arrived: dict[str, threading.Event] = {}        # every weight already read (set), as for a ready task
+    for t in tasks:
+        for name in needed_tensors(t):
+            arrived.setdefault(name, threading.Event()).set()
     cond = {r: threading.Condition(threading.Lock()) for r in ("cpu", "npu")}
     lock = threading.Lock()
 
@@ -725,12 +728,11 @@ def measure_task_loop(s: CalibrationSettings) -> Stat:
                 for r in set(wake):
                     with cond[r]:
                         cond[r].notify_all()
-            for name in needed_tensors(tasks[tid]):          # the runner's input check (weights already in)
-                with lock:
+            for name in needed_tensors(tasks[tid]):          # the runner's input check: WeightStore.arrived per
+                with lock:                                   # tensor (under its lock), then the event
                     ev = arrived.setdefault(name, threading.Event())
-                ev.set()
                 if not ev.is_set():
-                    raise RuntimeError("unreachable")
+                    raise RuntimeError(f"calibration task loop: input {name} not marked as read")
             with lock:
                 start = time.perf_counter() - t0
                 mem[0] += tasks[tid].mem_alloc
