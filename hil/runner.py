@@ -380,5 +380,5 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
         sys.setswitchinterval(switch)
     logits = run.rs.logits[0].copy()
     info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
-            "faulted_bytes": run.faulted_bytes, "isa": isa or "best"}
+            "faulted_bytes": run.faulted_bytes, "isa": isa or "best", "staging_reused": run.ws.staging_reused}
     return RunResult(tl, logits, int(np.argmax(logits)), resident, info)

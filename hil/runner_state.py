@@ -54,14 +54,30 @@ class WeightStore:
         self.name_locks: dict[str, threading.Lock] = {}
         self.lazy_unpacked: list[str] = []          # tensors unpacked by the compute task that used them
         self.events: dict[str, threading.Event] = {}  # name -> set when every byte of the blob was read
+        self.staging: dict[int, list[np.ndarray]] = {}  # size -> free staging buffers (packed blobs already unpacked)
+        self.staging_reused = 0                     # blob buffers taken from the staging pool (no fresh memory)
 
     # ---- loads -------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _staged(fmt: int) -> bool:
+        """A packed-format blob is a staging buffer: unpacked to INT8, then no longer needed (INT8 and float32 blobs
+        are the weights themselves)."""
+        return fmt not in (1, F32_CODE)
+
     def blob(self, name: str) -> _Blob:
-        """The blob buffer of `name`, allocated on first use."""
+        """The blob buffer of `name`, allocated on first use. A packed blob reuses a staging buffer of its size that
+        an earlier unpack released (a loader's buffer pool: memory already touched, no page faults, no unmap)."""
         with self.lock:
             b = self.blobs.get(name)
             if b is None:
-                b = self.blobs[name] = _Blob(aligned_empty(self.ix.entries[name].size))
+                e = self.ix.entries[name]
+                free = self.staging.get(e.size) if self._staged(e.fmt) else None
+                if free:
+                    buf = free.pop()
+                    self.staging_reused += 1
+                else:
+                    buf = aligned_empty(e.size)
+                b = self.blobs[name] = _Blob(buf)
             return b
 
     def npu_buffer(self, name: str) -> np.ndarray:
@@ -120,7 +136,9 @@ class WeightStore:
             val = (q, scales)
         with self.lock:
             self.ready.setdefault(name, val)
-            if e.fmt not in (1, F32_CODE):                       # the packed bytes are no longer needed
+            if self._staged(e.fmt):                              # the packed bytes are no longer needed
+                old = self.blobs[name]
+                self.staging.setdefault(e.size, []).append(old.buf)
                 self.blobs[name] = _Blob(np.empty(0, np.uint8), None, e.size, e.size)
 
     def fault_in(self, name: str, blob: np.ndarray) -> None:

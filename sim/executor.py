@@ -19,7 +19,8 @@ occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-i
 buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch time
 (`SocProfile.fault_s_per_byte`: page faults + zeroing, cheaper per byte for large allocations); the page faults of all
 threads share one fault resource (they serialize on the process's memory map, and a waiting thread spins on its core).
-A worker that waited idle starts `thread_wake_s` after being woken (a thread hand-off). DRAM bandwidth (`dram_gbps`) is
+Only memory beyond the run's high-water mark is fresh (freed memory is reused: the runner's staging pool). A worker
+that waited idle starts `thread_wake_s` after being woken (a thread hand-off). DRAM bandwidth (`dram_gbps`) is
 one shared resource for copies, reads' page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads
 (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
@@ -124,6 +125,9 @@ class PlanExecutor:
             self._wake(wake)
             t = plan.tasks[tid]
             start = env.now
+            # memory freed earlier is reused (the runner's staging pool, an allocator's free lists): only the part
+            # of an allocation beyond the run's high-water mark is fresh and pays its first touch
+            fresh = max(0, min(t.mem_alloc, self.mem + t.mem_alloc - self.peak_mem))
             self._mem(t.mem_alloc)
             cpu_s = 0.0
             if resource == "load":
@@ -138,20 +142,20 @@ class PlanExecutor:
                 # transfer, then copy.
                 copy_r = nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0
                 n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
-                read_cpu = copy_r + self._touch_s(t.mem_alloc, n_buf)
+                read_cpu = copy_r + self._touch_s(fresh, n_buf)
                 transfer = self.flash.read(nread, t.request_bytes, t.random_reads)
                 eta = 0.0 if t.random_reads else self.dev.read_cpu_overlap
                 if read_cpu > 0 and eta > 0:
                     # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap
                     t_alone = nread / self.dev.reader_rate(max(1, min(t.request_bytes, nread))) if nread else 0.0
-                    yield env.all_of([transfer, *self._cpu_with_touch(copy_r, t.mem_alloc, 2.0 * nread, n_buf)])
+                    yield env.all_of([transfer, *self._cpu_with_touch(copy_r, fresh, 2.0 * nread, n_buf)])
                     exposed = (1.0 - eta) * min(t_alone, read_cpu)
                     if exposed > 0:
                         yield env.timeout(exposed)
                 else:
                     yield transfer
                     if read_cpu > 0:
-                        yield env.all_of(self._cpu_with_touch(copy_r, t.mem_alloc, 2.0 * nread, n_buf))
+                        yield env.all_of(self._cpu_with_touch(copy_r, fresh, 2.0 * nread, n_buf))
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
                 copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
                 cpu_s = copy_s + t.duration_s
@@ -175,8 +179,8 @@ class PlanExecutor:
                 else:
                     unit, threads, core = "npu", 1, 0
                 n_out = max(1, len(t.tensors))
-                if resource == "unpack" and self._touch_s(t.mem_alloc, n_out) > 0:   # the fresh INT8 outputs
-                    yield env.all_of(self._cpu_with_touch(0.0, t.mem_alloc, 0.0, n_out))
+                if resource == "unpack" and self._touch_s(fresh, n_out) > 0:   # the fresh INT8 outputs
+                    yield env.all_of(self._cpu_with_touch(0.0, fresh, 0.0, n_out))
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
                     if dur > 0:
