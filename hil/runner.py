@@ -172,7 +172,7 @@ class _Run:
                     start = self._now()
                     self._mem(task.mem_alloc)
                 c0 = time.thread_time()
-                unit, _ = self._execute(task, resource, idx, stolen)
+                unit = self._execute(task, resource, idx, stolen)
                 cpu_s = time.thread_time() - c0          # CPU seconds this thread used in the span (measured)
                 with self.lock:
                     end = self._now()
@@ -221,21 +221,26 @@ class _Run:
                     self.waiting -= 1
         return self.error is None
 
-    def _execute(self, t: Task, resource: str, idx: int, stolen: bool) -> tuple[str, float]:
+    def _execute(self, t: Task, resource: str, idx: int, stolen: bool) -> str:
+        """Run task `t`; returns the unit its span is labelled with."""
         if resource == "load":
-            return "io", (self._embed(t) if t.ops == ["embed"] else self._load(t))
+            if t.ops == ["embed"]:
+                self._embed(t)
+            else:
+                self._load(t)
+            return "io"
         if resource == "graph":
             if t.duration_s > 0:
                 raise ValueError(f"plan built for a device with an NPU graph (duration_s={t.duration_s:g}); "
                                  f"build it for device=host")
-            return "graph", 0.0
+            return "graph"
         if resource == "unpack":
             for r in t.tensors:
                 self.ws.unpack(r.name)
-            return "cpu", 0.0
+            return "cpu"
         threads = self.plan.cpu_threads if (resource == "cpu" or stolen) else 1
         self.ops.run(t, threads)
-        return ("cpu" if resource == "cpu" or stolen else "npu"), 0.0
+        return "cpu" if resource == "cpu" or stolen else "npu"
 
     def _read(self, buf: np.ndarray, off: int, request: int, fd: int | None = None) -> None:
         """Fill `buf` from file offset `off` with preadv requests of at most `request` bytes."""
@@ -255,9 +260,8 @@ class _Run:
         with self.lock:
             self.bytes_read += n
 
-    def _load(self, t: Task) -> float:
+    def _load(self, t: Task) -> None:
         copy = t.copy_bytes > 0 or t.duration_s > 0
-        cpu_s = 0.0
         req = t.request_bytes or (1 << 20)
         for r in t.tensors:
             e = self.ix.entries[r.name]
@@ -266,13 +270,10 @@ class _Run:
             piece = b.buf[lo:lo + r.nbytes]
             self._read(piece, r.offset, req)
             if copy:
-                c0 = time.perf_counter()
                 native.memcpy(self.ws.npu_buffer(r.name)[lo:lo + r.nbytes], piece)
-                cpu_s += time.perf_counter() - c0
             self.ws.landed(r.name, r.nbytes, copy)
-        return cpu_s
 
-    def _embed(self, t: Task) -> float:
+    def _embed(self, t: Task) -> None:
         """Read the prompt's rows (+ their float32 scales) of the INT8 embedding and dequantize into the chunks."""
         e = self.ix.entries[EMBED]
         row = self.ix.embed_row_payload
@@ -290,7 +291,6 @@ class _Run:
         for c in self.rs.chunks:
             c.x[:] = x[c.past:c.past + c.m]
         self.embedded.set()
-        return 0.0
 
     # ---- driver ----------------------------------------------------------------------------------------------
     def run(self) -> Timeline:
