@@ -67,6 +67,10 @@ class CalibrationSettings:
     overlap_blob_bytes: int = 2 * MIB                                   # tensor buffer size of the read-overlap run
     cold_set_bytes: int = 64 * MIB                                      # B cycled through by GEMM / unpack timings
     #                                                                     (> last-level cache: operands come from DRAM)
+    gemm_budget_s: float = 0.1                                          # s of timed calls per GEMM point (>= reps):
+    #                                                                     5 cold calls of a 16 x 576 x 1536 GEMM
+    #                                                                     measured 152 us in one calibration, 230-260
+    #                                                                     in loops of 50-400 calls
 
     def __post_init__(self) -> None:
         if self.reps < 3:
@@ -82,7 +86,8 @@ class CalibrationSettings:
                    reader_threads=(1, 2),
                    copy_bytes=16 * MIB, unpack_shape=(256, 2048), threads=(1,), gemm_m=(1, 16, 128),
                    gemm_kn=((576, 576), (576, 1536)), elem_rows=(1, 64), elem_dims=(576,),
-                   attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300, cold_set_bytes=8 * MIB)
+                   attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300, cold_set_bytes=8 * MIB,
+                   gemm_budget_s=0.01)
 
 
 # ================================================ statistics =========================================================
@@ -100,10 +105,14 @@ class Stat:
         return cls(med, float(np.ptp(a) / med) if med > 0 else 0.0, int(a.size))
 
 
-def timed(fn: Callable[[], object], reps: int, warm: bool = True) -> Stat:
-    """Median wall time (s) of `reps` calls of fn (one untimed warm-up call first unless warm=False)."""
+def timed(fn: Callable[[], object], reps: int, warm: bool = True, budget_s: float = 0.0) -> Stat:
+    """Median wall time (s) of `reps` calls of fn (one untimed warm-up call first unless warm=False); with
+    `budget_s`, as many more calls as fit in that time (at most 200): short noisy timings get more samples."""
     if warm:
+        t0 = time.perf_counter()
         fn()
+        if budget_s > 0:
+            reps = max(reps, min(200, int(budget_s / max(time.perf_counter() - t0, 1e-9))))
     ts = []
     for _ in range(reps):
         t0 = time.perf_counter()
@@ -362,21 +371,24 @@ def measure_warm_read(path: Path, s: CalibrationSettings) -> dict[int, Stat]:
 
 
 # ================================================ copy ===============================================================
-def read_into_fresh(path: Path, request: int, blob: int) -> float:
-    """Seconds of one cold sequential read of `path` by 1 thread into fresh `blob`-byte buffers that stay alive (the
-    runner's loads: every tensor gets its own page-aligned buffer), `request`-byte preads."""
-    from hil.runner_state import aligned_empty
+def cold_read(path: Path, request: int, blob: int, fresh: bool) -> tuple[float, float]:
+    """(wall s, thread CPU s) of one cold sequential read of `path` by 1 thread in `request`-byte preads: into fresh
+    `blob`-byte buffers that stay alive (the runner's loads: `hil.runner_state.fresh_empty`, one buffer per tensor) or
+    into one reused, already touched buffer."""
+    from hil.runner_state import fresh_empty
 
     evict(path)
     size = path.stat().st_size
     keep = []
+    reused = fresh_empty(blob)
+    reused[:] = 1
     fd = os.open(path, os.O_RDONLY)
     try:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.thread_time()
         off = 0
         while off < size:
             n = min(blob, size - off)
-            buf = aligned_empty(n)
+            buf = fresh_empty(n) if fresh else reused[:n]
             mv = memoryview(buf)
             got = 0
             while got < n:
@@ -384,23 +396,39 @@ def read_into_fresh(path: Path, request: int, blob: int) -> float:
                 if k <= 0:
                     raise OSError(f"short read at {off + got} of {path}")
                 got += k
-            keep.append(buf)
+            del mv
+            if fresh:
+                keep.append(buf)
             off += n
-        return time.perf_counter() - t0
+        return time.perf_counter() - t0, time.thread_time() - c0
     finally:
         os.close(fd)
 
 
-def measure_read_fresh(path: Path, s: CalibrationSettings, request: int) -> tuple[Stat, Stat]:
-    """(into fresh kept buffers, into one reused buffer): seconds per byte of cold sequential 1-thread reads, measured
-    alternately. Their difference, against the copy and first-touch costs measured alone, gives how much of a read's
-    CPU side hides under the device transfer (`read_cpu_overlap`, hil.host)."""
+@dataclass
+class ColdReadCost:
+    """Cold sequential 1-thread reads (bulk requests) into fresh kept buffers and into one reused buffer, measured
+    alternately: wall and thread CPU seconds per byte."""
+    fresh_wall: Stat
+    reused_wall: Stat
+    fresh_cpu: Stat
+    reused_cpu: Stat
+
+
+def measure_read_fresh(path: Path, s: CalibrationSettings, request: int) -> ColdReadCost:
+    """The CPU side of a cold read (reused buffer: the syscall's page-cache work and copy), the extra CPU of filling
+    fresh memory (the kernel faults the pages in inside its copy) and, from the wall times, how much of the CPU side
+    hides under the device transfer (`read_cpu_overlap`, hil.host)."""
     size = path.stat().st_size
-    fresh, reused = [], []
+    rows: dict[str, list[float]] = {"fw": [], "rw": [], "fc": [], "rc": []}
     for _ in range(max(3, s.reps)):
-        fresh.append(read_into_fresh(path, request, s.overlap_blob_bytes) / size)
-        reused.append(size / read_rate(path, request, 1, cold=True)[0] / size)
-    return Stat.of(fresh), Stat.of(reused)
+        w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=True)
+        rows["fw"].append(w / size)
+        rows["fc"].append(c / size)
+        w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=False)
+        rows["rw"].append(w / size)
+        rows["rc"].append(c / size)
+    return ColdReadCost(*(Stat.of(rows[k]) for k in ("fw", "rw", "fc", "rc")))
 
 
 def measure_copy(s: CalibrationSettings) -> dict[int, Stat]:
@@ -428,12 +456,12 @@ def _read_and_evict(path: Path) -> None:
 def measure_first_touch(s: CalibrationSettings, n: int = MIB, total: int = 64 * MIB,
                         evicted: Path | None = None) -> Stat:
     """Seconds per byte of touching freshly allocated memory for the first time (page faults + zeroing), the way the
-    runner allocates its tensors (hil.runner_state.aligned_empty, one buffer per tensor, all kept alive): a copy into
+    runner allocates its tensors (hil.runner_state.fresh_empty, one buffer per tensor, all kept alive): a copy into
     `total` bytes of fresh `n`-byte buffers minus the same copies again. Buffers of every repeat stay alive until the
     end, so no repeat reuses memory an earlier one already touched. The size matters (measured here: 16 MiB buffers
     fault for ~1/3 of the per-byte cost of 1 MiB ones). With `evicted`, that file is read and evicted before every
     repeat (the runner's state: its model file was just evicted)."""
-    from hil.runner_state import aligned_empty
+    from hil.runner_state import fresh_empty
 
     k = max(1, total // n)
     src = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
@@ -441,7 +469,7 @@ def measure_first_touch(s: CalibrationSettings, n: int = MIB, total: int = 64 * 
     for _ in range(max(3, s.reps)):
         if evicted is not None:
             _read_and_evict(evicted)
-        bufs = [aligned_empty(n) for _ in range(k)]
+        bufs = [fresh_empty(n) for _ in range(k)]
         t0 = time.perf_counter()
         for d in bufs:
             native.memcpy(d, src)
@@ -626,7 +654,7 @@ def measure_gemm(k: Kernels, s: CalibrationSettings) -> list[dict]:
         copies = [base] + [base.copy() for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
         for M in s.gemm_m:
             for th in s.threads:
-                st = timed(k.gemm_call(M, K, N, th, rng, copies), s.reps)
+                st = timed(k.gemm_call(M, K, N, th, rng, copies), s.reps, budget_s=s.gemm_budget_s)
                 rows.append(dict(m=M, k=K, n=N, threads=th, seconds=st.median, spread=st.spread,
                                  gops=2.0 * M * K * N / st.median / 1e9))
     return rows
@@ -769,8 +797,7 @@ class Measurements:
     task_loop: Stat                       # s per task a worker finds ready (the runner's loop, no hand-off)
     first_touch: Stat                     # s per B of first touch of fresh memory (1 MiB buffers)
     first_touch_large: Stat               # s per B of first touch of fresh 16 MiB buffers
-    read_fresh: Stat                      # s per B, cold 1-thread read into fresh kept buffers (bulk requests)
-    read_reused: Stat                     # s per B, the same read into one reused buffer (measured alternately)
+    cold_read: ColdReadCost               # s per B, cold 1-thread reads into fresh / reused buffers, wall and CPU
     random_read: Stat                     # s per cold random 4 KiB read
     random_read_busy: Stat                # s per cold random 4 KiB read while a sequential stream runs
     wall_s: dict[str, float]              # s per measurement group
@@ -796,7 +823,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         warm = step("warm_read", lambda: measure_warm_read(path, s))
         rnd = step("random_read", lambda: measure_random_read(path, s.reps))
         rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, bulk_request(reads)))
-        fresh, reused = step("read_fresh", lambda: measure_read_fresh(path, s, bulk_request(reads)))
+        cold = step("read_fresh", lambda: measure_read_fresh(path, s, bulk_request(reads)))
         touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
         touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
     lat, rbw = fit_reader(reads)
@@ -809,4 +836,4 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     disp = step("dispatch", lambda: measure_dispatch(s))
     loop = step("task_loop", lambda: measure_task_loop(s))
     return Measurements(s, reads, lat, rbw, bulk_request(reads), ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, loop, touch, touch_large, fresh, reused, rnd, rnd_busy, wall, load)
+                        disp, loop, touch, touch_large, cold, rnd, rnd_busy, wall, load)

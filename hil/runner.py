@@ -44,7 +44,7 @@ from hil.packed_index import EMBED, FileIndex, check_spec, read_index
 from hil.pagecache import evict as evict_file
 from hil.pagecache import resident_fraction
 from hil.runner_ops import OpRunner, needed_tensors
-from hil.runner_state import RunState, WeightStore, aligned_empty, run_state
+from hil.runner_state import RunState, WeightStore, aligned_empty, fresh_empty, run_state
 from planner.pipeline.builder import chunks
 from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan, Task
@@ -199,7 +199,7 @@ class _Run:
                 continue
             e = self.ix.entries[name]
             if e.fmt == F32_CODE:
-                buf = aligned_empty(e.size)
+                buf = fresh_empty(e.size)
                 self._read(buf, e.offset, max(e.size, 1))
                 self.ws.fault_in(name, buf)
                 with self.lock:

@@ -3,8 +3,9 @@ tensors, the KV cache, RoPE tables and the activations of every prompt chunk.
 
 Owns the memory a cold start works in, allocated before t0 except the weight buffers (allocated by the load task
 that fills them, as a real runtime does):
-- `WeightStore`: page-aligned blob buffers (one per container tensor, filled piece by piece by load tasks: llama.cpp
-  plans split a layer's byte range over several reader tasks), the optional "NPU buffer" copy, and the unpacked
+- `WeightStore`: page-aligned blob buffers on fresh pages (`fresh_empty`, as in a new process; one per container
+  tensor, filled piece by piece by load tasks: llama.cpp plans split a layer's byte range over several reader
+  tasks; packed blobs are staging buffers reused once unpacked), the optional "NPU buffer" copy, and the unpacked
   (C, D) INT8 weights + per-channel scales. A tensor that no unpack task of the plan unpacks (INT8 files need none;
   CPU frameworks dequantize inside their matmuls; the LM head) is unpacked by the compute task that first uses it.
 - `ChunkState`: the activation buffers of one prompt chunk (m tokens after `past` earlier ones), reused layer after
@@ -13,6 +14,8 @@ that fills them, as a real runtime does):
 """
 from __future__ import annotations
 
+import bisect
+import mmap
 import threading
 from dataclasses import dataclass, field
 
@@ -34,9 +37,25 @@ def aligned_empty(nbytes: int, align: int = PAGE) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
+def fresh_empty(nbytes: int) -> np.ndarray:
+    """uint8 (nbytes,) page-aligned buffer on pages fresh from the OS: an anonymous private mapping of its own,
+    unmapped when the array is garbage collected (no page is touched here).
+
+    A cold start runs in a new process, whose weight memory is all fresh pages: every page faults on its first write.
+    The runner lives in a long-lived process; through malloc (`aligned_empty`) some of its buffers came from recycled
+    heap memory (glibc raises its mmap threshold after each free of a mapped chunk, up to 32 MiB, and keeps freed heap
+    pages), so the number of page faults of a run depended on what the process did before: 17-30 k minor faults per
+    SmolLM2 EdgeFlow run through malloc, 34-35 k with fresh mappings. The calibration measures first touch on these
+    buffers too (hil.calibrate)."""
+    if nbytes <= 0:
+        return np.empty(0, dtype=np.uint8)
+    return np.frombuffer(mmap.mmap(-1, int(nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype=np.uint8)
+
+
 @dataclass
 class _Blob:
     buf: np.ndarray                 # uint8 (size,), page-aligned: bytes as read from the file
+    base: np.ndarray | None = None  # the staging buffer `buf` is the head of (None: `buf` is its own buffer)
     npu: np.ndarray | None = None   # uint8 (size,): the "NPU buffer" copy (load tasks with copy_bytes / duration_s)
     landed: int = 0                 # B of the blob read so far
     copied: int = 0                 # B of the blob copied into `npu` so far
@@ -54,7 +73,7 @@ class WeightStore:
         self.name_locks: dict[str, threading.Lock] = {}
         self.lazy_unpacked: list[str] = []          # tensors unpacked by the compute task that used them
         self.events: dict[str, threading.Event] = {}  # name -> set when every byte of the blob was read
-        self.staging: dict[int, list[np.ndarray]] = {}  # size -> free staging buffers (packed blobs already unpacked)
+        self.staging: list[np.ndarray] = []         # free staging buffers (packed blobs already unpacked), by size
         self.staging_reused = 0                     # blob buffers taken from the staging pool (no fresh memory)
 
     # ---- loads -------------------------------------------------------------------------------------------------
@@ -65,26 +84,28 @@ class WeightStore:
         return fmt not in (1, F32_CODE)
 
     def blob(self, name: str) -> _Blob:
-        """The blob buffer of `name`, allocated on first use. A packed blob reuses a staging buffer of its size that
-        an earlier unpack released (a loader's buffer pool: memory already touched, no page faults, no unmap)."""
+        """The blob buffer of `name`, allocated on first use. A packed blob takes the smallest free staging buffer
+        that holds it, released by an earlier unpack (a loader's buffer pool: memory already touched, no page faults,
+        no unmap; best fit, since per-tensor bit widths give blobs of many sizes)."""
         with self.lock:
             b = self.blobs.get(name)
             if b is None:
                 e = self.ix.entries[name]
-                free = self.staging.get(e.size) if self._staged(e.fmt) else None
-                if free:
-                    buf = free.pop()
-                    self.staging_reused += 1
-                else:
-                    buf = aligned_empty(e.size)
-                b = self.blobs[name] = _Blob(buf)
+                base = None
+                if self._staged(e.fmt):
+                    i = bisect.bisect_left([x.size for x in self.staging], e.size)
+                    if i < len(self.staging):
+                        base = self.staging.pop(i)
+                        self.staging_reused += 1
+                buf = fresh_empty(e.size) if base is None else base[:e.size]
+                b = self.blobs[name] = _Blob(buf, base=base)
             return b
 
     def npu_buffer(self, name: str) -> np.ndarray:
         with self.lock:
             b = self.blobs[name]
             if b.npu is None:
-                b.npu = aligned_empty(b.buf.size)
+                b.npu = fresh_empty(b.buf.size)
             return b.npu
 
     def arrived(self, name: str) -> threading.Event:
@@ -130,7 +151,8 @@ class WeightStore:
                 q = payload.view(np.int8).reshape(e.C, e.D)
             else:
                 bits3 = blob[:(3 * e.C + 7) // 8]
-                q = BY_CODE[e.fmt].unpack_native(payload, bits3, e.C, e.D, e.group, isa=self.unpack_isa,
+                out = fresh_empty(e.C * e.D).view(np.int8).reshape(e.C, e.D)   # the INT8 weights: fresh pages
+                q = BY_CODE[e.fmt].unpack_native(payload, bits3, e.C, e.D, e.group, isa=self.unpack_isa, out=out,
                                                  threads=threads)
                 scales = scales.copy()
             val = (q, scales)
@@ -138,7 +160,8 @@ class WeightStore:
             self.ready.setdefault(name, val)
             if self._staged(e.fmt):                              # the packed bytes are no longer needed
                 old = self.blobs[name]
-                self.staging.setdefault(e.size, []).append(old.buf)
+                free = old.buf if old.base is None else old.base
+                bisect.insort(self.staging, free, key=lambda x: x.size)
                 self.blobs[name] = _Blob(np.empty(0, np.uint8), None, e.size, e.size)
 
     def fault_in(self, name: str, blob: np.ndarray) -> None:

@@ -50,6 +50,8 @@ class SocProfile:
     mem_fault_large_gbps: float = 0.0         # GB/s, first touch of allocations of mem_fault_large_bytes and more
     #                                           (0 = mem_fault_gbps at every size); log-interpolated in between
     mem_fault_large_bytes: int = 0            # B
+    read_fault_gbps: float = 0.0              # GB/s per thread, first touch of a fresh buffer by a read() into it
+    #                                           (the kernel faults the pages in inside its copy; 0 = mem_fault_gbps)
     thread_wake_s: float = 0.0                # s, an idle worker thread woken by another's completion starts this
     #                                           much later (a thread hand-off; 0 = not modelled)
     npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
@@ -119,6 +121,12 @@ class SocProfile:
             return large
         f = (np.log(alloc_bytes) - np.log(lo)) / (np.log(hi) - np.log(lo))
         return float(np.exp((1 - f) * np.log(small) + f * np.log(large)))
+
+    def read_fault_s_per_byte(self, alloc_bytes: float) -> float:
+        """s per byte of a read() filling a fresh allocation of `alloc_bytes` for the first time."""
+        if self.read_fault_gbps > 0:
+            return 1.0 / (self.read_fault_gbps * 1e9)
+        return self.fault_s_per_byte(alloc_bytes)
 
     @property
     def cpu_cores(self) -> int:

@@ -17,9 +17,11 @@ copies, deserialization and graph restore (which also holds one of `npu_driver_s
 are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op slows down. The NPU queue
 occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly allocated memory (a load's
 buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch time
-(`SocProfile.fault_s_per_byte`: page faults + zeroing, cheaper per byte for large allocations); the page faults of all
-threads share one fault resource (they serialize on the process's memory map, and a waiting thread spins on its core).
-Only memory beyond the run's high-water mark is fresh (freed memory is reused: the runner's staging pool). A worker
+(`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer faults it in inside the kernel's
+copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host, docs/hil.md).
+Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging blobs (packed
+tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only memory beyond
+the run's high-water mark is fresh). A worker
 that waited idle starts `thread_wake_s` after being woken (a thread hand-off). DRAM bandwidth (`dram_gbps`) is
 one shared resource for copies, reads' page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads
 (`CostModel.dram_bytes`).
@@ -27,6 +29,8 @@ Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloa
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
 """
 from __future__ import annotations
+
+import bisect
 
 import simpy
 
@@ -48,15 +52,17 @@ class PlanExecutor:
         self.cores = Cores(self.env, dev.cpu_cores)
         self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
-        # first touch of fresh memory: page faults of all threads of the process share one rate (they serialize on
-        # the process's memory map; measured: two threads reading into fresh buffers spend ~2x the CPU per byte)
-        self.faults = SharedRate(self.env, 1.0) if dev.mem_fault_gbps > 0 else None   # fault-seconds per second
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
         self.spans: list[Span] = []
         self.mem = 0
         self.peak_mem = 0
+        # the runner's staging pool (hil.runner_state.WeightStore.blob): the blobs an unpack task consumes are staging
+        # buffers, released once unpacked and taken best fit by later loads (no fresh memory); other blobs and the
+        # unpacked INT8 tensors are fresh memory
+        self.staged = {r.name for t in plan.tasks if t.resource == "unpack" for r in t.tensors}
+        self.pool: list[int] = []             # B, sizes of free staging buffers, sorted
         self.mem_samples: list[tuple[float, int]] = [(0.0, 0)]
 
     # ---- dispatch (rules in planner.pipeline.dispatch, shared with the HIL runner) --------------------------------
@@ -96,18 +102,30 @@ class PlanExecutor:
 
     def _cpu_with_touch(self, cpu_s: float, touch_bytes: int, dram_bytes: float, allocations: int = 1
                         ) -> list[simpy.Event]:
-        """Events of a thread's CPU work of `cpu_s` (isolated) that first-touches `touch_bytes`: its core time (the
-        touch's share included) and the touch on the process-wide page-fault resource; done when both are."""
-        touch = self._touch_s(touch_bytes, allocations)
-        evs = []
-        if self.faults is not None and touch > 0:
-            evs.append(self.faults.use(touch, cap=1.0))
-            # a thread waiting for the page-fault lock spins on its core: with k touching threads the touch costs
-            # ~k times its core time (measured: two threads reading into fresh buffers ~2x the CPU per byte of one)
-            touch *= len(self.faults.active)
-        if cpu_s + touch > 0:
-            evs = self._occupy(cpu_s + touch, 1, dram_bytes) + evs
-        return evs
+        """Events of a thread's CPU work of `cpu_s` (isolated) that first-touches `touch_bytes` of fresh memory: both
+        are core time of that thread. Page faults of different threads do not serialize here (measured on the host:
+        two threads touching or reading into fresh buffers each spend the CPU per byte of one alone, docs/hil.md)."""
+        core_s = cpu_s + self._touch_s(touch_bytes, allocations)
+        return self._occupy(core_s, 1, dram_bytes) if core_s > 0 else []
+
+    def _fresh_bytes(self, t) -> int:
+        """Bytes of task `t`'s allocation that are fresh memory (first touch). A task bound to file tensors: an
+        unpack's outputs are new tensors; a load's staging blobs come from the pool when a free buffer holds them
+        (best fit, as the runner), its other blobs are new. Unbound plans: memory freed earlier is reused (an
+        allocator's free lists), so only the part beyond the run's high-water mark is fresh."""
+        if t.tensors and all(r.nbytes > 0 for r in t.tensors):
+            if t.resource == "unpack":
+                return t.mem_alloc
+            if t.resource == "load" and t.mem_alloc > 0:
+                fresh = 0
+                for r in t.tensors:
+                    i = bisect.bisect_left(self.pool, r.nbytes) if r.name in self.staged else len(self.pool)
+                    if i < len(self.pool):
+                        self.pool.pop(i)
+                    else:
+                        fresh += r.nbytes
+                return min(fresh, t.mem_alloc)
+        return max(0, min(t.mem_alloc, self.mem + t.mem_alloc - self.peak_mem))
 
     # ---- workers -----------------------------------------------------------------------------------------------
     def _worker(self, resource: str, idx: int):
@@ -125,40 +143,40 @@ class PlanExecutor:
             self._wake(wake)
             t = plan.tasks[tid]
             start = env.now
-            # memory freed earlier is reused (the runner's staging pool, an allocator's free lists): only the part
-            # of an allocation beyond the run's high-water mark is fresh and pays its first touch
-            fresh = max(0, min(t.mem_alloc, self.mem + t.mem_alloc - self.peak_mem))
+            fresh = self._fresh_bytes(t)
             self._mem(t.mem_alloc)
             cpu_s = 0.0
             if resource == "load":
                 hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
                 self.preloaded -= hit
                 nread = t.read_bytes - hit
-                # CPU side of the read: the kernel copies the pages into the user buffer (read_cpu_gbps), faulting in
-                # the freshly allocated buffer (first touch, mem_fault_gbps); it occupies a core either way. A
+                # CPU side of the read: the syscall's page-cache work and copy into the user buffer (read_cpu_gbps),
+                # faulting in the freshly allocated buffer (read_fault_gbps); it occupies a core either way. A
                 # sequential read overlaps part of it with the device transfer — the kernel's asynchronous readahead
                 # keeps the device streaming the next pages while the thread copies and faults in the current ones —
                 # by the measured share `read_cpu_overlap` (docs/hil.md "Loads"); scattered reads (no readahead) pay
                 # transfer, then copy.
                 copy_r = nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0
                 n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
-                read_cpu = copy_r + self._touch_s(fresh, n_buf)
+                if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
+                    copy_r += fresh * self.dev.read_fault_s_per_byte(fresh / n_buf)
+                read_cpu = copy_r
                 transfer = self.flash.read(nread, t.request_bytes, t.random_reads)
                 eta = 0.0 if t.random_reads else self.dev.read_cpu_overlap
                 if read_cpu > 0 and eta > 0:
                     # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap
                     t_alone = nread / self.dev.reader_rate(max(1, min(t.request_bytes, nread))) if nread else 0.0
-                    yield env.all_of([transfer, *self._cpu_with_touch(copy_r, fresh, 2.0 * nread, n_buf)])
+                    yield env.all_of([transfer, *self._occupy(copy_r, 1, 2.0 * nread)])
                     exposed = (1.0 - eta) * min(t_alone, read_cpu)
                     if exposed > 0:
                         yield env.timeout(exposed)
                 else:
                     yield transfer
                     if read_cpu > 0:
-                        yield env.all_of(self._cpu_with_touch(copy_r, fresh, 2.0 * nread, n_buf))
+                        yield env.all_of(self._occupy(copy_r, 1, 2.0 * nread))
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
                 copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
-                cpu_s = copy_s + t.duration_s
+                cpu_s = read_cpu + copy_s + t.duration_s
                 if copy_s > 0:
                     yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf))
                 if t.duration_s > 0:
@@ -180,13 +198,19 @@ class PlanExecutor:
                     unit, threads, core = "npu", 1, 0
                 n_out = max(1, len(t.tensors))
                 if resource == "unpack" and self._touch_s(fresh, n_out) > 0:   # the fresh INT8 outputs
+                    cpu_s += self._touch_s(fresh, n_out)
                     yield env.all_of(self._cpu_with_touch(0.0, fresh, 0.0, n_out))
+                on_core = unit == "cpu" or self.dev.npu_on_cpu_core
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
                     if dur > 0:
-                        yield env.all_of(self._occupy(dur, threads, cost.dram_bytes(w, unit),
-                                                      on_core=unit == "cpu" or self.dev.npu_on_cpu_core))
+                        cpu_s += dur * threads if on_core else 0.0
+                        yield env.all_of(self._occupy(dur, threads, cost.dram_bytes(w, unit), on_core=on_core))
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
+            if resource == "unpack":
+                for r in t.tensors:
+                    if r.nbytes > 0:
+                        bisect.insort(self.pool, r.nbytes)
             self._mem(-t.mem_free)
             self._after(*self.dispatch.complete(tid))
 
