@@ -45,6 +45,8 @@ class CalibrationSettings:
     """What to measure. `quick()` is the < 30 s variant the tests use (smaller files, fewer sizes and shapes)."""
     quick: bool = False
     reps: int = 5                                                       # repeats per figure (median, spread)
+    reps_noisy: int = 9                                                 # repeats of the first-touch and cold-read
+    #                                                                     CPU figures (they move most between runs)
     scratch_bytes: int = 256 * MIB                                      # B, cold-read scratch file
     request_sizes: tuple[int, ...] = (64 * KIB, 256 * KIB, MIB, 4 * MIB, 16 * MIB)   # B per read request
     reader_threads: tuple[int, ...] = (1, 2, 4)
@@ -82,7 +84,7 @@ class CalibrationSettings:
     def make(cls, quick: bool) -> "CalibrationSettings":
         if not quick:
             return cls()
-        return cls(quick=True, reps=3, scratch_bytes=32 * MIB, request_sizes=(64 * KIB, MIB, 8 * MIB),
+        return cls(quick=True, reps=3, reps_noisy=3, scratch_bytes=32 * MIB, request_sizes=(64 * KIB, MIB, 8 * MIB),
                    reader_threads=(1, 2),
                    copy_bytes=16 * MIB, unpack_shape=(256, 2048), threads=(1,), gemm_m=(1, 16, 128),
                    gemm_kn=((576, 576), (576, 1536)), elem_rows=(1, 64), elem_dims=(576,),
@@ -315,6 +317,63 @@ def measure_random_read(path: Path, reps: int, n: int = 64) -> Stat:
     return Stat.of(vals)
 
 
+@contextlib.contextmanager
+def busy_cores(n: int) -> Iterator[list[int]]:
+    """`n` CPU-bound threads (native INT8 GEMM calls, GIL released; a NumPy loop without the native library) for
+    the duration of the block; yields their per-thread call counters (work done)."""
+    stop = threading.Event()
+    k = Kernels()
+    counts = [0] * n
+
+    def spin(i: int) -> None:
+        call = k.gemm_call(16, 576, 576, 1, np.random.default_rng(7 + i))
+        while not stop.is_set():
+            call()
+            counts[i] += 1
+
+    threads = [threading.Thread(target=spin, args=(i,), daemon=True) for i in range(n)]
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    try:
+        yield counts
+    finally:
+        stop.set()
+        for t in threads:
+            t.join()
+
+
+@dataclass
+class BusyReadCost:
+    per_request: Stat     # s added to each sequential read request while other threads occupy every core
+    other_cpu: Stat       # core-s per B the busy threads lose beyond the reader's own CPU (I/O completion work)
+
+
+def measure_read_busy(path: Path, s: CalibrationSettings, request: int) -> BusyReadCost:
+    """Cold 1-thread reads of `path` in `request`-byte preads into a reused buffer, alone and with one CPU-bound
+    thread per core, measured alternately. (busy - alone) / requests: the reader needs little CPU, but each time it
+    blocks on the disk it waits for a time slice before it can issue its next request (and trigger the next
+    readahead). The busy threads' lost work (their rate just before vs during the read, in core-seconds) minus the
+    reader's own CPU time: interrupt and block-completion work, charged to whichever thread runs."""
+    size = path.stat().st_size
+    n_req = -(-size // request)
+    cores = len(os.sched_getaffinity(0))
+    lat, other = [], []
+    for _ in range(max(3, s.reps_noisy)):
+        alone = cold_read(path, request, 4 * MIB, fresh=False)[0]
+        with busy_cores(cores) as counts:
+            c0, t0 = sum(counts), time.perf_counter()
+            time.sleep(0.1)
+            r0 = (sum(counts) - c0) / (time.perf_counter() - t0)          # calls / s with the cores to themselves
+            c1 = sum(counts)
+            busy, reader_cpu = cold_read(path, request, 4 * MIB, fresh=False)
+            r1 = (sum(counts) - c1) / busy
+        lat.append(max(busy - alone, 0.0) / n_req)
+        lost = max(r0 - r1, 0.0) / r0 * cores * busy if r0 > 0 else 0.0
+        other.append(max(lost - reader_cpu, 0.0) / size)
+    return BusyReadCost(Stat.of(lat), Stat.of(other))
+
+
 def measure_random_read_busy(path: Path, reps: int, request: int, n: int = 64) -> Stat:
     """Seconds per cold 4 KiB random pread (second descriptor, POSIX_FADV_RANDOM) while another thread streams the
     same evicted file sequentially in `request`-byte preads: the embedding rows' reads during the layer loads, queued
@@ -421,7 +480,7 @@ def measure_read_fresh(path: Path, s: CalibrationSettings, request: int) -> Cold
     hides under the device transfer (`read_cpu_overlap`, hil.host)."""
     size = path.stat().st_size
     rows: dict[str, list[float]] = {"fw": [], "rw": [], "fc": [], "rc": []}
-    for _ in range(max(3, s.reps)):
+    for _ in range(max(3, s.reps_noisy)):
         w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=True)
         rows["fw"].append(w / size)
         rows["fc"].append(c / size)
@@ -466,7 +525,7 @@ def measure_first_touch(s: CalibrationSettings, n: int = MIB, total: int = 64 * 
     k = max(1, total // n)
     src = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
     keep, vals = [], []
-    for _ in range(max(3, s.reps)):
+    for _ in range(max(3, s.reps_noisy)):
         if evicted is not None:
             _read_and_evict(evicted)
         bufs = [fresh_empty(n) for _ in range(k)]
@@ -798,6 +857,7 @@ class Measurements:
     first_touch: Stat                     # s per B of first touch of fresh memory (1 MiB buffers)
     first_touch_large: Stat               # s per B of first touch of fresh 16 MiB buffers
     cold_read: ColdReadCost               # s per B, cold 1-thread reads into fresh / reused buffers, wall and CPU
+    read_busy: BusyReadCost               # per request while other threads occupy every core; their lost CPU per B
     random_read: Stat                     # s per cold random 4 KiB read
     random_read_busy: Stat                # s per cold random 4 KiB read while a sequential stream runs
     wall_s: dict[str, float]              # s per measurement group
@@ -824,6 +884,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         rnd = step("random_read", lambda: measure_random_read(path, s.reps))
         rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, bulk_request(reads)))
         cold = step("read_fresh", lambda: measure_read_fresh(path, s, bulk_request(reads)))
+        rbusy = step("read_busy", lambda: measure_read_busy(path, s, bulk_request(reads)))
         touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
         touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
     lat, rbw = fit_reader(reads)
@@ -836,4 +897,4 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     disp = step("dispatch", lambda: measure_dispatch(s))
     loop = step("task_loop", lambda: measure_task_loop(s))
     return Measurements(s, reads, lat, rbw, bulk_request(reads), ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, loop, touch, touch_large, cold, rnd, rnd_busy, wall, load)
+                        disp, loop, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall, load)

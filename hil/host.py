@@ -204,7 +204,15 @@ def put_memory_copy(f: ProfileFields, m: Measurements) -> None:
 
 
 def put_random_reads(f: ProfileFields, m: Measurements) -> None:
-    """Cold random 4 KiB reads (embedding rows), alone and behind a sequential stream."""
+    """Cold random 4 KiB reads (embedding rows), alone and behind a sequential stream; sequential requests while
+    the cores are busy."""
+    rb = m.read_busy
+    f.put("flash_request_busy_s", rb.per_request.median, "measured: cold 1-thread sequential reads in "
+          "flash_bulk_request_bytes preads, with one CPU-bound thread per core minus alone, per request (the reader "
+          "waits for a time slice each time it blocks on the disk)", rb.per_request.spread)
+    f.put("read_irq_gbps", 1.0 / max(rb.other_cpu.median, 1e-13) / 1e9, "measured: core time the CPU-bound threads "
+          "lose per byte of the same busy read beyond the reader's own CPU time (interrupt and block-completion "
+          "work, charged to whichever thread runs)", rb.other_cpu.spread)
     f.put("flash_random_read_s", m.random_read.median, "measured: cold 4 KiB preads at random offsets of the evicted "
           "scratch file, 1 thread (embedding rows of a prompt)", m.random_read.spread)
     f.put("flash_random_read_busy_s", m.random_read_busy.median, "measured: the same random reads while another "
@@ -391,7 +399,8 @@ def measurements_json(m) -> dict:
                 task_loop_s=stat(m.task_loop), first_touch_s_per_byte=stat(m.first_touch),
                 first_touch_large_s_per_byte=stat(m.first_touch_large),
                 cold_read_s_per_byte={k: stat(v) for k, v in vars(m.cold_read).items()},
-                random_read_s=stat(m.random_read), random_read_busy_s=stat(m.random_read_busy), wall_s=m.wall_s,
+                read_busy={k: stat(v) for k, v in vars(m.read_busy).items()}, random_read_s=stat(m.random_read),
+                random_read_busy_s=stat(m.random_read_busy), wall_s=m.wall_s,
                 loadavg=m.loadavg)
 
 

@@ -31,6 +31,9 @@ class SocProfile:
     flash_random_read_s: float = 0.0          # s per read at a random offset (no readahead; 0 = the sequential model)
     flash_random_read_busy_s: float = 0.0     # s per random read while sequential reads stream (queued behind their
     #                                           readahead; 0 = as flash_random_read_s)
+    flash_request_busy_s: float = 0.0         # s added to each sequential read request while other threads occupy
+    #                                           every core (the reader waits for a time slice before it can issue the
+    #                                           next request and the kernel's next readahead; 0 = not modelled)
     flash_bulk_request_bytes: int = 0         # B, request size of explicit read() loaders
     mmap_readahead_bytes: int = 0             # B, request size of on-demand paging (mmap page-fault readahead)
     # ---- memory -------------------------------------------------------------------------------------------------
@@ -50,6 +53,8 @@ class SocProfile:
     mem_fault_large_gbps: float = 0.0         # GB/s, first touch of allocations of mem_fault_large_bytes and more
     #                                           (0 = mem_fault_gbps at every size); log-interpolated in between
     mem_fault_large_bytes: int = 0            # B
+    read_irq_gbps: float = 0.0                # GB/s, core time of a cold read's interrupt and block-completion work,
+    #                                           charged to whichever thread runs (0 = not modelled)
     read_fault_gbps: float = 0.0              # GB/s per thread, first touch of a fresh buffer by a read() into it
     #                                           (the kernel faults the pages in inside its copy; 0 = mem_fault_gbps)
     thread_wake_s: float = 0.0                # s, an idle worker thread woken by another's completion starts this
@@ -145,12 +150,16 @@ class SocProfile:
         sel = self.core_ghz(threads, first_core)
         return sel[0] + self.cpu_parallel_eff * sum(sel[1:]) if sel else 0.0
 
-    def reader_rate(self, request_bytes: int, random: bool = False, busy: bool = False) -> float:
+    def reader_rate(self, request_bytes: int, random: bool = False, busy: bool = False,
+                    cores_busy: bool = False) -> float:
         """B/s one reader achieves with requests of `request_bytes` (latency + transfer at the per-reader cap); random
         requests pay `flash_random_read_s` each where it is known (readahead cannot hide it), or
-        `flash_random_read_busy_s` when sequential reads are streaming at the same time (`busy`)."""
+        `flash_random_read_busy_s` when sequential reads are streaming at the same time (`busy`); sequential requests
+        pay `flash_request_busy_s` more while other threads occupy every core (`cores_busy`)."""
         lat = self.flash_request_latency_s
         if random and self.flash_random_read_s > 0:
             lat = self.flash_random_read_busy_s if busy and self.flash_random_read_busy_s > 0 else \
                 self.flash_random_read_s
+        elif cores_busy:
+            lat += self.flash_request_busy_s
         return request_bytes / (lat + request_bytes / (self.flash_reader_gbps * 1e9))

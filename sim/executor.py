@@ -48,8 +48,8 @@ class PlanExecutor:
         self.plan, self.dev, self.cost = plan, dev, cost
         self.preloaded = int(preloaded_bytes)   # B of weights already in memory (Fig. 2): served without flash reads
         self.env = simpy.Environment()
-        self.flash = Flash(self.env, dev)
         self.cores = Cores(self.env, dev.cpu_cores)
+        self.flash = Flash(self.env, dev, self.cores)
         self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
         self.dispatch = Dispatcher(plan)
@@ -84,11 +84,12 @@ class PlanExecutor:
         if self.dispatch.finished and not self.all_done.triggered:
             self.all_done.succeed()
 
-    def _occupy(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True) -> list[simpy.Event]:
+    def _occupy(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True, owner: object = None
+                ) -> list[simpy.Event]:
         """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
         rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
         exceed `dram_gbps`)."""
-        evs = [self.cores.run(seconds, threads) if on_core else self.env.timeout(seconds)]
+        evs = [self.cores.run(seconds, threads, owner) if on_core else self.env.timeout(seconds)]
         if self.dram is not None and dram_bytes > 0:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
@@ -161,19 +162,24 @@ class PlanExecutor:
                 if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
                     copy_r += fresh * self.dev.read_fault_s_per_byte(fresh / n_buf)
                 read_cpu = copy_r
-                transfer = self.flash.read(nread, t.request_bytes, t.random_reads)
+                me = (resource, idx)                                   # this loader thread
+                transfer = self.flash.read(nread, t.request_bytes, t.random_reads, owner=me)
+                if self.dev.read_irq_gbps > 0 and nread > 0:
+                    # the read's interrupt and block-completion work takes core time meanwhile (charged to whichever
+                    # thread runs; nobody waits for it)
+                    self.cores.run(nread / (self.dev.read_irq_gbps * 1e9), 1, me)
                 eta = 0.0 if t.random_reads else self.dev.read_cpu_overlap
                 if read_cpu > 0 and eta > 0:
                     # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap
                     t_alone = nread / self.dev.reader_rate(max(1, min(t.request_bytes, nread))) if nread else 0.0
-                    yield env.all_of([transfer, *self._occupy(copy_r, 1, 2.0 * nread)])
+                    yield env.all_of([transfer, *self._occupy(copy_r, 1, 2.0 * nread, owner=me)])
                     exposed = (1.0 - eta) * min(t_alone, read_cpu)
                     if exposed > 0:
                         yield env.timeout(exposed)
                 else:
                     yield transfer
                     if read_cpu > 0:
-                        yield env.all_of(self._occupy(copy_r, 1, 2.0 * nread))
+                        yield env.all_of(self._occupy(copy_r, 1, 2.0 * nread, owner=me))
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
                 copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
                 cpu_s = read_cpu + copy_s + t.duration_s

@@ -16,23 +16,37 @@ from sim.sharing import SharedRate
 class Flash(SharedRate):
     """Flash bandwidth (B/s) shared by the active reads, each capped by its request size's single-reader rate."""
 
-    def __init__(self, env: simpy.Environment, dev: SocProfile) -> None:
+    def __init__(self, env: simpy.Environment, dev: SocProfile, cores: SharedRate | None = None) -> None:
         super().__init__(env, dev.flash_peak_gbps * 1e9)
         self.dev = dev
         self.bytes_read = 0                             # B, integer total
+        self.cores = cores
+        self._busy: dict[int, bool] = {}                # id(job) -> cores busy when its cap was last set
+        if cores is not None and dev.flash_request_busy_s > 0:
+            cores.listeners.append(self._cores_changed)
 
-    def read(self, nbytes: int, request_bytes: int, random: bool = False) -> simpy.Event:
+    def read(self, nbytes: int, request_bytes: int, random: bool = False, owner: object = None) -> simpy.Event:
         nbytes = int(nbytes)
         if nbytes <= 0:
             return self.use(0, 1.0)
         self.bytes_read += nbytes
         req = max(1, min(request_bytes, nbytes))
         self._req_random = (req, random)                   # read by _share while `use` adds the job
-        return self.use(float(nbytes), self.dev.reader_rate(req, random))
+        return self.use(float(nbytes), self.dev.reader_rate(req, random), owner=owner)
+
+    def _cores_busy(self, owner: object) -> bool:
+        """Other threads than the reader `owner` occupy every core (its requests wait for a time slice)."""
+        return self.cores is not None and self.cores.load_except(owner) >= self.cores.capacity - 1e-9
+
+    def _cores_changed(self) -> None:
+        """Re-split when a sequential read's cores-busy state flipped (its cap changes)."""
+        if any(not j.random and self._cores_busy(j.owner) != self._busy.get(id(j)) for j in self.active):
+            self.refresh()
 
     def _share(self) -> None:
         """Scattered reads queue behind sequential streams (their readahead): while any sequential read is active, a
-        random read's per-request latency is `flash_random_read_busy_s`; re-evaluated whenever the set changes."""
+        random read's per-request latency is `flash_random_read_busy_s`. A sequential read's requests wait for a core
+        while other threads occupy all of them (`flash_request_busy_s`). Re-evaluated whenever either set changes."""
         pending = getattr(self, "_req_random", None)
         if pending is not None:                            # the job `use` just appended
             self.active[-1].random, self.active[-1].request = pending[1], pending[0]
@@ -41,4 +55,7 @@ class Flash(SharedRate):
         for j in self.active:
             if j.random:
                 j.cap = self.dev.reader_rate(j.request, True, busy)
+            elif self.dev.flash_request_busy_s > 0:
+                b = self._busy[id(j)] = self._cores_busy(j.owner)
+                j.cap = self.dev.reader_rate(j.request, False, cores_busy=b)
         super()._share()

@@ -15,10 +15,11 @@ _DONE = 1e-9    # relative residue below which a job is complete (float rounding
 
 
 class _Job:
-    __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request")
+    __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner")
 
-    def __init__(self, left: float, cap: float, weight: float, event: simpy.Event) -> None:
+    def __init__(self, left: float, cap: float, weight: float, event: simpy.Event, owner: object = None) -> None:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
+        self.owner = owner                                        # the thread the job belongs to (None: anonymous)
         self.eps = max(left * _DONE, 1e-12)
         self.random = False                                       # flash: a scattered read (sim.flash)
         self.request = 0                                          # flash: request size, B
@@ -36,8 +37,9 @@ class SharedRate:
         self.last = 0.0
         self.gen = 0
         self.samples: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, total rate in use) at every change
+        self.listeners: list = []                                 # called (no args) after every change of the set
 
-    def use(self, amount: float, cap: float, weight: float = 1.0) -> simpy.Event:
+    def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None) -> simpy.Event:
         """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s."""
         ev = self.env.event()
         if amount <= 0:
@@ -46,8 +48,9 @@ class SharedRate:
         if cap <= 0 or weight <= 0:
             raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
         self._advance()
-        self.active.append(_Job(float(amount), float(cap), float(weight), ev))
+        self.active.append(_Job(float(amount), float(cap), float(weight), ev, owner))
         self._reschedule()
+        self._notify()
         return ev
 
     def _advance(self) -> None:
@@ -90,6 +93,20 @@ class SharedRate:
         for j in done:
             j.event.succeed()
         self._reschedule()
+        self._notify()
+
+    def _notify(self) -> None:
+        for fn in self.listeners:
+            fn()
+
+    def refresh(self) -> None:
+        """Re-split the capacity now (a cap depends on state outside this resource that just changed)."""
+        self._advance()
+        self._reschedule()
+
+    def load_except(self, owner: object) -> float:
+        """Summed weight of the active jobs that do not belong to `owner`."""
+        return sum(j.weight for j in self.active if owner is None or j.owner != owner)
 
 
 class Cores(SharedRate):
@@ -100,5 +117,5 @@ class Cores(SharedRate):
     With more runnable threads than cores, every job slows down by cores / runnable threads.
     """
 
-    def run(self, seconds: float, threads: int = 1) -> simpy.Event:
-        return self.use(seconds * threads, cap=float(threads), weight=float(threads))
+    def run(self, seconds: float, threads: int = 1, owner: object = None) -> simpy.Event:
+        return self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner)

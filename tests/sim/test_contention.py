@@ -161,3 +161,35 @@ def test_woken_worker_starts_after_its_wake_up_time():
     base = simulate(plan, device(2), FakeCost()).end_s
     woke = simulate(plan, device(2, thread_wake_s=0.25), FakeCost()).end_s
     assert woke == pytest.approx(base + 0.25)                               # the cpu worker waited for u0
+
+
+def _read_with_busy_cores(busy_threads: int, **kw) -> float:
+    """One 1 GB sequential load (1 MB requests) while `busy_threads` CPU-bound unpack ops of 4 s run."""
+    b = PlanBuilder()
+    b.add("ld", "load", read_bytes=10**9, request_bytes=10**6)
+    for i in range(busy_threads):
+        b.add(f"u{i}", "unpack", works=[OpWork("unpack", n=4.0)])            # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks, loader_threads=1, unpack_threads=max(1, busy_threads))
+    tl = simulate(plan, device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0, **kw),
+                  FakeCost())
+    return next(s.end - s.start for s in tl.spans if s.resource == "load")
+
+
+def test_read_requests_wait_for_a_core_only_while_other_threads_occupy_every_core():
+    """flash_request_busy_s: 1000 requests x 1 ms more while two other threads keep both cores busy; nothing with one
+    (a core is free for the reader) or when the parameter is 0."""
+    assert _read_with_busy_cores(2) == pytest.approx(1.0, rel=1e-6)
+    assert _read_with_busy_cores(2, flash_request_busy_s=1e-3) == pytest.approx(2.0, rel=1e-6)
+    assert _read_with_busy_cores(1, flash_request_busy_s=1e-3) == pytest.approx(1.0, rel=1e-6)
+
+
+def test_read_interrupt_work_takes_core_time_from_other_threads():
+    """read_irq_gbps: a 1 GB read's completion work (0.5 core-s here) shares the cores with the busy threads."""
+    b = PlanBuilder()
+    b.add("ld", "load", read_bytes=10**9, request_bytes=10**6)
+    b.add("u", "unpack", works=[OpWork("unpack", n=1.0)])                   # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks, loader_threads=1, unpack_threads=1)
+    dev = device(1, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0)
+    assert simulate(plan, dev, FakeCost()).end_s == pytest.approx(1.0, rel=1e-6)
+    # one core: the unpack shares it with the interrupt work while the read runs -> 0.5 s of it lost
+    assert simulate(plan, dataclasses.replace(dev, read_irq_gbps=2.0), FakeCost()).end_s == pytest.approx(1.5, rel=1e-3)
