@@ -52,6 +52,7 @@ class CalibrationSettings:
     reader_threads: tuple[int, ...] = (1, 2, 4)
     copy_bytes: int = 64 * MIB                                          # B per memcpy measurement
     unpack_shape: tuple[int, int] = (2048, 8192)     # (C out channels, D weights per channel): a 1B-Llama FFN tensor
+    unpack_short_shape: tuple[int, int] = (1536, 576)  # short rows (SmolLM2's FFN): the per-channel cost
     unpack_formats: tuple[str, ...] = ("weightlet", "mixed", "kquant")
     unpack_bits: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8)
     threads: tuple[int, ...] = (1, 2)                                   # threads of unpack / GEMM / elementwise
@@ -86,7 +87,8 @@ class CalibrationSettings:
             return cls()
         return cls(quick=True, reps=3, reps_noisy=3, scratch_bytes=32 * MIB, request_sizes=(64 * KIB, MIB, 8 * MIB),
                    reader_threads=(1, 2),
-                   copy_bytes=16 * MIB, unpack_shape=(256, 2048), threads=(1,), gemm_m=(1, 16, 128),
+                   copy_bytes=16 * MIB, unpack_shape=(256, 2048), unpack_short_shape=(256, 576), threads=(1,),
+                   gemm_m=(1, 16, 128),
                    gemm_kn=((576, 576), (576, 1536)), elem_rows=(1, 64), elem_dims=(576,),
                    attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300, cold_set_bytes=8 * MIB,
                    gemm_budget_s=0.01)
@@ -270,11 +272,15 @@ def fit_reader(curve: ReadCurve) -> tuple[float, float]:
     return float(lat), float(1.0 / inv_bw / 1e9)
 
 
-def bulk_request(curve: ReadCurve, within: float = 0.95) -> int:
-    """Smallest request size whose best aggregate rate (over reader counts) is within `within` of the best overall."""
+def bulk_request(curve: ReadCurve, within: float = 0.95, busy_s: float = 0.0) -> int:
+    """Smallest request size whose best aggregate rate (over reader counts) is within `within` of the best overall;
+    with `busy_s` (s each request waits for a core while other threads occupy every core: loaders run beside the
+    unpack and compute threads), the rates are those of a busy machine, request / (request / rate + busy_s)."""
     best_by_req: dict[int, float] = {}
     for r in curve.rows:
         best_by_req[r["request_bytes"]] = max(best_by_req.get(r["request_bytes"], 0.0), r["gbps"])
+    if busy_s > 0:
+        best_by_req = {q: q / (q / (g * 1e9) + busy_s) / 1e9 for q, g in best_by_req.items()}
     top = max(best_by_req.values())
     return min(q for q, g in best_by_req.items() if g >= within * top)
 
@@ -549,36 +555,54 @@ def _codes(bits: int, shape: tuple[int, int], rng: np.random.Generator) -> np.nd
     return rng.integers(lo, -lo, size=shape).astype(np.int8)
 
 
-def measure_unpack(s: CalibrationSettings) -> list[dict]:
-    """Seconds per weight of each native unpack kernel with every channel at one bit width: rows {fmt, bits, threads,
-    s_per_weight, spread} (weightlet with R = 128 weights per group). Inputs and outputs cycle through
-    `cold_set_bytes` of buffers, so each call reads and writes DRAM as a cold start's unpack does (the outputs were
-    touched before: first touch is `mem_fault_gbps`, charged apart)."""
+def _unpack_seconds(s: CalibrationSettings, fmt: str, b: int, C: int, D: int, rng: np.random.Generator
+                    ) -> dict[int, Stat]:
+    """threads -> seconds of one unpack of a (C, D) tensor with every channel at `b` bits, inputs and outputs cycled
+    through `cold_set_bytes` of buffers (DRAM-resident, as a cold start's unpack; outputs touched before)."""
     from quant.pack import pack_bits3
     from quant.pack.formats import get_format
 
-    C, D = s.unpack_shape
+    f = get_format(fmt)
+    bits = np.full(C, b, dtype=np.int64)
+    payload = np.ascontiguousarray(f.pack(_codes(b, (C, D), rng), bits, 128, "calibration"))
+    payloads = [payload] + [payload.copy() for _ in range(max(1, -(-s.cold_set_bytes // payload.nbytes)) - 1)]
+    # np.full writes every page: np.zeros of a large array is calloc'ed, untouched memory, and each call on a fresh
+    # output then paid first touch (a 1536 x 576 unpack measured 441 us instead of 82)
+    outs = [np.full((C, D), 1, dtype=np.int8) for _ in range(max(1, -(-s.cold_set_bytes // (C * D))))]
+    b3 = pack_bits3(bits)
+    out: dict[int, Stat] = {}
+    for th in s.threads:                                     # channel ranges split over threads
+        turn = [0]
+
+        def call(th=th) -> None:
+            turn[0] += 1
+            src, dst = payloads[turn[0] % len(payloads)], outs[turn[0] % len(outs)]
+            in_threads([lambda a=a, z=z: f.unpack_native(src, b3, C, D, 128, out=dst, c0=a, c1=z)
+                        for a, z in split(C, th)])
+        out[th] = timed(call, s.reps, budget_s=s.gemm_budget_s / 2)
+    return out
+
+
+def measure_unpack(s: CalibrationSettings) -> list[dict]:
+    """Seconds per weight and per channel of each native unpack kernel with every channel at one bit width: rows
+    {fmt, bits, threads, s_per_weight, s_per_channel, spread} (weightlet with R = 128 weights per group), from two
+    shapes, long rows (`unpack_shape`) and short ones (`unpack_short_shape`): per channel, t / C = D w + c (a short
+    row pays its fixed per-channel work over fewer weights: measured 1.7-3x the per-weight time of 8192-weight rows
+    at 576). First touch of the outputs is `mem_fault_gbps`, charged apart."""
+    (C1, D1), (C2, D2) = s.unpack_shape, s.unpack_short_shape
     rng = np.random.default_rng(2)
-    n_out = max(1, -(-s.cold_set_bytes // (C * D)))
-    outs = [np.zeros((C, D), dtype=np.int8) for _ in range(n_out)]    # touched once here: first touch is charged apart
     rows = []
     for fmt in s.unpack_formats:
-        f = get_format(fmt)
         for b in s.unpack_bits:
-            bits = np.full(C, b, dtype=np.int64)
-            payload = np.ascontiguousarray(f.pack(_codes(b, (C, D), rng), bits, 128, "calibration"))
-            payloads = [payload] + [payload.copy() for _ in range(max(1, -(-s.cold_set_bytes // payload.nbytes)) - 1)]
-            b3 = pack_bits3(bits)
-            for th in s.threads:                                     # channel ranges split over threads
-                turn = [0]
-
-                def call(th=th, payloads=payloads, b3=b3, f=f) -> None:
-                    turn[0] += 1
-                    src, dst = payloads[turn[0] % len(payloads)], outs[turn[0] % n_out]
-                    in_threads([lambda a=a, z=z: f.unpack_native(src, b3, C, D, 128, out=dst, c0=a, c1=z)
-                                for a, z in split(C, th)])
-                st = timed(call, s.reps)
-                rows.append(dict(fmt=fmt, bits=b, threads=th, s_per_weight=st.median / (C * D), spread=st.spread))
+            long_, short = _unpack_seconds(s, fmt, b, C1, D1, rng), _unpack_seconds(s, fmt, b, C2, D2, rng)
+            for th in s.threads:
+                p1, p2 = long_[th].median / C1, short[th].median / C2            # s per channel
+                w = (p1 - p2) / (D1 - D2) if D1 != D2 else p1 / D1
+                c = p2 - D2 * w
+                if w <= 0 or c < 0:                                              # noise: per weight only
+                    w, c = long_[th].median / (C1 * D1), 0.0
+                rows.append(dict(fmt=fmt, bits=b, threads=th, s_per_weight=w, s_per_channel=c,
+                                 spread=max(long_[th].spread, short[th].spread)))
     return rows
 
 
@@ -882,9 +906,10 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         ra = step("mmap_readahead", lambda: mmap_readahead(path, s.reps))
         warm = step("warm_read", lambda: measure_warm_read(path, s))
         rnd = step("random_read", lambda: measure_random_read(path, s.reps))
-        rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, bulk_request(reads)))
-        cold = step("read_fresh", lambda: measure_read_fresh(path, s, bulk_request(reads)))
         rbusy = step("read_busy", lambda: measure_read_busy(path, s, bulk_request(reads)))
+        req = bulk_request(reads, busy_s=rbusy.per_request.median)        # the loaders' request size
+        rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, req))
+        cold = step("read_fresh", lambda: measure_read_fresh(path, s, req))
         touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
         touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
     lat, rbw = fit_reader(reads)
@@ -896,5 +921,5 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     attn = step("attention", lambda: measure_attention(k, s))
     disp = step("dispatch", lambda: measure_dispatch(s))
     loop = step("task_loop", lambda: measure_task_loop(s))
-    return Measurements(s, reads, lat, rbw, bulk_request(reads), ra, warm, copy, unpack, k.label, gemm, elem, attn,
+    return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, loop, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall, load)

@@ -185,7 +185,8 @@ def put_flash_reads(f: ProfileFields, m: Measurements) -> None:
     f.put("flash_request_latency_s", m.reader_latency_s, "measured: latency term of the same fit (kernel readahead "
           "hides most of it for sequential preads)")
     f.put("flash_bulk_request_bytes", int(m.bulk_request_bytes), "measured: smallest request size within 5 % of the "
-          "best cold read rate")
+          "best cold read rate while other threads occupy every core (each request waits flash_request_busy_s for a "
+          "time slice: the loaders run beside the unpack and compute threads)")
     f.put("mmap_readahead_bytes", int(round(m.readahead.median / 4096) * 4096) or 4096,
           "measured: bytes made resident by one mmap page fault on an evicted file (mincore)", m.readahead.spread)
 
@@ -361,7 +362,8 @@ def cost_table(m) -> dict:
     C, D = s.unpack_shape
     for r in m.unpack:
         pts.append(dict(unit="cpu", kind="unpack", threads=r["threads"], work=C * D,
-                        seconds=r["s_per_weight"] * C * D, spread=r["spread"], fmt=r["fmt"], bits=r["bits"]))
+                        seconds=(r["s_per_weight"] * D + r.get("s_per_channel", 0.0)) * C, spread=r["spread"],
+                        fmt=r["fmt"], bits=r["bits"]))
     # the runner splits only GEMMs over a unit's threads (hil.runner_ops.OpRunner.gemm); elementwise ops and attention
     # run on the worker's own thread whatever the pool size, so their 1-thread times are what a k-thread unit takes
     pool_sizes = range(1, max(os.cpu_count() or 1, *s.threads) + 1)
@@ -374,7 +376,7 @@ def cost_table(m) -> dict:
                 pts.append(dict(unit=unit, kind="attention", threads=th, work=r["flops"], seconds=r["seconds"],
                                 spread=r["spread"]))
     unpack = [dict(fmt=r["fmt"], bits=r["bits"], threads=r["threads"], s_per_weight=r["s_per_weight"],
-                   spread=r["spread"]) for r in m.unpack]
+                   s_per_channel=r.get("s_per_channel", 0.0), spread=r["spread"]) for r in m.unpack]
     matmul = [dict(unit="cpu", threads=r["threads"], m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"],
                    spread=r["spread"]) for r in m.gemm]
     matmul += [dict(unit="npu", threads=1, m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"], spread=r["spread"])

@@ -48,6 +48,8 @@ class OpWork:
     wfmt: str = "int8"         # matmul weight format on the CPU: int8 | kquant
     fmt: str = ""              # unpack: packed format (weightlet | mixed | kquant)
     bits_weights: list[int] = field(default_factory=list)   # unpack: weights per bit width, index = bits (0..8)
+    bits_channels: list[int] = field(default_factory=list)  # unpack: output channels per bit width (a fixed cost
+    #                                                         per channel: short rows unpack slower per weight)
 
     @property
     def flops(self) -> float:

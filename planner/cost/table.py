@@ -6,8 +6,10 @@ A table is JSON with up to four sections; only `points` is required (the origina
   squares in relative error with a, b >= 0 (a = the fixed cost of a call, what a small op costs), where `work` is the
   op's natural size: FLOPs for matmul/attention, bytes for elementwise/copy, weights for unpack.
 - `unpack`: `[{"fmt": "weightlet", "bits": 5, "threads": 1, "s_per_weight": 1.1e-10}, ...]`: an unpack op with a
-  per-bit-width histogram (`OpWork.bits_weights`) costs `sum_b bits_weights[b] * s_per_weight(fmt, b, threads)`; a
-  bit width without a row takes the nearest measured one (0-bit weights: the 1-bit row). Without `bits_weights`, or
+  per-bit-width histogram (`OpWork.bits_weights`) costs `sum_b bits_weights[b] * s_per_weight(fmt, b, threads)`, plus
+  `sum_b bits_channels[b] * s_per_channel(fmt, b, threads)` where rows carry the optional per-channel cost (short
+  rows unpack slower per weight: measured on two shapes); a bit width without a row takes the nearest measured one
+  (0-bit weights: the 1-bit row). Without `bits_weights`, or
   for a format / thread count without rows, the `points` fit of kind `unpack` applies (then the fallback model).
 - `matmul`: `[{"unit": "npu", "threads": 1, "m": 128, "k": 576, "n": 1536, "seconds": 2.1e-4}, ...]`: INT8 matmul
   and lm_head ops (`wfmt` int8) are interpolated on the measured grid, per (unit, threads):
@@ -98,20 +100,23 @@ class TableCostModel(CostModel):
                 continue
             self.fits[key] = _fit_line(x, y)
         self.spw = self._unpack_rows(unpack or [])                   # (fmt, threads) -> (9,) s per weight by bits
+        self.spc = self._unpack_rows(unpack or [], "s_per_channel")   # (fmt, threads) -> (9,) s per channel by bits
         self.curves = self._matmul_rows(matmul or [])                # (unit, threads) -> {(K, N): _Curve}
         self.overhead = self._overheads(op_overhead_s or {})         # unit -> s per compute op
 
     # ---- parsing --------------------------------------------------------------------------------------------------
     @staticmethod
-    def _unpack_rows(rows: list[dict]) -> dict[tuple[str, int], np.ndarray]:
+    def _unpack_rows(rows: list[dict], field: str = "s_per_weight") -> dict[tuple[str, int], np.ndarray]:
+        """(fmt, threads) -> (9,) `field` by bit width (nearest measured width); `s_per_channel` is optional (0)."""
         got: dict[tuple[str, int], dict[int, float]] = {}
         for i, r in enumerate(rows):
             try:
                 fmt, b, th, spw = str(r["fmt"]), int(r["bits"]), int(r.get("threads", 1)), float(r["s_per_weight"])
+                spw = float(r.get(field, 0.0))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise ValueError(f"cost table unpack row {i}: needs fmt, bits, s_per_weight ({e})") from None
             if not 1 <= b <= 8 or th < 1 or not spw >= 0 or not math.isfinite(spw):
-                raise ValueError(f"cost table unpack row {i}: bits must be 1..8, threads >= 1, s_per_weight >= 0")
+                raise ValueError(f"cost table unpack row {i}: bits must be 1..8, threads >= 1, {field} >= 0")
             got.setdefault((fmt, th), {})[b] = spw
         out = {}
         for key, by_bits in got.items():
@@ -194,7 +199,11 @@ class TableCostModel(CostModel):
             spw = self.spw.get((work.fmt, threads))
             if spw is not None:
                 bw = np.asarray(work.bits_weights[:9], dtype=np.float64)
-                return float(bw @ spw[:bw.size])
+                t = float(bw @ spw[:bw.size])
+                if work.bits_channels:
+                    bc = np.asarray(work.bits_channels[:9], dtype=np.float64)
+                    t += float(bc @ self.spc[(work.fmt, threads)][:bc.size])
+                return t
         if work.kind in ("matmul", "lm_head"):
             t = self._matmul_grid(work, unit, threads)
             if t is not None:

@@ -283,3 +283,24 @@ def test_numpy_stand_in_kernels_run_when_native_compute_is_missing():
     fn, flops = k.attention_call(4, 8, 4, 2, 16, rng)
     fn()
     assert flops == 4.0 * 4 * (8 + 2.5) * 4 * 16
+
+
+def test_table_unpack_adds_a_per_channel_cost_where_measured():
+    rows = [{"fmt": "weightlet", "bits": 5, "threads": 1, "s_per_weight": 5e-11, "s_per_channel": 2e-8}]
+    t = TableCostModel([], None, rows)
+    n, ch = 576 * 1536, 1536
+    w = OpWork("unpack", weights=n, fmt="weightlet", bits_weights=_bw(b5=n), bits_channels=_bw(b5=ch))
+    assert t.op_time(w, "cpu") == pytest.approx(n * 5e-11 + ch * 2e-8)
+    no_channels = OpWork("unpack", weights=n, fmt="weightlet", bits_weights=_bw(b5=n))
+    assert t.op_time(no_channels, "cpu") == pytest.approx(n * 5e-11)
+    # a table without per-channel costs (older calibrations) charges weights only
+    old = TableCostModel([], None, [{"fmt": "weightlet", "bits": 5, "threads": 1, "s_per_weight": 5e-11}])
+    assert old.op_time(w, "cpu") == pytest.approx(n * 5e-11)
+
+
+def test_unpack_calibration_separates_per_weight_and_per_channel_cost():
+    """Two shapes, long and short rows: t / C = D w + c solved per bit width (quick settings, real kernels)."""
+    s = cal.CalibrationSettings.make(quick=True)
+    s = dataclasses.replace(s, unpack_formats=("weightlet",), unpack_bits=(5,))
+    rows = cal.measure_unpack(s)
+    assert len(rows) == 1 and rows[0]["s_per_weight"] > 0 and rows[0]["s_per_channel"] >= 0
