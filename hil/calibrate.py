@@ -768,6 +768,13 @@ def measure_attention(k: Kernels, s: CalibrationSettings) -> list[dict]:
 
 
 # ================================================ dispatch ===========================================================
+def measure_dispatch_busy(s: CalibrationSettings) -> Stat:
+    """`measure_dispatch` while one CPU-bound thread per core runs short native calls from a Python loop (the
+    runner's other threads: each woken thread first waits for a time slice and for the interpreter lock)."""
+    with busy_cores(len(os.sched_getaffinity(0))):
+        return measure_dispatch(s)
+
+
 def measure_dispatch(s: CalibrationSettings) -> Stat:
     """Seconds per task of a hand-off to a worker thread through a threading.Condition and back (post a task, the
     worker runs it — a no-op — and posts completion, the dispatcher wakes): the runner's per-task cost."""
@@ -877,6 +884,7 @@ class Measurements:
     elementwise: list[dict]
     attention: list[dict]
     dispatch: Stat                        # s per hand-off round trip (post a task to a waiting thread and back)
+    dispatch_busy: Stat                   # the same while CPU-bound threads occupy every core
     task_loop: Stat                       # s per task a worker finds ready (the runner's loop, no hand-off)
     first_touch: Stat                     # s per B of first touch of fresh memory (1 MiB buffers)
     first_touch_large: Stat               # s per B of first touch of fresh 16 MiB buffers
@@ -920,6 +928,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     elem = step("elementwise", lambda: measure_elementwise(k, s))
     attn = step("attention", lambda: measure_attention(k, s))
     disp = step("dispatch", lambda: measure_dispatch(s))
+    disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
     loop = step("task_loop", lambda: measure_task_loop(s))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, loop, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall, load)
+                        disp, disp_busy, loop, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall, load)

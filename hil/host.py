@@ -303,6 +303,9 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
           float(np.median([r["spread"] for r in eb])))
     f.put("thread_wake_s", m.dispatch.median / 2, "measured: half the round trip of a task handed to a waiting "
           "thread through a threading.Condition and its completion handed back (two wake-ups)", m.dispatch.spread)
+    f.put("thread_wake_busy_s", m.dispatch_busy.median / 2, "measured: the same hand-off while one CPU-bound "
+          "thread per core runs short native calls from a Python loop (the woken thread waits for a time slice and "
+          "the interpreter lock), half the round trip", m.dispatch_busy.spread)
     f.put("cpu_op_overhead_s", m.task_loop.median, "measured: the HIL runner's worker loop per task that is ready "
           "(lock, Dispatcher pop / complete, span; hil.calibrate.measure_task_loop); a worker that waited is charged "
           "thread_wake_s on top", m.task_loop.spread)
@@ -398,7 +401,8 @@ def measurements_json(m) -> dict:
                 warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
                 copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
-                task_loop_s=stat(m.task_loop), first_touch_s_per_byte=stat(m.first_touch),
+                task_loop_s=stat(m.task_loop), dispatch_busy_s=stat(m.dispatch_busy),
+                first_touch_s_per_byte=stat(m.first_touch),
                 first_touch_large_s_per_byte=stat(m.first_touch_large),
                 cold_read_s_per_byte={k: stat(v) for k, v in vars(m.cold_read).items()},
                 read_busy={k: stat(v) for k, v in vars(m.read_busy).items()}, random_read_s=stat(m.random_read),

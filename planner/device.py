@@ -59,6 +59,8 @@ class SocProfile:
     #                                           (the kernel faults the pages in inside its copy; 0 = mem_fault_gbps)
     thread_wake_s: float = 0.0                # s, an idle worker thread woken by another's completion starts this
     #                                           much later (a thread hand-off; 0 = not modelled)
+    thread_wake_busy_s: float = 0.0           # s, the same while other threads occupy every core (a time slice and,
+    #                                           for a Python runner, the interpreter lock; 0 = thread_wake_s)
     npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
     #                                           occupy a core in the simulator's processor sharing
     # ---- CPU ----------------------------------------------------------------------------------------------------

@@ -22,7 +22,8 @@ copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host,
 Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging blobs (packed
 tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only memory beyond
 the run's high-water mark is fresh). A worker
-that waited idle starts `thread_wake_s` after being woken (a thread hand-off). DRAM bandwidth (`dram_gbps`) is
+that waited idle starts `thread_wake_s` after being woken (a thread hand-off; `thread_wake_busy_s` while other
+threads occupy every core). DRAM bandwidth (`dram_gbps`) is
 one shared resource for copies, reads' page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads
 (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
@@ -137,8 +138,13 @@ class PlanExecutor:
                 ev = env.event()
                 self.idle[resource].append(ev)
                 yield ev
-                if self.dev.thread_wake_s > 0:      # an idle worker thread takes this long to run once woken
-                    yield env.timeout(self.dev.thread_wake_s)
+                wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
+                if self.dev.thread_wake_busy_s > 0:
+                    yield env.timeout(0)                # the waker and others woken at this instant start first
+                    if self.cores.load_except(None) >= self.cores.capacity - 1e-9:
+                        wake_s = self.dev.thread_wake_busy_s    # ... longer while other threads occupy every core
+                if wake_s > 0:
+                    yield env.timeout(wake_s)
                 continue
             tid, stolen, wake = got
             self._wake(wake)

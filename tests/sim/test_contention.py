@@ -193,3 +193,20 @@ def test_read_interrupt_work_takes_core_time_from_other_threads():
     assert simulate(plan, dev, FakeCost()).end_s == pytest.approx(1.0, rel=1e-6)
     # one core: the unpack shares it with the interrupt work while the read runs -> 0.5 s of it lost
     assert simulate(plan, dataclasses.replace(dev, read_irq_gbps=2.0), FakeCost()).end_s == pytest.approx(1.5, rel=1e-3)
+
+
+def test_a_worker_woken_while_every_core_is_busy_waits_longer():
+    """thread_wake_busy_s applies when, at the wake, other threads occupy every core (here two 4 s unpacks on two
+    cores); thread_wake_s otherwise."""
+    b = PlanBuilder()
+    u0 = b.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])             # type: ignore[arg-type]
+    b.add("u1", "unpack", works=[OpWork("unpack", n=4.0)])                  # type: ignore[arg-type]
+    b.add("u2", "unpack", works=[OpWork("unpack", n=4.0)])                  # type: ignore[arg-type]
+    b.add("m", "cpu", [u0], works=[OpWork("matmul", k=1.0, n=0.5)])          # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks, unpack_threads=3)
+    dev = device(2, thread_wake_s=0.01, thread_wake_busy_s=0.25)
+
+    def m_start(d) -> float:
+        return next(s.start for s in simulate(plan, d, FakeCost()).spans if plan.tasks[s.task].name == "m")
+    quiet = dataclasses.replace(dev, thread_wake_busy_s=0.0)
+    assert m_start(dev) - m_start(quiet) == pytest.approx(0.24, rel=1e-6)
