@@ -140,24 +140,29 @@ def _op_key(plan: Plan, tid: int, stolen: bool) -> str:
 
 def per_op(run: HostRun) -> list[dict[str, Any]]:
     """Prediction error per op kind: summed span time per (unit, op) in the prediction (modelled) and in each measured
-    run (measured; median over runs), with (predicted - measured) / measured. Rows sorted by measured time."""
-    def sums(tl: Timeline) -> dict[str, tuple[float, int]]:
+    run (measured; median over runs), with (predicted - measured) / measured, and the summed CPU time of the spans
+    (`Span.cpu_s`; predicted: the modelled core-seconds of the op, all its threads; measured: the CPU time of the
+    worker's own thread, a GEMM's helper threads not included). Rows sorted by measured time."""
+    def sums(tl: Timeline) -> dict[str, tuple[float, int, float]]:
         acc: dict[str, list] = {}
         for sp in tl.spans:
-            a = acc.setdefault(_op_key(run.plan, sp.task, sp.stolen), [0.0, 0])
+            a = acc.setdefault(_op_key(run.plan, sp.task, sp.stolen), [0.0, 0, 0.0])
             a[0] += sp.end - sp.start
             a[1] += 1
-        return {k: (v[0], v[1]) for k, v in acc.items()}
+            a[2] += sp.cpu_s
+        return {k: (v[0], v[1], v[2]) for k, v in acc.items()}
 
     pred = sums(run.predicted)
     meas = [sums(t) for t in run.measured]
     rows = []
     for k in sorted(set(pred) | {k for m in meas for k in m}):
-        p = pred.get(k, (0.0, 0))
-        ms = statistics.median(m.get(k, (0.0, 0))[0] for m in meas)
-        n = statistics.median(m.get(k, (0.0, 0))[1] for m in meas)
+        p = pred.get(k, (0.0, 0, 0.0))
+        ms = statistics.median(m.get(k, (0.0, 0, 0.0))[0] for m in meas)
+        n = statistics.median(m.get(k, (0.0, 0, 0.0))[1] for m in meas)
+        mc = statistics.median(m.get(k, (0.0, 0, 0.0))[2] for m in meas)
         rows.append({"op": k, "predicted_s": p[0], "predicted_n": p[1], "measured_s": ms, "measured_n": n,
-                     "error_pct": _err(p[0], ms)})
+                     "error_pct": _err(p[0], ms), "predicted_cpu_s": p[2], "measured_cpu_s": mc,
+                     "cpu_error_pct": _err(p[2], mc)})
     return sorted(rows, key=lambda r: -r["measured_s"])
 
 

@@ -7,9 +7,9 @@
                                                                  # Voltron on the emulated cluster (validate_cluster.py)
 
 Writes `metrics.json` (predicted_* modelled; measured_* measured: median, min, max over `repeats` cold runs; *_error_pct
-= (predicted - measured) / measured), `ops.csv` (the same per op kind: summed span time predicted vs measured),
-`trace.json` (predicted and measured tracks side by side) and `plan.json` into the run directory. Jobs of a sweep run
-one after the other (timing runs must not share the cores).
+= (predicted - measured) / measured), `ops.csv` (the same per op kind: summed span time and span CPU time, predicted
+vs measured), `trace.json` (predicted and measured tracks side by side) and `plan.json` into the run directory. Jobs
+of a sweep run one after the other (timing runs must not share the cores).
 """
 from __future__ import annotations
 
@@ -190,9 +190,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
     atomic_write_text(out / "plan.json", run_.plan.to_json())
     rows = per_op(run_)
-    atomic_write_text(out / "ops.csv", "op,predicted_s,predicted_n,measured_s,measured_n,error_pct\n" + "".join(
-        f"{r['op']},{r['predicted_s']:.6f},{r['predicted_n']},{r['measured_s']:.6f},{r['measured_n']},"
-        f"{'' if r['error_pct'] is None else round(r['error_pct'], 1)}\n" for r in rows))
+    def pct(v: float | None) -> str:
+        return "" if v is None else str(round(v, 1))
+
+    atomic_write_text(out / "ops.csv", "op,predicted_s,predicted_n,measured_s,measured_n,error_pct,predicted_cpu_s,"
+                      "measured_cpu_s,cpu_error_pct\n" + "".join(
+                          f"{r['op']},{r['predicted_s']:.6f},{r['predicted_n']},{r['measured_s']:.6f},"
+                          f"{r['measured_n']},{pct(r['error_pct'])},{r['predicted_cpu_s']:.6f},"
+                          f"{r['measured_cpu_s']:.6f},{pct(r['cpu_error_pct'])}\n" for r in rows))
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
     inputs = ["bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",

@@ -20,8 +20,9 @@ class Span:
     end: float           # s
     unit: str            # cpu | npu | io | graph
     stolen: bool = False
-    cpu_s: float = 0.0   # s of CPU work inside a load task (copy / deserialize); measured timelines: the CPU time the
-    #                      span's thread used (every resource)
+    cpu_s: float = 0.0   # s of CPU work of the span. Simulated: the modelled core-seconds of its own work (a load's
+    #                      read CPU side and copies, an op's time x threads, an unpack's kernel and first touch);
+    #                      measured: the CPU time the span's thread used (time.thread_time)
 
 
 @dataclass

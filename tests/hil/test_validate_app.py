@@ -4,6 +4,7 @@ runner's first token equals the NumPy reference on the same packed weights, and 
 thresholds (the machine is shared)."""
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -47,6 +48,9 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert {e["pid"] for e in trace["traceEvents"] if e["ph"] == "X"} == {1, 2}
     plan = json.loads((run / "plan.json").read_text())
     assert plan["info"]["bound"] is True and plan["cpu_threads"] >= 1
+    ops = list(csv.DictReader((run / "ops.csv").open()))
+    loads = [r for r in ops if r["op"].startswith("load:")]
+    assert loads and all(float(r["predicted_cpu_s"]) > 0 and float(r["measured_cpu_s"]) > 0 for r in loads)
 
 
 def test_validate_rejects_a_phone_device_in_one_line(tmp_path):
