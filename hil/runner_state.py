@@ -45,8 +45,8 @@ def fresh_empty(nbytes: int) -> np.ndarray:
     The runner lives in a long-lived process; through malloc (`aligned_empty`) some of its buffers came from recycled
     heap memory (glibc raises its mmap threshold after each free of a mapped chunk, up to 32 MiB, and keeps freed heap
     pages), so the number of page faults of a run depended on what the process did before: 17-30 k minor faults per
-    SmolLM2 EdgeFlow run through malloc, 34-35 k with fresh mappings. The calibration measures first touch on these
-    buffers too (hil.calibrate)."""
+    SmolLM2 EdgeFlow run through malloc, 50 k (stable) with fresh mappings. The calibration measures first touch on
+    these buffers too (hil.calibrate)."""
     if nbytes <= 0:
         return np.empty(0, dtype=np.uint8)
     return np.frombuffer(mmap.mmap(-1, int(nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype=np.uint8)
@@ -93,7 +93,7 @@ class WeightStore:
                 e = self.ix.entries[name]
                 base = None
                 if self._staged(e.fmt):
-                    i = bisect.bisect_left([x.size for x in self.staging], e.size)
+                    i = bisect.bisect_left(self.staging, e.size, key=lambda x: x.size)
                     if i < len(self.staging):
                         base = self.staging.pop(i)
                         self.staging_reused += 1

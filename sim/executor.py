@@ -141,7 +141,7 @@ class PlanExecutor:
                 wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
                 if self.dev.thread_wake_busy_s > 0:
                     yield env.timeout(0)                # the waker and others woken at this instant start first
-                    if self.cores.load_except(None) >= self.cores.capacity - 1e-9:
+                    if self.cores.full_without():
                         wake_s = self.dev.thread_wake_busy_s    # ... longer while other threads occupy every core
                 if wake_s > 0:
                     yield env.timeout(wake_s)
@@ -163,11 +163,10 @@ class PlanExecutor:
                 # keeps the device streaming the next pages while the thread copies and faults in the current ones —
                 # by the measured share `read_cpu_overlap` (docs/hil.md "Loads"); scattered reads (no readahead) pay
                 # transfer, then copy.
-                copy_r = nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0
+                read_cpu = nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0
                 n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
                 if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
-                    copy_r += fresh * self.dev.read_fault_s_per_byte(fresh / n_buf)
-                read_cpu = copy_r
+                    read_cpu += fresh * self.dev.read_fault_s_per_byte(fresh / n_buf)
                 me = (resource, idx)                                   # this loader thread
                 transfer = self.flash.read(nread, t.request_bytes, t.random_reads, owner=me)
                 if self.dev.read_irq_gbps > 0 and nread > 0:
@@ -178,14 +177,14 @@ class PlanExecutor:
                 if read_cpu > 0 and eta > 0:
                     # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap
                     t_alone = nread / self.dev.reader_rate(max(1, min(t.request_bytes, nread))) if nread else 0.0
-                    yield env.all_of([transfer, *self._occupy(copy_r, 1, 2.0 * nread, owner=me)])
+                    yield env.all_of([transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me)])
                     exposed = (1.0 - eta) * min(t_alone, read_cpu)
                     if exposed > 0:
                         yield env.timeout(exposed)
                 else:
                     yield transfer
                     if read_cpu > 0:
-                        yield env.all_of(self._occupy(copy_r, 1, 2.0 * nread, owner=me))
+                        yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me))
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
                 copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
                 cpu_s = read_cpu + copy_s + t.duration_s
@@ -209,9 +208,10 @@ class PlanExecutor:
                 else:
                     unit, threads, core = "npu", 1, 0
                 n_out = max(1, len(t.tensors))
-                if resource == "unpack" and self._touch_s(fresh, n_out) > 0:   # the fresh INT8 outputs
-                    cpu_s += self._touch_s(fresh, n_out)
-                    yield env.all_of(self._cpu_with_touch(0.0, fresh, 0.0, n_out))
+                touch = self._touch_s(fresh, n_out) if resource == "unpack" else 0.0   # the fresh INT8 outputs
+                if touch > 0:
+                    cpu_s += touch
+                    yield env.all_of(self._occupy(touch, 1, 0.0))
                 on_core = unit == "cpu" or self.dev.npu_on_cpu_core
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)

@@ -36,7 +36,7 @@ class Flash(SharedRate):
 
     def _cores_busy(self, owner: object) -> bool:
         """Other threads than the reader `owner` occupy every core (its requests wait for a time slice)."""
-        return self.cores is not None and self.cores.load_except(owner) >= self.cores.capacity - 1e-9
+        return self.cores is not None and self.cores.full_without(owner)
 
     def _cores_changed(self) -> None:
         """Re-split when a sequential read's cores-busy state flipped (its cap changes)."""

@@ -104,9 +104,11 @@ class SharedRate:
         self._advance()
         self._reschedule()
 
-    def load_except(self, owner: object) -> float:
-        """Summed weight of the active jobs that do not belong to `owner`."""
-        return sum(j.weight for j in self.active if owner is None or j.owner != owner)
+    def full_without(self, owner: object = None) -> bool:
+        """The active jobs not belonging to `owner` (all of them for None) use the whole capacity by weight: for
+        `Cores`, other threads occupy every core."""
+        load = sum(j.weight for j in self.active if owner is None or j.owner != owner)
+        return load >= self.capacity - 1e-9
 
 
 class Cores(SharedRate):

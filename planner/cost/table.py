@@ -111,7 +111,8 @@ class TableCostModel(CostModel):
         got: dict[tuple[str, int], dict[int, float]] = {}
         for i, r in enumerate(rows):
             try:
-                fmt, b, th, spw = str(r["fmt"]), int(r["bits"]), int(r.get("threads", 1)), float(r["s_per_weight"])
+                fmt, b, th = str(r["fmt"]), int(r["bits"]), int(r.get("threads", 1))
+                float(r["s_per_weight"])                             # required in every row
                 spw = float(r.get(field, 0.0))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise ValueError(f"cost table unpack row {i}: needs fmt, bits, s_per_weight ({e})") from None
