@@ -28,12 +28,15 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import TYPE_CHECKING, Callable, Iterator
 
 import numpy as np
 
 import native
 from hil.pagecache import evict, resident_fraction
+
+if TYPE_CHECKING:
+    from hil.calibrate_runner import RunnerCost
 
 KIB, MIB = 1 << 10, 1 << 20
 LARGE_ALLOC = 16 * MIB        # B, the large allocation size of the first-touch curve
@@ -67,6 +70,7 @@ class CalibrationSettings:
         (1, 128, 9, 3, 64), (16, 0, 9, 3, 64), (128, 0, 9, 3, 64), (128, 128, 9, 3, 64),
         (1, 128, 32, 8, 64), (16, 0, 32, 8, 64), (128, 0, 32, 8, 64), (128, 128, 32, 8, 64))
     dispatch_tasks: int = 2000                                          # hand-offs per dispatch measurement
+    runner_runs: int = 9                                                # runs of the runner on the tiny model
     overlap_blob_bytes: int = 2 * MIB                                   # tensor buffer size of the read-overlap run
     cold_set_bytes: int = 64 * MIB                                      # B cycled through by GEMM / unpack timings
     #                                                                     (> last-level cache: operands come from DRAM)
@@ -90,7 +94,8 @@ class CalibrationSettings:
                    copy_bytes=16 * MIB, unpack_shape=(256, 2048), unpack_short_shape=(256, 576), threads=(1,),
                    gemm_m=(1, 16, 128),
                    gemm_kn=((576, 576), (576, 1536)), elem_rows=(1, 64), elem_dims=(576,),
-                   attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300, cold_set_bytes=8 * MIB,
+                   attn_shapes=((1, 64, 9, 3, 64), (64, 0, 9, 3, 64)), dispatch_tasks=300, runner_runs=3,
+                   cold_set_bytes=8 * MIB,
                    gemm_budget_s=0.01)
 
 
@@ -812,60 +817,6 @@ def measure_dispatch(s: CalibrationSettings) -> Stat:
     return Stat(st.median / s.dispatch_tasks, st.spread, st.n)
 
 
-def measure_task_loop(s: CalibrationSettings) -> Stat:
-    """Seconds per task when a runner worker finds its next task ready (no hand-off, no wait): the worker loop of
-    `hil.runner` — lock, `Dispatcher.pop`, notify the resources it woke, time stamps, memory bookkeeping, the span,
-    `Dispatcher.complete`, the input check of each task's weights — over a chain of CPU tasks whose kernels are left
-    out (they are timed on their own). This, not the hand-off round trip
-    (`measure_dispatch`), is what an op costs beyond its kernel when it follows another op of the same worker."""
-    from hil.runner_ops import needed_tensors
-    from planner.pipeline.dispatch import Dispatcher
-    from planner.plan import Plan, Task
-    from planner.timeline import Span
-
-    n = s.dispatch_tasks
-    ops = ("attn_norm", "quant_attn", "q_proj", "dq_q", "rope", "attention", "add_attn", "silu")
-    tasks = [Task(i, f"t{i}", "cpu", layer=0, order=i, deps=[i - 1] if i else [], ops=[ops[i % len(ops)]])
-             for i in range(n)]
-    arrived: dict[str, threading.Event] = {}        # every weight already read (set), as for a ready task
-    for t in tasks:
-        for name in needed_tensors(t):
-            arrived.setdefault(name, threading.Event()).set()
-    cond = {r: threading.Condition(threading.Lock()) for r in ("cpu", "npu")}
-    lock = threading.Lock()
-
-    def loop() -> None:
-        disp = Dispatcher(Plan("calib", "none", "host", 1, 1, tasks))
-        spans: list[Span] = []
-        mem = [0]
-        disp.start()
-        t0 = time.perf_counter()
-        while not disp.finished:
-            with lock:
-                tid, stolen, wake = disp.pop("cpu")
-                for r in set(wake):
-                    with cond[r]:
-                        cond[r].notify_all()
-            for name in needed_tensors(tasks[tid]):          # the runner's input check: WeightStore.arrived per
-                with lock:                                   # tensor (under its lock), then the event
-                    ev = arrived.setdefault(name, threading.Event())
-                if not ev.is_set():
-                    raise RuntimeError(f"calibration task loop: input {name} not marked as read")
-            with lock:
-                start = time.perf_counter() - t0
-                mem[0] += tasks[tid].mem_alloc
-            with lock:
-                spans.append(Span(tid, "cpu", 0, start, time.perf_counter() - t0, "cpu", stolen, 0.0))
-                mem[0] -= tasks[tid].mem_free
-                wake, _ = disp.complete(tid)
-                for r in set(wake):
-                    with cond[r]:
-                        cond[r].notify_all()
-
-    st = timed(loop, s.reps)
-    return Stat(st.median / n, st.spread, st.n)
-
-
 # ================================================ everything ========================================================
 @dataclass
 class Measurements:
@@ -885,7 +836,7 @@ class Measurements:
     attention: list[dict]
     dispatch: Stat                        # s per hand-off round trip (post a task to a waiting thread and back)
     dispatch_busy: Stat                   # the same while CPU-bound threads occupy every core
-    task_loop: Stat                       # s per task a worker finds ready (the runner's loop, no hand-off)
+    runner: RunnerCost                    # s per op / loaded tensor / unpacked tensor of the runner itself
     first_touch: Stat                     # s per B of first touch of fresh memory (1 MiB buffers)
     first_touch_large: Stat               # s per B of first touch of fresh 16 MiB buffers
     cold_read: ColdReadCost               # s per B, cold 1-thread reads into fresh / reused buffers, wall and CPU
@@ -929,6 +880,9 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     attn = step("attention", lambda: measure_attention(k, s))
     disp = step("dispatch", lambda: measure_dispatch(s))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
-    loop = step("task_loop", lambda: measure_task_loop(s))
+    from hil.calibrate_runner import measure_runner_cost  # runs hil.runner (which this module must not need)
+
+    runner = step("runner", lambda: measure_runner_cost(s.runner_runs, s.reps, cold.fresh_cpu.median,
+                                                        touch.median, scratch_dir))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, disp_busy, loop, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall, load)
+                        disp, disp_busy, runner, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall, load)

@@ -45,7 +45,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 1
+STORE_VERSION = 2
 
 
 # ================================================ identity ===========================================================
@@ -306,9 +306,22 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
     f.put("thread_wake_busy_s", m.dispatch_busy.median / 2, "measured: the same hand-off while one CPU-bound "
           "thread per core runs short native calls from a Python loop (the woken thread waits for a time slice and "
           "the interpreter lock), half the round trip", m.dispatch_busy.spread)
-    f.put("cpu_op_overhead_s", m.task_loop.median, "measured: the HIL runner's worker loop per task that is ready "
-          "(lock, Dispatcher pop / complete, span; hil.calibrate.measure_task_loop); a worker that waited is charged "
-          "thread_wake_s on top", m.task_loop.spread)
+    r = m.runner
+    f.put("cpu_op_overhead_s", r.op.median, "measured: the HIL runner run on a tiny model (hil.calibrate_runner), one "
+          "op per task back to back on an idle machine: median start-to-start cycle of its compute ops "
+          f"({r.op.median + r.bare_op.median:.2e} s) minus the bare kernel calls at the same shapes "
+          f"({r.bare_op.median:.2e} s): worker loop + the op's Python path; a worker that waited is charged "
+          "thread_wake_s on top", r.op.spread)
+    f.put("interpreter_lock", True, "by construction: the runner's workers are Python threads; their per-task code "
+          "(worker loop, op path, buffer set-up: cpu_op_overhead_s, load_tensor_s, unpack_tensor_s) holds the GIL, "
+          "the kernels and reads release it")
+    f.put("load_tensor_s", r.load_tensor.median, "measured: the same run's loads (one tensor each, page-cache hits): "
+          "median start-to-start cycle minus the tensor's bytes at the fresh-buffer read CPU rate: buffer mapping, "
+          "read syscall, arrival bookkeeping, worker loop", r.load_tensor.spread)
+    f.put("unpack_tensor_s", r.unpack_tensor.median, "measured: the same run's unpacks (one tensor each): median "
+          "start-to-start cycle minus the first touch of the INT8 output and the kernel's per-weight / per-channel "
+          f"work ({r.bare_unpack.median:.2e} s): output mapping, scale copy, the call's fixed cost, worker loop",
+          r.unpack_tensor.spread)
 
 
 def put_unpack(f: ProfileFields, m: Measurements, ghz: float) -> None:
@@ -336,8 +349,8 @@ def put_npu_stand_in(f: ProfileFields, m: Measurements) -> None:
     `cpu_copy_gbps` and `mem_fault_gbps` already put."""
     f.put("npu_on_cpu_core", True, "by construction: the runner's NPU worker is a thread on a CPU core")
     f.put("npu_inefficient_factor", 1.0, "by construction: the NPU stand-in is a CPU core running the same kernels")
-    f.put("npu_dispatch_s", m.task_loop.median, "measured: same worker loop as cpu_op_overhead_s (the runner's NPU "
-          "worker is a thread)", m.task_loop.spread)
+    f.put("npu_dispatch_s", m.runner.op.median, "measured: same as cpu_op_overhead_s (the runner's NPU worker is a "
+          "thread running the same loop and op path)", m.runner.op.spread)
     for key in ("npu_setup_s", "npu_compose_s_per_gb", "npu_optimize_s_per_gb", "npu_prepare_s_per_gb"):
         f.put(key, 0.0, "this host has no NPU graph (no QNN set-up / compose / optimize / prepare)")
     fresh_copy = 1.0 / (1.0 / f.values["cpu_copy_gbps"] + 1.0 / f.values["mem_fault_gbps"])
@@ -385,7 +398,7 @@ def cost_table(m) -> dict:
     matmul += [dict(unit="npu", threads=1, m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"], spread=r["spread"])
                for r in m.gemm if r["threads"] == 1]
     return dict(version=2, source=f"measured on this host by hil.calibrate ({m.kernels})", points=pts, unpack=unpack,
-                matmul=matmul, op_overhead_s=dict(cpu=m.task_loop.median, npu=m.task_loop.median))
+                matmul=matmul, op_overhead_s=dict(cpu=m.runner.op.median, npu=m.runner.op.median))
 
 
 def measurements_json(m) -> dict:
@@ -401,7 +414,7 @@ def measurements_json(m) -> dict:
                 warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
                 copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
-                task_loop_s=stat(m.task_loop), dispatch_busy_s=stat(m.dispatch_busy),
+                runner_s={k: stat(v) for k, v in vars(m.runner).items()}, dispatch_busy_s=stat(m.dispatch_busy),
                 first_touch_s_per_byte=stat(m.first_touch),
                 first_touch_large_s_per_byte=stat(m.first_touch_large),
                 cold_read_s_per_byte={k: stat(v) for k, v in vars(m.cold_read).items()},

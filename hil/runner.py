@@ -97,6 +97,7 @@ class _Run:
                 f.result()
         self.ops = OpRunner(self.rs, self.ws, ix.act_scales, isa, self.pool, n_help)
         self.dispatch = Dispatcher(plan)
+        self.needs = {t.id: needed_tensors(t) for t in plan.tasks if t.resource in ("cpu", "npu")}   # weights read
         self.lock = threading.Lock()
         self.cond = {r: threading.Condition(self.lock) for r in QUEUED}
         self.spans: list[Span] = []
@@ -148,11 +149,18 @@ class _Run:
 
     # ---- workers ---------------------------------------------------------------------------------------------
     def worker(self, resource: str, idx: int) -> None:
+        """One plan worker: pop the next task of `resource`, run it, record its span. Completing a task and popping
+        the next happen under one acquisition of the run's lock (the loop's only one when the task's inputs are in
+        memory): the runner's own cost per task, and its contention between five threads, stay small."""
         task = None
+        done: tuple | None = None                    # (task, start, end, unit, stolen, cpu_s) just run by this thread
         self.go.wait()
         try:
             while True:
                 with self.lock:
+                    if done is not None:
+                        self._finish(resource, idx, *done)
+                        done = None
                     while True:
                         if self.error is not None or self.dispatch.finished:
                             return
@@ -166,24 +174,43 @@ class _Run:
                     self._after(wake, [])
                     self.running += 1
                     task = self.plan.tasks[tid]
-                if resource in ("cpu", "npu") and not self._inputs_ready(task):
-                    return
-                with self.lock:
-                    start = self._now()
-                    self._mem(task.mem_alloc)
+                    ready = resource not in ("cpu", "npu") or self._ready(task)
+                    if ready:
+                        start = self._now()
+                        self._mem(task.mem_alloc)
+                if not ready:
+                    if not self._inputs_ready(task):
+                        return
+                    with self.lock:
+                        start = self._now()
+                        self._mem(task.mem_alloc)
                 c0 = time.thread_time()
                 unit = self._execute(task, resource, idx, stolen)
                 cpu_s = time.thread_time() - c0          # CPU seconds this thread used in the span (measured)
-                with self.lock:
-                    end = self._now()
-                    self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, end, unit, stolen,
-                                           cpu_s))
-                    self._mem(-task.mem_free)
-                    self.running -= 1
-                    self._after(*self.dispatch.complete(tid))
-                task = None
+                done, task = (task, start, self._now(), unit, stolen, cpu_s), None
         except BaseException as e:     # noqa: BLE001 - reported once by run()
             self._abort(task, e)
+
+    def _finish(self, resource: str, idx: int, task: Task, start: float, end: float, unit: str, stolen: bool,
+                cpu_s: float) -> None:
+        """Record a task's span and complete it in the dispatcher (under self.lock)."""
+        self.spans.append(Span(task.id, "cpu" if stolen else resource, idx, start, end, unit, stolen, cpu_s))
+        self._mem(-task.mem_free)
+        self.running -= 1
+        self._after(*self.dispatch.complete(task.id))
+
+    def _ready(self, t: Task) -> bool:
+        """Whether the embedding and every weight compute task `t` reads are in memory already (no lock: dictionary
+        reads; the common case, when the plan's dependencies ordered the loads)."""
+        if not self.embedded.is_set():
+            return False
+        ready, events = self.ws.ready, self.ws.events
+        for name in self.needs[t.id]:
+            if name not in ready:
+                ev = events.get(name)
+                if ev is None or not ev.is_set():
+                    return False
+        return True
 
     def _inputs_ready(self, t: Task) -> bool:
         """Make sure the data a compute task reads is in memory before its span starts: the prompt's embedding and
@@ -193,7 +220,7 @@ class _Run:
         with one pread, as a touch of an mmap'ed page would (counted in bytes_read and in
         RunResult.info["faulted"]); for an INT8 weight it waits for the load (info["implicit_waits"])."""
         evs = [] if self.embedded.is_set() else [self.embedded]
-        for name in needed_tensors(t):
+        for name in self.needs[t.id]:
             ev = self.ws.arrived(name)
             if ev.is_set() or name in self.ws.ready:
                 continue

@@ -61,6 +61,13 @@ class SocProfile:
     #                                           much later (a thread hand-off; 0 = not modelled)
     thread_wake_busy_s: float = 0.0           # s, the same while other threads occupy every core (a time slice and,
     #                                           for a Python runner, the interpreter lock; 0 = thread_wake_s)
+    load_tensor_s: float = 0.0                # s of core time per tensor a load task reads, beyond its bytes (a
+    #                                           runtime's buffer set-up, read call, bookkeeping; 0 = not modelled)
+    unpack_tensor_s: float = 0.0              # s of core time per tensor an unpack task unpacks, beyond the kernel's
+    #                                           per-weight work and first touch (output set-up, call; 0 = not modelled)
+    interpreter_lock: bool = False            # the runtime's per-task code (cpu_op_overhead_s, npu_dispatch_s,
+    #                                           load_tensor_s, unpack_tensor_s) holds one process-wide lock: a Python
+    #                                           runtime's GIL (the host runner); False for native runtimes
     npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
     #                                           occupy a core in the simulator's processor sharing
     # ---- CPU ----------------------------------------------------------------------------------------------------

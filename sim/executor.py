@@ -11,14 +11,16 @@ position) first. An idle CPU steals the NPU queue's head when more than `steal_t
 Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
-unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for sequential
-reads overlapping the flash transfer by `read_cpu_overlap`, readahead keeps the device busy; after it otherwise),
-copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots) — and the cores
-are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every op slows down. The NPU queue
-occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly allocated memory (a load's
-buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread first-touch time
-(`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer faults it in inside the kernel's
-copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host, docs/hil.md).
+unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for
+sequential reads overlapping the flash transfer by `read_cpu_overlap`, readahead keeps the device busy; after it
+otherwise), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a
+runtime's fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls,
+bookkeeping; with `interpreter_lock`, these and each op's dispatch cost also hold one process-wide lock, a Python
+runtime's GIL) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every
+op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
+allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread
+first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer faults it in
+inside the kernel's copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host, docs/hil.md).
 Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging blobs (packed
 tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only memory beyond
 the run's high-water mark is fresh). A worker
@@ -53,6 +55,8 @@ class PlanExecutor:
         self.flash = Flash(self.env, dev, self.cores)
         self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
+        # a Python runtime's interpreter lock: its per-task code runs one thread at a time (dev.interpreter_lock)
+        self.gil = SharedRate(self.env, 1.0) if dev.interpreter_lock else None
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -93,6 +97,14 @@ class PlanExecutor:
         evs = [self.cores.run(seconds, threads, owner) if on_core else self.env.timeout(seconds)]
         if self.dram is not None and dram_bytes > 0:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
+        return evs
+
+    def _runtime(self, seconds: float, owner: object = None) -> list[simpy.Event]:
+        """Events of the runtime's own per-task code (dispatch, buffer set-up, bookkeeping) on one thread: core time
+        and, with an interpreter lock, that lock's time too (one thread at a time runs it; others wait)."""
+        evs = [self.cores.run(seconds, 1, owner)]
+        if self.gil is not None:
+            evs.append(self.gil.use(seconds, cap=1.0))
         return evs
 
     def _touch_s(self, nbytes: int, allocations: int = 1) -> float:
@@ -168,6 +180,10 @@ class PlanExecutor:
                 if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
                     read_cpu += fresh * self.dev.read_fault_s_per_byte(fresh / n_buf)
                 me = (resource, idx)                                   # this loader thread
+                setup = len(t.tensors) * self.dev.load_tensor_s if t.ops != ["embed"] else 0.0
+                if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
+                    cpu_s += setup
+                    yield env.all_of(self._runtime(setup, owner=me))
                 transfer = self.flash.read(nread, t.request_bytes, t.random_reads, owner=me)
                 if self.dev.read_irq_gbps > 0 and nread > 0:
                     # the read's interrupt and block-completion work takes core time meanwhile (charged to whichever
@@ -187,7 +203,7 @@ class PlanExecutor:
                         yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me))
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
                 copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
-                cpu_s = read_cpu + copy_s + t.duration_s
+                cpu_s += read_cpu + copy_s + t.duration_s
                 if copy_s > 0:
                     yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf))
                 if t.duration_s > 0:
@@ -209,15 +225,23 @@ class PlanExecutor:
                     unit, threads, core = "npu", 1, 0
                 n_out = max(1, len(t.tensors))
                 touch = self._touch_s(fresh, n_out) if resource == "unpack" else 0.0   # the fresh INT8 outputs
+                setup = len(t.tensors) * self.dev.unpack_tensor_s if resource == "unpack" else 0.0
+                if setup > 0:                                       # per tensor: output set-up, the call
+                    cpu_s += setup
+                    yield env.all_of(self._runtime(setup))
                 if touch > 0:
                     cpu_s += touch
                     yield env.all_of(self._occupy(touch, 1, 0.0))
                 on_core = unit == "cpu" or self.dev.npu_on_cpu_core
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
-                    if dur > 0:
-                        cpu_s += dur * threads if on_core else 0.0
-                        yield env.all_of(self._occupy(dur, threads, cost.dram_bytes(w, unit), on_core=on_core))
+                    py = min(dur, cost.overhead_time(w, unit)) if self.gil is not None and on_core else 0.0
+                    if py > 0:                                      # the runtime's dispatch of the op
+                        cpu_s += py
+                        yield env.all_of(self._runtime(py))
+                    if dur - py > 0:
+                        cpu_s += (dur - py) * threads if on_core else 0.0
+                        yield env.all_of(self._occupy(dur - py, threads, cost.dram_bytes(w, unit), on_core=on_core))
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
             if resource == "unpack":
                 for r in t.tensors:

@@ -58,3 +58,8 @@ class AnalyticCostModel(CostModel):
 
     def copy_time(self, nbytes: int) -> float:
         return nbytes / (self.dev.cpu_copy_gbps * 1e9)
+
+    def overhead_time(self, work: OpWork, unit: str) -> float:
+        if work.kind == "unpack":
+            return 0.0
+        return self.dev.npu_dispatch_s if unit == "npu" else self.dev.cpu_op_overhead_s

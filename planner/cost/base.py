@@ -22,6 +22,11 @@ class CostModel(ABC):
     def copy_time(self, nbytes: int) -> float:
         """Seconds one thread needs to copy `nbytes` into NPU-shared buffers."""
 
+    def overhead_time(self, work: OpWork, unit: str) -> float:
+        """The part of `op_time` that is the runtime's fixed per-op dispatch cost (not the kernel): what a Python
+        runtime spends holding its interpreter lock (`SocProfile.interpreter_lock`). Default: none."""
+        return 0.0
+
     def dram_bytes(self, work: OpWork, unit: str) -> float:
         """B of DRAM traffic of one op (streaming count, no cache reuse assumed: the conservative side). The simulator
         shares DRAM bandwidth among concurrent ops with it (docs/coldstart.md "Shared resources")."""

@@ -194,8 +194,11 @@ class TableCostModel(CostModel):
         kn = min(sorted(by_kn), key=lambda q: abs(math.log(q[0]) - lk) + abs(math.log(q[1]) - ln))
         return by_kn[kn](work.m) * (k * n) / (kn[0] * kn[1])
 
+    def overhead_time(self, work: OpWork, unit: str) -> float:
+        return self.overhead.get(unit, 0.0) if work.kind in COMPUTE_KINDS else 0.0
+
     def op_time(self, work: OpWork, unit: str, threads: int = 1, first_core: int = 0) -> float:
-        over = self.overhead.get(unit, 0.0) if work.kind in COMPUTE_KINDS else 0.0
+        over = self.overhead_time(work, unit)
         if work.kind == "unpack" and work.bits_weights:
             spw = self.spw.get((work.fmt, threads))
             if spw is not None:

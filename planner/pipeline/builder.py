@@ -19,7 +19,7 @@ from typing import Callable
 
 import networkx as nx
 
-from planner.pipeline.dag import _BACKBONE, MATMULS, NORMS, head_tensor_names, layer_dag, op_tensor_names
+from planner.pipeline.dag import BACKBONE, MATMULS, NORMS, head_tensor_names, layer_dag, op_tensor_names
 from planner.plan import OpWork, PlanBuilder, TensorRef
 from quant.arch import ModelSpec
 
@@ -59,7 +59,7 @@ def add_prefill(b: PlanBuilder, spec: ModelSpec, prompt_tokens: int, chunk_token
     kv_ids: list[int] = [-1] * spec.n_layers          # the previous chunk's KV-append task per layer
     for c, m in enumerate(sizes):
         dag = layer_dag(spec, m, past)
-        preds = {op: list(dag.predecessors(op)) for op in _BACKBONE}
+        preds = {op: list(dag.predecessors(op)) for op in BACKBONE}
         kv_prev, kv_ids = kv_ids, [-1] * spec.n_layers
         chunk_end = -1
         for layer in range(spec.n_layers):
@@ -88,7 +88,7 @@ class BackboneGroups:
 def group_backbone(place: Callable[[str], str], group: bool) -> BackboneGroups:
     """One task per backbone op, or (`group`) consecutive ops on the same unit merged into one subgraph task."""
     groups: list[list[str]] = []
-    for op in _BACKBONE:
+    for op in BACKBONE:
         if group and groups and place(groups[-1][-1]) == place(op):
             groups[-1].append(op)
         else:

@@ -67,7 +67,7 @@ def layer_dag(spec: ModelSpec, m: int, past: int) -> nx.DiGraph:
 
 
 # the static backbone: one topological order of the DAG above (identical for every layer and chunk)
-_BACKBONE = ["attn_norm", "quant_attn", "q_proj", "k_proj", "v_proj", "dq_q", "dq_k", "dq_v", "rope", "kv_append",
+BACKBONE = ["attn_norm", "quant_attn", "q_proj", "k_proj", "v_proj", "dq_q", "dq_k", "dq_v", "rope", "kv_append",
              "attention", "quant_o", "o_proj", "dq_o", "add_attn", "ffn_norm", "quant_ffn", "gate", "up", "dq_gate",
              "dq_up", "silu", "mul", "quant_down", "down", "dq_down", "add_ffn"]
 

@@ -55,7 +55,9 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     # the runner's per-op cost and its wake-ups, the read overlap and the first-touch curve are measured
     assert 0 < prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
     assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
-    for key in ("thread_wake_s", "read_cpu_overlap", "mem_fault_large_gbps", "cpu_op_overhead_s"):
+    assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0
+    for key in ("thread_wake_s", "read_cpu_overlap", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s",
+                "unpack_tensor_s"):
         assert doc["sources"][key].startswith("measured"), key
     el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool
     assert model.op_time(el, "cpu", 2) == model.op_time(el, "cpu", 1)
@@ -304,3 +306,36 @@ def test_unpack_calibration_separates_per_weight_and_per_channel_cost():
     s = dataclasses.replace(s, unpack_formats=("weightlet",), unpack_bits=(5,))
     rows = cal.measure_unpack(s)
     assert len(rows) == 1 and rows[0]["s_per_weight"] > 0 and rows[0]["s_per_channel"] >= 0
+
+
+def test_runner_cost_runs_the_real_runner_on_a_sequential_plan(tmp_path):
+    """The runner's own per-task costs come from running it: a bound plan whose phases (loads, unpacks, ops) do not
+    overlap, one worker each; the costs are per task beyond the bare kernels."""
+    import numpy as np
+
+    from hil.calibrate_runner import CAL_PROMPT, INT8_CODE, measure_runner_cost, sequential_plan
+    from hil.packed_index import read_index
+    from hil.runner import run_plan
+    from hil.tinymodel import tiny_spec, write_tiny
+    from quant.pack.formats import F32_CODE
+
+    spec = tiny_spec(2)
+    path = write_tiny(tmp_path, spec, "weightlet")
+    ix = read_index(path)
+    plan = sequential_plan(ix, spec, CAL_PROMPT)
+    loads = [t for t in plan.tasks if t.resource == "load" and t.ops != ["embed"]]
+    assert {r.name for t in loads for r in t.tensors} == set(ix.entries)       # every tensor read once
+    packed = {n for n, e in ix.entries.items() if e.fmt not in (F32_CODE, INT8_CODE)}
+    assert len(packed) >= 7 * spec.n_layers                                    # every linear weight is packed
+    assert {r.name for t in plan.tasks if t.resource == "unpack" for r in t.tensors} == packed
+    tl = run_plan(plan, path, np.arange(CAL_PROMPT) % spec.vocab, spec=spec, evict=False).timeline
+    phase_end = {}
+    for sp in tl.spans:
+        phase_end[sp.resource] = max(phase_end.get(sp.resource, 0.0), sp.end)
+    first = {r: min(sp.start for sp in tl.spans if sp.resource == r) for r in ("unpack", "cpu")}
+    assert phase_end["load"] <= first["unpack"] and phase_end["unpack"] <= first["cpu"]
+    rc = measure_runner_cost(1, 3, read_s_per_byte=5e-10, touch_s_per_byte=5e-10, scratch_dir=tmp_path)
+    for st in (rc.op, rc.load_tensor, rc.unpack_tensor, rc.bare_op, rc.bare_unpack):
+        assert st.median >= 0 and np.isfinite(st.median) and st.n > 0
+    assert rc.load_tensor.median > 0 and rc.bare_op.median > 0
+    assert not list(tmp_path.glob("runner-cal-*")), "tiny model left behind"

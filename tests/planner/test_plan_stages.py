@@ -9,7 +9,7 @@ from planner.cost import AnalyticCostModel
 from planner.formats import model_bits
 from planner.framework import FrameworkSpec
 from planner.pipeline.builder import add_lm_head, add_prefill, chunks, group_backbone, set_static_order
-from planner.pipeline.dag import _BACKBONE, place_coarse, place_cpu, place_fine
+from planner.pipeline.dag import BACKBONE, place_coarse, place_cpu, place_fine
 from planner.pipeline.granular import steal_threshold
 from planner.pipeline.npu_plan import Recipe, add_layer_unpack, add_weight_stages, build_npu_plan
 from planner.pipeline.weights import layer_weights
@@ -105,9 +105,9 @@ def test_steal_threshold_only_with_stealing(smol):
 @pytest.mark.parametrize("place", [place_fine, place_coarse, place_cpu])
 def test_group_backbone(place):
     one = group_backbone(place, group=False)
-    assert one.groups == [[op] for op in _BACKBONE]
+    assert one.groups == [[op] for op in BACKBONE]
     merged = group_backbone(place, group=True)
-    assert [op for g in merged.groups for op in g] == list(_BACKBONE)
+    assert [op for g in merged.groups for op in g] == list(BACKBONE)
     for a, b in zip(merged.groups, merged.groups[1:]):       # maximal runs: neighbours are on different units
         assert place(a[-1]) != place(b[0])
     assert all(len({place(op) for op in g}) == 1 for g in merged.groups)

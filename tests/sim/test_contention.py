@@ -210,3 +210,24 @@ def test_a_worker_woken_while_every_core_is_busy_waits_longer():
         return next(s.start for s in simulate(plan, d, FakeCost()).spans if plan.tasks[s.task].name == "m")
     quiet = dataclasses.replace(dev, thread_wake_busy_s=0.0)
     assert m_start(dev) - m_start(quiet) == pytest.approx(0.24, rel=1e-6)
+
+
+def test_per_tensor_costs_of_loads_and_unpacks_are_core_time():
+    """A runtime's fixed cost per loaded / unpacked tensor (load_tensor_s, unpack_tensor_s; measured for the host
+    runner) is core time of the worker: it lengthens the task, shows in its span's CPU time and competes for cores."""
+    b = PlanBuilder()
+    refs = [TensorRef(f"t{i}", 4096 * i, 4096) for i in range(3)]
+    b.add("ld", "load", read_bytes=3 * 4096, request_bytes=4096, tensors=refs)
+    b.add("u", "unpack", works=[OpWork("unpack", n=0.0)], tensors=refs[:2], deps=[0])   # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks)
+    base = simulate(plan, device(1), FakeCost())
+    cost = simulate(plan, device(1, load_tensor_s=0.01, unpack_tensor_s=0.1), FakeCost())
+    span = {s.task: s for s in cost.spans}
+    assert span[0].cpu_s == pytest.approx(0.03) and span[1].cpu_s == pytest.approx(0.2)
+    assert cost.end_s - base.end_s == pytest.approx(0.03 + 0.2)
+    b2 = PlanBuilder()                                   # two unpackers on one core: their fixed costs share it
+    b2.add("u0", "unpack", works=[OpWork("unpack", n=0.0)], tensors=refs[:1])   # type: ignore[arg-type]
+    b2.add("u1", "unpack", works=[OpWork("unpack", n=0.0)], tensors=refs[1:2])  # type: ignore[arg-type]
+    two = Plan("t", "m", "d", 1, 0, b2.tasks, unpack_threads=2)
+    assert simulate(two, device(1, unpack_tensor_s=0.1), FakeCost()).end_s == pytest.approx(0.2)
+    assert simulate(two, device(2, unpack_tensor_s=0.1), FakeCost()).end_s == pytest.approx(0.1)
