@@ -780,18 +780,23 @@ def measure_dispatch_busy(s: CalibrationSettings) -> Stat:
         return measure_dispatch(s)
 
 
-def measure_dispatch(s: CalibrationSettings) -> Stat:
+def measure_dispatch(s: CalibrationSettings, worker_cpu: list[float] | None = None) -> Stat:
     """Seconds per task of a hand-off to a worker thread through a threading.Condition and back (post a task, the
-    worker runs it — a no-op — and posts completion, the dispatcher wakes): the runner's per-task cost."""
+    worker runs it — a no-op — and posts completion, the dispatcher wakes): the runner's per-task cost. With
+    `worker_cpu`, the worker thread's CPU seconds per hand-off (being woken, re-taking the lock and the interpreter
+    lock, notifying back, going to sleep) are appended to it."""
     cond = threading.Condition()
     state = {"task": 0, "done": 0, "stop": False}
 
     def worker() -> None:
+        c0, n0 = time.thread_time(), 0
         with cond:
             while True:
                 while state["task"] == state["done"] and not state["stop"]:
                     cond.wait()
                 if state["stop"]:
+                    if worker_cpu is not None and state["done"] > n0:
+                        worker_cpu.append((time.thread_time() - c0) / (state["done"] - n0))
                     return
                 state["done"] += 1
                 cond.notify_all()
@@ -836,7 +841,9 @@ class Measurements:
     attention: list[dict]
     dispatch: Stat                        # s per hand-off round trip (post a task to a waiting thread and back)
     dispatch_busy: Stat                   # the same while CPU-bound threads occupy every core
+    dispatch_worker_cpu: Stat             # s of the worker thread's CPU per hand-off (idle machine)
     runner: RunnerCost                    # s per op / loaded tensor / unpacked tensor of the runner itself
+    corun: dict[str, Stat]                # class -> CPU time with another core busy / alone (hil.calibrate_corun)
     first_touch: Stat                     # s per B of first touch of fresh memory (1 MiB buffers)
     first_touch_large: Stat               # s per B of first touch of fresh 16 MiB buffers
     cold_read: ColdReadCost               # s per B, cold 1-thread reads into fresh / reused buffers, wall and CPU
@@ -871,6 +878,11 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         cold = step("read_fresh", lambda: measure_read_fresh(path, s, req))
         touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
         touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
+        from hil.calibrate_corun import measure_corun  # these run hil.runner (not needed by this module)
+        from hil.calibrate_runner import TinyRun, measure_runner_cost
+
+        with TinyRun(scratch_dir) as tiny:
+            corun = step("corun", lambda: measure_corun(s, path, tiny.cycle))
     lat, rbw = fit_reader(reads)
     copy = step("copy", lambda: measure_copy(s))
     unpack = step("unpack", lambda: measure_unpack(s))
@@ -878,11 +890,13 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     gemm = step("gemm", lambda: measure_gemm(k, s))
     elem = step("elementwise", lambda: measure_elementwise(k, s))
     attn = step("attention", lambda: measure_attention(k, s))
-    disp = step("dispatch", lambda: measure_dispatch(s))
+    wake_cpu: list[float] = []
+    disp = step("dispatch", lambda: measure_dispatch(s, wake_cpu))
+    wake = Stat(wake_cpu[0] if wake_cpu else 0.0, disp.spread, disp.n)   # one mean over every hand-off of the run
+    with TinyRun(scratch_dir) as tiny:     # last: away from the scratch file's writeback and the page-cache churn
+        runner = step("runner", lambda: measure_runner_cost(tiny, s.runner_runs, s.reps, cold.fresh_cpu.median,
+                                                            touch.median))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
-    from hil.calibrate_runner import measure_runner_cost  # runs hil.runner (which this module must not need)
-
-    runner = step("runner", lambda: measure_runner_cost(s.runner_runs, s.reps, cold.fresh_cpu.median,
-                                                        touch.median, scratch_dir))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
-                        disp, disp_busy, runner, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall, load)
+                        disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
+                        load)

@@ -117,42 +117,70 @@ def _bare_unpacks(ix: FileIndex, reps: int) -> list[float]:
     return out
 
 
-def measure_runner_cost(runs: int, reps: int, read_s_per_byte: float, touch_s_per_byte: float,
-                        scratch_dir: Path | None = None) -> RunnerCost:
-    """Run the sequential plan on the tiny model `runs` times (after one warm-up run) and derive `RunnerCost`.
+class TinyRun:
+    """The tiny model written once (under `scratch_dir`, removed on exit) and its sequential plan, run on demand."""
+
+    def __init__(self, scratch_dir: Path | None = None) -> None:
+        self.scratch_dir = scratch_dir
+        self.spec = tiny_spec(CAL_LAYERS)
+        self.toks = np.random.default_rng(3).integers(0, self.spec.vocab, CAL_PROMPT)
+
+    def __enter__(self) -> "TinyRun":
+        self._tmp = tempfile.TemporaryDirectory(prefix="runner-cal-", dir=self.scratch_dir)
+        try:
+            self.path = write_tiny(Path(self._tmp.name), self.spec, "weightlet")
+            self.ix = read_index(self.path)
+            self.plan = sequential_plan(self.ix, self.spec, CAL_PROMPT)
+            self.run()                                              # warm-up: code paths, page cache
+        except BaseException:
+            self._tmp.cleanup()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._tmp.cleanup()
+
+    def run(self):
+        return run_plan(self.plan, self.path, self.toks, spec=self.spec, evict=False).timeline
+
+    def cycle(self) -> float:
+        """Median start-to-start cycle (s) over every task of one run: the runner's per-task time, kernels included
+        (the `runtime` probe of hil.calibrate_corun)."""
+        tl = self.run()
+        cyc = [c for r in ("load", "unpack", "cpu") for _, c in _cycles(tl.spans, lambda s, r=r: s.resource == r)]
+        return float(np.median(cyc))
+
+
+def measure_runner_cost(tiny: TinyRun, runs: int, reps: int, read_s_per_byte: float, touch_s_per_byte: float
+                        ) -> RunnerCost:
+    """Run the tiny model's sequential plan `runs` times and derive `RunnerCost`.
 
     What the simulator already charges per byte is taken out of each cycle: a load's bytes at `read_s_per_byte`
     (a read into fresh buffers, CPU), an unpack's fresh INT8 output at `touch_s_per_byte` (first touch)."""
-    spec = tiny_spec(CAL_LAYERS)
-    with tempfile.TemporaryDirectory(prefix="runner-cal-", dir=scratch_dir) as d:
-        path = write_tiny(Path(d), spec, "weightlet")
-        ix = read_index(path)
-        plan = sequential_plan(ix, spec, CAL_PROMPT)
-        toks = np.random.default_rng(3).integers(0, spec.vocab, CAL_PROMPT)
-        is_op = {t.id for t in plan.tasks if t.resource == "cpu" and t.layer < spec.n_layers}
-        size = {t.id: t.read_bytes for t in plan.tasks if t.resource == "load"}
-        out = {t.id: t.mem_alloc for t in plan.tasks if t.resource == "unpack"}
-        run_plan(plan, path, toks, spec=spec, evict=False)
-        ops: list[list[float]] = []                # per run: the cycles of that run
-        loads: list[list[float]] = []
-        unpacks: list[list[float]] = []
-        for _ in range(max(1, runs)):
-            tl = run_plan(plan, path, toks, spec=spec, evict=False).timeline
-            ops.append([c for _, c in _cycles(tl.spans, lambda s: s.task in is_op)])
-            loads.append([c - size[t] * read_s_per_byte
-                          for t, c in _cycles(tl.spans, lambda s: s.resource == "load" and s.task != 0)])
-            unpacks.append([c - out[t] * touch_s_per_byte
-                            for t, c in _cycles(tl.spans, lambda s: s.resource == "unpack")])
-        bare_op = Stat.of(_bare_ops(CAL_PROMPT, spec, reps))
-        bare_unpack = Stat.of(_bare_unpacks(ix, reps))
+    plan, spec = tiny.plan, tiny.spec
+    is_op = {t.id for t in plan.tasks if t.resource == "cpu" and t.layer < spec.n_layers}
+    size = {t.id: t.read_bytes for t in plan.tasks if t.resource == "load"}
+    out = {t.id: t.mem_alloc for t in plan.tasks if t.resource == "unpack"}
+    ops: list[list[float]] = []                # per run: the cycles of that run
+    loads: list[list[float]] = []
+    unpacks: list[list[float]] = []
+    for _ in range(max(1, runs)):
+        tl = tiny.run()
+        ops.append([c for _, c in _cycles(tl.spans, lambda s: s.task in is_op)])
+        loads.append([c - size[t] * read_s_per_byte
+                      for t, c in _cycles(tl.spans, lambda s: s.resource == "load" and s.task != 0)])
+        unpacks.append([c - out[t] * touch_s_per_byte
+                        for t, c in _cycles(tl.spans, lambda s: s.resource == "unpack")])
+    bare_op = Stat.of(_bare_ops(CAL_PROMPT, spec, reps))
+    bare_unpack = Stat.of(_bare_unpacks(tiny.ix, reps))
 
     def less(per_run: list[list[float]], bare: float) -> Stat:
-        """Median over every cycle of every run minus `bare`; spread of the per-run medians; n = cycles."""
-        every = [c for run in per_run for c in run]
-        med = float(np.median(every)) - bare
+        """Median of the per-run median cycles minus `bare` (a run disturbed by other work on the host moves it
+        only when it is the majority); spread of the per-run medians; n = cycles."""
         runs_med = [float(np.median(r)) - bare for r in per_run if r]
+        med = float(np.median(runs_med))
         spread = float(np.ptp(runs_med) / med) if med > 0 and len(runs_med) > 1 else 0.0
-        return Stat(max(0.0, med), spread, len(every))
+        return Stat(max(0.0, med), spread, sum(len(r) for r in per_run))
 
     return RunnerCost(less(ops, bare_op.median), less(loads, 0.0), less(unpacks, bare_unpack.median), bare_op,
                       bare_unpack)

@@ -45,7 +45,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 2
+STORE_VERSION = 3
 
 
 # ================================================ identity ===========================================================
@@ -303,6 +303,10 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
           float(np.median([r["spread"] for r in eb])))
     f.put("thread_wake_s", m.dispatch.median / 2, "measured: half the round trip of a task handed to a waiting "
           "thread through a threading.Condition and its completion handed back (two wake-ups)", m.dispatch.spread)
+    f.put("thread_wake_cpu_s", m.dispatch_worker_cpu.median, "measured: the worker thread's CPU time per hand-off "
+          "of the same round trips (woken from its Condition, re-taking the lock and the interpreter lock, "
+          "notifying back, going back to sleep): core time a woken worker spends besides its task",
+          m.dispatch_worker_cpu.spread)
     f.put("thread_wake_busy_s", m.dispatch_busy.median / 2, "measured: the same hand-off while one CPU-bound "
           "thread per core runs short native calls from a Python loop (the woken thread waits for a time slice and "
           "the interpreter lock), half the round trip", m.dispatch_busy.spread)
@@ -315,6 +319,11 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
     f.put("interpreter_lock", True, "by construction: the runner's workers are Python threads; their per-task code "
           "(worker loop, op path, buffer set-up: cpu_op_overhead_s, load_tensor_s, unpack_tensor_s) holds the GIL, "
           "the kernels and reads release it")
+    for cls, st in m.corun.items():
+        f.put(f"corun_{cls}", max(1.0, st.median), "measured: thread CPU time of this class of work "
+              "(hil.calibrate_corun) with one CPU-bound thread on the other core (a Python loop of native GEMM calls) "
+              "/ alone, median of "
+              f"alternating pairs ({st.median:.3f}; below 1 = noise, taken as 1)", st.spread)
     f.put("load_tensor_s", r.load_tensor.median, "measured: the same run's loads (one tensor each, page-cache hits): "
           "median start-to-start cycle minus the tensor's bytes at the fresh-buffer read CPU rate: buffer mapping, "
           "read syscall, arrival bookkeeping, worker loop", r.load_tensor.spread)
@@ -414,7 +423,9 @@ def measurements_json(m) -> dict:
                 warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
                 copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
-                runner_s={k: stat(v) for k, v in vars(m.runner).items()}, dispatch_busy_s=stat(m.dispatch_busy),
+                runner_s={k: stat(v) for k, v in vars(m.runner).items()},
+                dispatch_worker_cpu_s=stat(m.dispatch_worker_cpu),
+                corun={k: stat(v) for k, v in m.corun.items()}, dispatch_busy_s=stat(m.dispatch_busy),
                 first_touch_s_per_byte=stat(m.first_touch),
                 first_touch_large_s_per_byte=stat(m.first_touch_large),
                 cold_read_s_per_byte={k: stat(v) for k, v in vars(m.cold_read).items()},

@@ -59,12 +59,20 @@ class SocProfile:
     #                                           (the kernel faults the pages in inside its copy; 0 = mem_fault_gbps)
     thread_wake_s: float = 0.0                # s, an idle worker thread woken by another's completion starts this
     #                                           much later (a thread hand-off; 0 = not modelled)
+    thread_wake_cpu_s: float = 0.0            # s of core time a woken worker spends besides its task (wake-up,
+    #                                           re-taking its lock; 0 = not modelled)
     thread_wake_busy_s: float = 0.0           # s, the same while other threads occupy every core (a time slice and,
     #                                           for a Python runner, the interpreter lock; 0 = thread_wake_s)
     load_tensor_s: float = 0.0                # s of core time per tensor a load task reads, beyond its bytes (a
     #                                           runtime's buffer set-up, read call, bookkeeping; 0 = not modelled)
     unpack_tensor_s: float = 0.0              # s of core time per tensor an unpack task unpacks, beyond the kernel's
     #                                           per-weight work and first touch (output set-up, call; 0 = not modelled)
+    corun_gemm: float = 1.0                   # x, CPU time of work while the other cores run other threads, per
+    corun_elementwise: float = 1.0            #   class (INT8 GEMM; float32 elementwise ops and attention; unpack
+    corun_unpack: float = 1.0                 #   kernels; first touch and copies into fresh memory; the CPU side of
+    corun_touch: float = 1.0                  #   reads; the runtime's own per-task code), relative to alone
+    corun_read: float = 1.0                   #   (measured on the host, hil.calibrate_corun; 1 = not modelled)
+    corun_runtime: float = 1.0
     interpreter_lock: bool = False            # the runtime's per-task code (cpu_op_overhead_s, npu_dispatch_s,
     #                                           load_tensor_s, unpack_tensor_s) holds one process-wide lock: a Python
     #                                           runtime's GIL (the host runner); False for native runtimes

@@ -22,12 +22,11 @@ allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) 
 first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer faults it in
 inside the kernel's copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host, docs/hil.md).
 Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging blobs (packed
-tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only memory beyond
-the run's high-water mark is fresh). A worker
-that waited idle starts `thread_wake_s` after being woken (a thread hand-off; `thread_wake_busy_s` while other
-threads occupy every core). DRAM bandwidth (`dram_gbps`) is
-one shared resource for copies, reads' page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads
-(`CostModel.dram_bytes`).
+tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only memory beyond the
+run's high-water mark is fresh). A worker that waited idle starts `thread_wake_s` after being woken (a thread
+hand-off; `thread_wake_busy_s` while other threads occupy every core) and spends `thread_wake_cpu_s` of core time on
+the wake-up itself. DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads' page-cache copies, unpack
+writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
 """
@@ -45,6 +44,10 @@ from planner.timeline import Span, Timeline
 from sim.flash import Flash
 from sim.sharing import Cores, SharedRate
 
+# class of work of each op kind, for the co-run slowdown (SocProfile.corun_*)
+KIND_CLASS = {"matmul": "gemm", "lm_head": "gemm", "attention": "elementwise", "elementwise": "elementwise",
+              "unpack": "unpack"}
+
 
 class PlanExecutor:
     def __init__(self, plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0) -> None:
@@ -57,6 +60,9 @@ class PlanExecutor:
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
         # a Python runtime's interpreter lock: its per-task code runs one thread at a time (dev.interpreter_lock)
         self.gil = SharedRate(self.env, 1.0) if dev.interpreter_lock else None
+        # x CPU time per class of work while other threads use the other cores (SocProfile.corun_*, measured)
+        self.slow = {"gemm": dev.corun_gemm, "elementwise": dev.corun_elementwise, "unpack": dev.corun_unpack,
+                     "touch": dev.corun_touch, "read": dev.corun_read, "runtime": dev.corun_runtime}
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -89,12 +95,13 @@ class PlanExecutor:
         if self.dispatch.finished and not self.all_done.triggered:
             self.all_done.succeed()
 
-    def _occupy(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True, owner: object = None
-                ) -> list[simpy.Event]:
+    def _occupy(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True, owner: object = None,
+                cls: str = "") -> list[simpy.Event]:
         """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
         rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
         exceed `dram_gbps`)."""
-        evs = [self.cores.run(seconds, threads, owner) if on_core else self.env.timeout(seconds)]
+        evs = [self.cores.run(seconds, threads, owner, max(1.0, self.slow.get(cls, 1.0))) if on_core
+               else self.env.timeout(seconds)]
         if self.dram is not None and dram_bytes > 0:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
@@ -102,7 +109,7 @@ class PlanExecutor:
     def _runtime(self, seconds: float, owner: object = None) -> list[simpy.Event]:
         """Events of the runtime's own per-task code (dispatch, buffer set-up, bookkeeping) on one thread: core time
         and, with an interpreter lock, that lock's time too (one thread at a time runs it; others wait)."""
-        evs = [self.cores.run(seconds, 1, owner)]
+        evs = [self.cores.run(seconds, 1, owner, max(1.0, self.slow["runtime"]))]
         if self.gil is not None:
             evs.append(self.gil.use(seconds, cap=1.0))
         return evs
@@ -114,13 +121,13 @@ class PlanExecutor:
             return 0.0
         return nbytes * self.dev.fault_s_per_byte(nbytes / max(1, allocations))
 
-    def _cpu_with_touch(self, cpu_s: float, touch_bytes: int, dram_bytes: float, allocations: int = 1
-                        ) -> list[simpy.Event]:
+    def _cpu_with_touch(self, cpu_s: float, touch_bytes: int, dram_bytes: float, allocations: int = 1,
+                        owner: object = None) -> list[simpy.Event]:
         """Events of a thread's CPU work of `cpu_s` (isolated) that first-touches `touch_bytes` of fresh memory: both
         are core time of that thread. Page faults of different threads do not serialize here (measured on the host:
         two threads touching or reading into fresh buffers each spend the CPU per byte of one alone, docs/hil.md)."""
         core_s = cpu_s + self._touch_s(touch_bytes, allocations)
-        return self._occupy(core_s, 1, dram_bytes) if core_s > 0 else []
+        return self._occupy(core_s, 1, dram_bytes, owner=owner, cls="touch") if core_s > 0 else []
 
     def _fresh_bytes(self, t) -> int:
         """Bytes of task `t`'s allocation that are fresh memory (first touch). A task bound to file tensors: an
@@ -157,6 +164,8 @@ class PlanExecutor:
                         wake_s = self.dev.thread_wake_busy_s    # ... longer while other threads occupy every core
                 if wake_s > 0:
                     yield env.timeout(wake_s)
+                if self.dev.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
+                    yield env.all_of(self._runtime(self.dev.thread_wake_cpu_s, owner=(resource, idx)))
                 continue
             tid, stolen, wake = got
             self._wake(wake)
@@ -193,19 +202,19 @@ class PlanExecutor:
                 if read_cpu > 0 and eta > 0:
                     # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap
                     t_alone = nread / self.dev.reader_rate(max(1, min(t.request_bytes, nread))) if nread else 0.0
-                    yield env.all_of([transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me)])
+                    yield env.all_of([transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read")])
                     exposed = (1.0 - eta) * min(t_alone, read_cpu)
                     if exposed > 0:
                         yield env.timeout(exposed)
                 else:
                     yield transfer
                     if read_cpu > 0:
-                        yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me))
+                        yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
                 copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
                 cpu_s += read_cpu + copy_s + t.duration_s
                 if copy_s > 0:
-                    yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf))
+                    yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf, me))
                 if t.duration_s > 0:
                     yield self.cores.run(t.duration_s)
                 unit = "io"
@@ -217,6 +226,7 @@ class PlanExecutor:
                         yield self.cores.run(t.duration_s)
                 unit = "graph"
             else:
+                me = (resource, idx)                                   # this worker thread
                 if resource == "unpack":
                     unit, threads, core = "cpu", 1, idx
                 elif resource == "cpu" or stolen:
@@ -228,20 +238,21 @@ class PlanExecutor:
                 setup = len(t.tensors) * self.dev.unpack_tensor_s if resource == "unpack" else 0.0
                 if setup > 0:                                       # per tensor: output set-up, the call
                     cpu_s += setup
-                    yield env.all_of(self._runtime(setup))
+                    yield env.all_of(self._runtime(setup, owner=me))
                 if touch > 0:
                     cpu_s += touch
-                    yield env.all_of(self._occupy(touch, 1, 0.0))
+                    yield env.all_of(self._occupy(touch, 1, 0.0, owner=me, cls="touch"))
                 on_core = unit == "cpu" or self.dev.npu_on_cpu_core
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
                     py = min(dur, cost.overhead_time(w, unit)) if self.gil is not None and on_core else 0.0
                     if py > 0:                                      # the runtime's dispatch of the op
                         cpu_s += py
-                        yield env.all_of(self._runtime(py))
+                        yield env.all_of(self._runtime(py, owner=me))
                     if dur - py > 0:
                         cpu_s += (dur - py) * threads if on_core else 0.0
-                        yield env.all_of(self._occupy(dur - py, threads, cost.dram_bytes(w, unit), on_core=on_core))
+                        yield env.all_of(self._occupy(dur - py, threads, cost.dram_bytes(w, unit), on_core=on_core,
+                                                      owner=me, cls=KIND_CLASS.get(w.kind, "")))
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
             if resource == "unpack":
                 for r in t.tensors:

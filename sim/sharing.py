@@ -15,7 +15,7 @@ _DONE = 1e-9    # relative residue below which a job is complete (float rounding
 
 
 class _Job:
-    __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner")
+    __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner", "slow")
 
     def __init__(self, left: float, cap: float, weight: float, event: simpy.Event, owner: object = None) -> None:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
@@ -23,6 +23,7 @@ class _Job:
         self.eps = max(left * _DONE, 1e-12)
         self.random = False                                       # flash: a scattered read (sim.flash)
         self.request = 0                                          # flash: request size, B
+        self.slow = 1.0                                           # cores: x CPU time while other cores are in use
 
 
 class SharedRate:
@@ -119,5 +120,23 @@ class Cores(SharedRate):
     With more runnable threads than cores, every job slows down by cores / runnable threads.
     """
 
-    def run(self, seconds: float, threads: int = 1, owner: object = None) -> simpy.Event:
-        return self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner)
+    def run(self, seconds: float, threads: int = 1, owner: object = None, slow: float = 1.0) -> simpy.Event:
+        """`slow` (>= 1): the job's work takes that many times its CPU time while the other cores are in use by other
+        threads (measured per class of work on the host: `SocProfile.corun_*`); in proportion to how many are."""
+        if slow < 1.0:
+            raise ValueError(f"cores job: slow must be >= 1 (got {slow})")
+        ev = self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner)
+        if slow > 1.0 and self.active and self.active[-1].event is ev:
+            self.active[-1].slow = slow
+            self.refresh()
+        return ev
+
+    def _share(self) -> None:
+        super()._share()
+        if self.capacity <= 1 or all(j.slow == 1.0 for j in self.active):
+            return
+        used = min(self.capacity, sum(j.weight for j in self.active))
+        for j in self.active:
+            if j.slow > 1.0 and self.capacity > j.rate:
+                others = max(0.0, used - j.rate) / (self.capacity - j.rate)   # share of the other cores in use
+                j.rate /= 1.0 + (j.slow - 1.0) * min(1.0, others)

@@ -55,9 +55,14 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     # the runner's per-op cost and its wake-ups, the read overlap and the first-touch curve are measured
     assert 0 < prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
     assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
-    assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0
+    assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0 and prof.interpreter_lock
+    corun = ("corun_gemm", "corun_elementwise", "corun_unpack", "corun_touch", "corun_read", "corun_runtime")
+    assert all(getattr(prof, k) >= 1.0 for k in corun)          # busy / alone ratios (noise below 1 taken as 1)
+    raw = json.loads((d / "measurements.json").read_text())
+    assert set(raw["corun"]) == {k.removeprefix("corun_") for k in corun}
+    assert all(v["median"] > 0 and v["n"] >= 3 for v in raw["corun"].values())
     for key in ("thread_wake_s", "read_cpu_overlap", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s",
-                "unpack_tensor_s"):
+                "unpack_tensor_s", *corun):
         assert doc["sources"][key].startswith("measured"), key
     el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool
     assert model.op_time(el, "cpu", 2) == model.op_time(el, "cpu", 1)
@@ -313,7 +318,7 @@ def test_runner_cost_runs_the_real_runner_on_a_sequential_plan(tmp_path):
     overlap, one worker each; the costs are per task beyond the bare kernels."""
     import numpy as np
 
-    from hil.calibrate_runner import CAL_PROMPT, INT8_CODE, measure_runner_cost, sequential_plan
+    from hil.calibrate_runner import CAL_PROMPT, INT8_CODE, TinyRun, measure_runner_cost, sequential_plan
     from hil.packed_index import read_index
     from hil.runner import run_plan
     from hil.tinymodel import tiny_spec, write_tiny
@@ -334,7 +339,9 @@ def test_runner_cost_runs_the_real_runner_on_a_sequential_plan(tmp_path):
         phase_end[sp.resource] = max(phase_end.get(sp.resource, 0.0), sp.end)
     first = {r: min(sp.start for sp in tl.spans if sp.resource == r) for r in ("unpack", "cpu")}
     assert phase_end["load"] <= first["unpack"] and phase_end["unpack"] <= first["cpu"]
-    rc = measure_runner_cost(1, 3, read_s_per_byte=5e-10, touch_s_per_byte=5e-10, scratch_dir=tmp_path)
+    with TinyRun(tmp_path) as tiny:
+        rc = measure_runner_cost(tiny, 1, 3, read_s_per_byte=5e-10, touch_s_per_byte=5e-10)
+        assert tiny.cycle() > 0
     for st in (rc.op, rc.load_tensor, rc.unpack_tensor, rc.bare_op, rc.bare_unpack):
         assert st.median >= 0 and np.isfinite(st.median) and st.n > 0
     assert rc.load_tensor.median > 0 and rc.bare_op.median > 0

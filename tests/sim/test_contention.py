@@ -231,3 +231,39 @@ def test_per_tensor_costs_of_loads_and_unpacks_are_core_time():
     two = Plan("t", "m", "d", 1, 0, b2.tasks, unpack_threads=2)
     assert simulate(two, device(1, unpack_tensor_s=0.1), FakeCost()).end_s == pytest.approx(0.2)
     assert simulate(two, device(2, unpack_tensor_s=0.1), FakeCost()).end_s == pytest.approx(0.1)
+
+
+def test_corun_slowdown_applies_only_while_other_threads_use_the_other_cores():
+    """SocProfile.corun_*: a class of work takes that many times its CPU time while other threads run on the other
+    cores (measured on the host); alone, or beside a real NPU, it takes its own time."""
+    one = unpack_plan(1)
+    two = unpack_plan(2)
+    slow = dict(corun_unpack=1.5)
+    assert simulate(one, device(2, **slow), FakeCost()).end_s == pytest.approx(1.0)        # alone: no slowdown
+    assert simulate(two, device(2), FakeCost()).end_s == pytest.approx(1.0)
+    assert simulate(two, device(2, **slow), FakeCost()).end_s == pytest.approx(1.5)        # both cores in use
+    assert simulate(two, device(2, corun_gemm=3.0), FakeCost()).end_s == pytest.approx(1.0)  # another class
+    b = PlanBuilder()                              # a 1 s and a 0.5 s unpack: the long one is slowed while both run
+    b.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])                   # type: ignore[arg-type]
+    b.add("u1", "unpack", works=[OpWork("unpack", n=0.5)])                   # type: ignore[arg-type]
+    mixed = Plan("t", "m", "d", 1, 0, b.tasks, unpack_threads=2)
+    # both at rate 1/1.5 until u1 ends at 0.75 s (0.5 s of work); u0 then has 0.5 s left, alone: ends at 1.25 s
+    assert simulate(mixed, device(2, **slow), FakeCost()).end_s == pytest.approx(1.25)
+
+
+def test_cores_reject_a_speed_up_factor():
+    with pytest.raises(ValueError, match="slow"):
+        Cores(simpy.Environment(), 2).run(1.0, slow=0.5)
+
+
+def test_a_woken_worker_spends_core_time_on_the_wake_up():
+    """thread_wake_cpu_s: CPU work of being woken (futex, re-taking locks; measured for the host runner), besides the
+    hand-off latency thread_wake_s: it occupies a core, so it competes with the other threads."""
+    b = PlanBuilder()
+    b.add("u", "unpack", works=[OpWork("unpack", n=1.0)])                    # type: ignore[arg-type]
+    b.add("c", "cpu", deps=[0], works=[OpWork("elementwise", n=1.0)])        # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks)
+    assert simulate(plan, device(2), FakeCost()).end_s == pytest.approx(2.0)
+    assert simulate(plan, device(2, thread_wake_cpu_s=0.1), FakeCost()).end_s == pytest.approx(2.1)
+    assert simulate(plan, device(2, thread_wake_cpu_s=0.1, thread_wake_s=0.05), FakeCost()).end_s == \
+        pytest.approx(2.15)
