@@ -88,7 +88,9 @@ def predict(plan: Plan, dev: SocProfile, cost_table: str) -> tuple[Timeline, dic
 
 
 def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int, tokens: np.ndarray,
-             qs: QuantSettings, repeats: int, warmup: int = 1, progress=None) -> HostRun:
+             qs: QuantSettings, repeats: int, warmup: int = 1, progress=None, between=None) -> HostRun:
+    """Predict the plan, then run it `warmup` + `repeats` times cold (the first `warmup` runs not counted).
+    `between(k)`: called after run k (0-based), e.g. one run of a peer, so both see the same host conditions."""
     from hil.runner import run_plan
     from sim.metrics import coldstart_metrics
 
@@ -103,6 +105,8 @@ def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpe
             meas_m.append(coldstart_metrics(res.timeline, dev))
         if progress:
             progress(k + 1, warmup + repeats)
+        if between is not None:
+            between(k)
     return HostRun(plan, pred_tl, measured, pred_m, meas_m, path, res.logits if res else None,
                    res.token if res else -1)
 

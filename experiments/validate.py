@@ -2,7 +2,7 @@
 
     python -m experiments.validate device=host model=smollm2_135m framework=edgeflow bits=5 prompt_tokens=128 repeats=5
     python -m experiments.validate -m framework=edgeflow,llamacpp,mnn,llmnpu_plus      # + speedups.csv in the sweep dir
-    python -m experiments.validate peer=llamacpp                 # + llama.cpp's cold TTFT on the same model and prompt
+    python -m experiments.validate peer=llamacpp                 # + llama.cpp's cold TTFT (interleaved with ours)
     python -m experiments.validate cluster=office_emu planner=voltron trace=walk_away_disconnect turns=3
                                                                  # Voltron on the emulated cluster (validate_cluster.py)
 
@@ -14,6 +14,7 @@ of a sweep run one after the other (timing runs must not share the cores).
 from __future__ import annotations
 
 import json
+import os
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,8 +166,22 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "config.yaml"])
     dev, table = _host(cfg, c.remeasure, c.quick_profile)
     tokens = eval_text_tokens(c.model, c.prompt_tokens)
+    between, peer_runs = None, []
+    if c.peer == "llamacpp":
+        # llama.cpp runs once after each of our runs (its first run, after our warm-up, is its own warm-up): both see
+        # the same host conditions, which on this shared host drift by 10-30 % within an hour (docs/hil.md)
+        from hil.peer import llamacpp_cold_ttft
+
+        gguf = peer_gguf(c.model, c.peer_gguf)
+        os.sync()                                    # a fresh GGUF copy's writeback must not overlap the cold runs
+
+        def between(k: int) -> None:
+            r = llamacpp_cold_ttft(gguf, tokens, threads=dev.cpu_cores, repeats=1)
+            if k >= c.warmup:
+                peer_runs.append(r)
     run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
-                    progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True))
+                    progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
+                    between=between)
     print(file=sys.stderr)
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
                          "bits": c.bits, "prompt_tokens": c.prompt_tokens, "repeats": c.repeats,
@@ -176,10 +191,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     m.update(compare(run_))
     if c.check_logits:
         m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
-    if c.peer == "llamacpp":
-        from hil.peer import llamacpp_cold_ttft
+    if peer_runs:
+        from hil.peer import merge_runs
 
-        peer = llamacpp_cold_ttft(peer_gguf(c.model, c.peer_gguf), tokens, threads=dev.cpu_cores, repeats=c.repeats)
+        peer = merge_runs(peer_runs)
         for k in ("load_s", "prefill_s", "ttft_s"):
             m[f"peer_{k}"] = peer[k]["median"]
         m["peer_ttft_min_s"], m["peer_ttft_max_s"] = peer["ttft_s"]["min"], peer["ttft_s"]["max"]

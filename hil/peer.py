@@ -128,6 +128,20 @@ def llamacpp_cold_ttft(gguf_path, tokens, threads: int = 2, repeats: int = 3, ev
             "load_s": _summary(load), "prefill_s": _summary(prefill), "ttft_s": _summary(ttft), "first_token": first}
 
 
+def merge_runs(results: list[dict]) -> dict:
+    """One `llamacpp_cold_ttft` result from several (e.g. one run each, interleaved with other measurements): the
+    per-run lists concatenated, the summaries recomputed, `repeats` = the number of runs."""
+    if not results:
+        raise ValueError("merge_runs: no results")
+    out = dict(results[0])
+    for key in ("load_s", "prefill_s", "ttft_s"):
+        out[key] = _summary([x for r in results for x in r[key]["runs"]])
+    out["first_token"] = [t for r in results for t in r["first_token"]]
+    out["resident_before"] = [f for r in results for f in r["resident_before"]]
+    out["repeats"] = len(out["ttft_s"]["runs"])
+    return out
+
+
 def requantize(src, dst, ftype: str = "q8_0", threads: int = 2) -> Path:
     """`llama_model_quantize` of GGUF `src` into `dst` (ftype q8_0 | q4_1 | q4_0 | q4_k_m | q5_k_m | q6_k); atomic."""
     llama_cpp = _llama_cpp()

@@ -99,3 +99,16 @@ def test_cold_ttft_on_tiny_synthetic_model(tmp_path):
     assert all(0 <= t < 49152 for t in r["first_token"]) and len(set(r["first_token"])) == 1   # deterministic
     with pytest.raises(ValueError, match="vocabulary"):
         peer.llamacpp_cold_ttft(path, [49152], threads=1, repeats=1)
+
+
+def test_merge_runs_concatenates_interleaved_single_runs():
+    """validate peer=llamacpp runs llama.cpp once after each of our runs; the single-run results merge into one."""
+    def one(t, tok):
+        s = {"median": t, "min": t, "max": t, "runs": [t]}
+        return {"measured": True, "file_bytes": 10, "load_s": s, "prefill_s": s, "ttft_s": s, "first_token": [tok],
+                "resident_before": [0.0], "repeats": 1}
+    m = peer.merge_runs([one(1.0, 5), one(3.0, 5), one(2.0, 7)])
+    assert m["ttft_s"] == {"median": 2.0, "min": 1.0, "max": 3.0, "runs": [1.0, 3.0, 2.0]}
+    assert m["first_token"] == [5, 5, 7] and m["repeats"] == 3 and m["resident_before"] == [0.0] * 3
+    with pytest.raises(ValueError, match="no results"):
+        peer.merge_runs([])
