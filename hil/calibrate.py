@@ -818,14 +818,14 @@ def measure_dispatch(s: CalibrationSettings, worker_cpu: list[float] | None = No
     state = {"task": 0, "done": 0, "stop": False}
 
     def worker() -> None:
-        c0, n0 = time.thread_time(), 0
+        c0 = time.thread_time()
         with cond:
             while True:
                 while state["task"] == state["done"] and not state["stop"]:
                     cond.wait()
                 if state["stop"]:
-                    if worker_cpu is not None and state["done"] > n0:
-                        worker_cpu.append((time.thread_time() - c0) / (state["done"] - n0))
+                    if worker_cpu is not None and state["done"] > 0:
+                        worker_cpu.append((time.thread_time() - c0) / state["done"])
                     return
                 state["done"] += 1
                 cond.notify_all()

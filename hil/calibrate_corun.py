@@ -25,8 +25,7 @@ import numpy as np
 import native
 from hil.calibrate import MIB, CalibrationSettings, Kernels, Stat, busy_cores, cold_read
 from hil.runner_state import fresh_empty
-
-CLASSES = ("gemm", "elementwise", "unpack", "touch", "read", "runtime")
+from planner.device import CORUN_CLASSES as CLASSES
 
 
 def _cpu(fn: Callable[[], object], n: int) -> float:

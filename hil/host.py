@@ -322,8 +322,7 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
     for cls, st in m.corun.items():
         f.put(f"corun_{cls}", max(1.0, st.median), "measured: thread CPU time of this class of work "
               "(hil.calibrate_corun) with one CPU-bound thread on the other core (a Python loop of native GEMM calls) "
-              "/ alone, median of "
-              f"alternating pairs ({st.median:.3f}; below 1 = noise, taken as 1)", st.spread)
+              f"/ alone, median of alternating pairs ({st.median:.3f}; below 1 = noise, taken as 1)", st.spread)
     f.put("load_tensor_s", r.load_tensor.median, "measured: the same run's loads (one tensor each, page-cache hits): "
           "median start-to-start cycle minus the tensor's bytes at the fresh-buffer read CPU rate: buffer mapping, "
           "read syscall, arrival bookkeeping, worker loop", r.load_tensor.spread)

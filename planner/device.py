@@ -18,6 +18,9 @@ from dataclasses import dataclass, fields
 
 import numpy as np
 
+# classes of work with a co-run slowdown (SocProfile.corun_<class>): INT8 GEMM; float32 elementwise ops and attention;
+# unpack kernels; first touch and copies into fresh memory; the CPU side of reads; the runtime's own per-task code
+CORUN_CLASSES = ("gemm", "elementwise", "unpack", "touch", "read", "runtime")
 
 @dataclass
 class SocProfile:
@@ -122,6 +125,10 @@ class SocProfile:
                     "npu_ctx_deserialize_gbps"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"device.{key} must be > 0 (got {getattr(self, key)})")
+        for c in CORUN_CLASSES:
+            if getattr(self, f"corun_{c}") < 1:
+                raise ValueError(f"device.corun_{c} must be >= 1 (x CPU time beside busy cores; got "
+                                 f"{getattr(self, f'corun_{c}')})")
         if not 0 <= self.read_cpu_overlap <= 1:
             raise ValueError(f"device.read_cpu_overlap must be in [0, 1] (got {self.read_cpu_overlap})")
         if not 0 < self.cpu_parallel_eff <= 1:

@@ -37,7 +37,7 @@ import bisect
 import simpy
 
 from planner.cost.base import CostModel
-from planner.device import SocProfile
+from planner.device import CORUN_CLASSES, SocProfile
 from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan
 from planner.timeline import Span, Timeline
@@ -61,8 +61,7 @@ class PlanExecutor:
         # a Python runtime's interpreter lock: its per-task code runs one thread at a time (dev.interpreter_lock)
         self.gil = SharedRate(self.env, 1.0) if dev.interpreter_lock else None
         # x CPU time per class of work while other threads use the other cores (SocProfile.corun_*, measured)
-        self.slow = {"gemm": dev.corun_gemm, "elementwise": dev.corun_elementwise, "unpack": dev.corun_unpack,
-                     "touch": dev.corun_touch, "read": dev.corun_read, "runtime": dev.corun_runtime}
+        self.slow = {c: getattr(dev, f"corun_{c}") for c in CORUN_CLASSES}
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -100,7 +99,7 @@ class PlanExecutor:
         """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
         rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
         exceed `dram_gbps`)."""
-        evs = [self.cores.run(seconds, threads, owner, max(1.0, self.slow.get(cls, 1.0))) if on_core
+        evs = [self.cores.run(seconds, threads, owner, self.slow.get(cls, 1.0)) if on_core
                else self.env.timeout(seconds)]
         if self.dram is not None and dram_bytes > 0:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
@@ -109,7 +108,7 @@ class PlanExecutor:
     def _runtime(self, seconds: float, owner: object = None) -> list[simpy.Event]:
         """Events of the runtime's own per-task code (dispatch, buffer set-up, bookkeeping) on one thread: core time
         and, with an interpreter lock, that lock's time too (one thread at a time runs it; others wait)."""
-        evs = [self.cores.run(seconds, 1, owner, max(1.0, self.slow["runtime"]))]
+        evs = self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime")
         if self.gil is not None:
             evs.append(self.gil.use(seconds, cap=1.0))
         return evs

@@ -40,8 +40,10 @@ class SharedRate:
         self.samples: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, total rate in use) at every change
         self.listeners: list = []                                 # called (no args) after every change of the set
 
-    def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None) -> simpy.Event:
-        """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s."""
+    def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None, slow: float = 1.0
+            ) -> simpy.Event:
+        """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s (`slow`: a
+        job attribute only `Cores` uses, see there)."""
         ev = self.env.event()
         if amount <= 0:
             ev.succeed()
@@ -49,7 +51,9 @@ class SharedRate:
         if cap <= 0 or weight <= 0:
             raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
         self._advance()
-        self.active.append(_Job(float(amount), float(cap), float(weight), ev, owner))
+        job = _Job(float(amount), float(cap), float(weight), ev, owner)
+        job.slow = float(slow)
+        self.active.append(job)
         self._reschedule()
         self._notify()
         return ev
@@ -125,11 +129,7 @@ class Cores(SharedRate):
         threads (measured per class of work on the host: `SocProfile.corun_*`); in proportion to how many are."""
         if slow < 1.0:
             raise ValueError(f"cores job: slow must be >= 1 (got {slow})")
-        ev = self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner)
-        if slow > 1.0 and self.active and self.active[-1].event is ev:
-            self.active[-1].slow = slow
-            self.refresh()
-        return ev
+        return self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner, slow=slow)
 
     def _share(self) -> None:
         super()._share()
