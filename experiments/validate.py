@@ -179,9 +179,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
             r = llamacpp_cold_ttft(gguf, tokens, threads=dev.cpu_cores, repeats=1)
             if k >= c.warmup:
                 peer_runs.append(r)
+    from hil.drift import drift_pct, probe
+
+    probes = [probe()]                                   # the host now vs when its profile was measured
     run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
                     progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
                     between=between)
+    probes.append(probe())
     print(file=sys.stderr)
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
                          "bits": c.bits, "prompt_tokens": c.prompt_tokens, "repeats": c.repeats,
@@ -189,6 +193,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     m.update({k: v for k, v in plan_summary(run_.plan).items() if not isinstance(v, str)})
     m["priority"] = run_.plan.schedule.priority
     m.update(compare(run_))
+    for key, v in drift_pct(_probe_reference(Path(table)), probes).items():
+        m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
     if c.check_logits:
         m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
     if peer_runs:
@@ -224,6 +230,14 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     return m
 
 
+def _probe_reference(table: Path) -> dict[str, float]:
+    """The host probe stored with the profile (hil.drift; {} for a profile measured before it existed)."""
+    try:
+        return dict(json.loads((table.parent / "measurements.json").read_text()).get("host_probe") or {})
+    except (OSError, ValueError):
+        return {}
+
+
 def _fmt(v) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
@@ -242,6 +256,12 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"{'' if m['logits_ref_top1_stable'] else ' (the reference flips its own top-1 under 1-ulp noise)'}, "
               f"max |Δ| {m['logits_max_abs_diff']:.4f} (tolerance {m['logits_tolerance']:.3f} = max(0.02, 3 x the "
               f"reference's own 1-ulp noise {m['logits_ref_noise']:.4f}))")
+    drift = {k.removeprefix("host_drift_").removesuffix("_pct"): v for k, v in m.items() if k.startswith("host_drift_")}
+    if drift:
+        print("  host since its calibration (measured, probes before and after the runs): " +
+              ", ".join(f"{k.replace('_', ' ')} {v:+.1f} %" for k, v in drift.items()) +
+              ("  -> re-measure: python -m experiments.calibrate device=host remeasure=true"
+               if max(abs(v) for v in drift.values()) > 10 else ""))
     if "peer_ttft_s" in m:
         print(f"  llama.cpp ({m['peer_weight_type']}) cold TTFT {m['peer_ttft_s']:.3f} s -> ours "
               f"{m.get('speedup_vs_peer', float('nan')):.2f}x faster (measured, same run)")

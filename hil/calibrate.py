@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 
 import native
-from hil.pagecache import evict, resident_fraction
+from hil.pagecache import PAGE, evict, resident_fraction, resident_pages
 
 if TYPE_CHECKING:
     from hil.calibrate_runner import RunnerCost
@@ -322,6 +322,31 @@ def mmap_readahead(path: Path, reps: int) -> Stat:
     return Stat.of(vals)
 
 
+def pread_readahead(path: Path, request: int, reps: int, chunks: int = 12, pause_s: float = 0.005) -> Stat:
+    """Bytes the kernel's readahead keeps in the page cache ahead of a sequential pread stream: evict, read
+    `chunks` consecutive `request`-byte chunks with a pause after each (the device otherwise idle, as between a
+    layer-by-layer runtime's reads), and after each of the second half count the resident bytes right after the
+    stream's end (mincore). Measured 8-16 MiB ahead of 1.6 and 4 MiB chunks on this host (2026-12-01)."""
+    size = path.stat().st_size
+    chunks = max(2, min(chunks, size // max(1, request) - 1))
+    vals = []
+    buf = bytearray(request)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(reps):
+            evict(path)
+            for k in range(chunks):
+                os.preadv(fd, [buf], k * request)
+                time.sleep(pause_s)
+                if k >= chunks // 2:
+                    pages = resident_pages(path)[(k + 1) * request // PAGE:]
+                    gap = np.flatnonzero(pages == 0)
+                    vals.append(float((gap[0] if gap.size else pages.size) * PAGE))
+    finally:
+        os.close(fd)
+    return Stat.of(vals)
+
+
 def measure_random_read(path: Path, reps: int, n: int = 64) -> Stat:
     """Seconds per cold 4 KiB pread at random (sorted, distinct-page) offsets of an evicted file, 1 thread: what reading
     embedding rows of the prompt's tokens costs (no readahead helps)."""
@@ -456,64 +481,94 @@ def measure_warm_read(path: Path, s: CalibrationSettings) -> dict[int, Stat]:
 
 
 # ================================================ copy ===============================================================
-def cold_read(path: Path, request: int, blob: int, fresh: bool) -> tuple[float, float]:
-    """(wall s, thread CPU s) of one cold sequential read of `path` by 1 thread in `request`-byte preads: into fresh
-    `blob`-byte buffers that stay alive (the runner's loads: `hil.runner_state.fresh_empty`, one buffer per tensor) or
-    into one reused, already touched buffer."""
+def cold_read(path: Path, request: int, blob: int, fresh: bool, threads: int = 1) -> tuple[float, float]:
+    """(wall s, thread CPU s summed over the readers) of one cold sequential read of `path` in `request`-byte preads:
+    into fresh `blob`-byte buffers that stay alive (the runner's loads: `hil.runner_state.fresh_empty`, one buffer per
+    tensor) or into one reused, already touched buffer per reader. `threads` > 1: each reads its own contiguous part
+    of the file at the same time (a plan's loaders)."""
     from hil.runner_state import fresh_empty
 
     evict(path)
     size = path.stat().st_size
-    keep = []
-    reused = fresh_empty(blob)
-    reused[:] = 1
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        t0, c0 = time.perf_counter(), time.thread_time()
-        off = 0
-        while off < size:
-            n = min(blob, size - off)
-            buf = fresh_empty(n) if fresh else reused[:n]
-            mv = memoryview(buf)
-            got = 0
-            while got < n:
-                k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
-                if k <= 0:
-                    raise OSError(f"short read at {off + got} of {path}")
-                got += k
-            del mv
-            if fresh:
-                keep.append(buf)
-            off += n
-        return time.perf_counter() - t0, time.thread_time() - c0
-    finally:
-        os.close(fd)
+    cpu = [0.0] * threads
+    errors: list[BaseException] = []
+
+    def read_part(i: int, lo: int, hi: int) -> None:
+        keep = []
+        reused = fresh_empty(blob)
+        reused[:] = 1
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            c0 = time.thread_time()
+            off = lo
+            while off < hi:
+                n = min(blob, hi - off)
+                buf = fresh_empty(n) if fresh else reused[:n]
+                mv = memoryview(buf)
+                got = 0
+                while got < n:
+                    k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
+                    if k <= 0:
+                        raise OSError(f"short read at {off + got} of {path}")
+                    got += k
+                del mv
+                if fresh:
+                    keep.append(buf)
+                off += n
+            cpu[i] = time.thread_time() - c0
+        except BaseException as e:      # re-raised in the caller
+            errors.append(e)
+        finally:
+            os.close(fd)
+
+    parts = split(size, threads)
+    t0 = time.perf_counter()
+    if threads == 1:
+        read_part(0, 0, size)
+    else:
+        ts = [threading.Thread(target=read_part, args=(i, a, b)) for i, (a, b) in enumerate(parts)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+    wall = time.perf_counter() - t0
+    if errors:
+        raise errors[0]
+    return wall, sum(cpu)
 
 
 @dataclass
 class ColdReadCost:
-    """Cold sequential 1-thread reads (bulk requests) into fresh kept buffers and into one reused buffer, measured
-    alternately: wall and thread CPU seconds per byte."""
+    """Cold sequential reads (bulk requests) into fresh kept buffers and into one reused buffer, measured
+    alternately: wall and thread CPU seconds per byte, by 1 thread and (`*_2`) by 2 threads at once (each reading
+    half the file; CPU summed over both)."""
     fresh_wall: Stat
     reused_wall: Stat
     fresh_cpu: Stat
     reused_cpu: Stat
+    fresh_wall_2: Stat | None = None
+    reused_wall_2: Stat | None = None
+    fresh_cpu_2: Stat | None = None
 
 
 def measure_read_fresh(path: Path, s: CalibrationSettings, request: int) -> ColdReadCost:
     """The CPU side of a cold read (reused buffer: the syscall's page-cache work and copy), the extra CPU of filling
     fresh memory (the kernel faults the pages in inside its copy) and, from the wall times, how much of the CPU side
-    hides under the device transfer (`read_cpu_overlap`, hil.host)."""
+    hides under the device transfer (`read_cpu_overlap`, hil.host) — by one reader and by two at once
+    (`read_cpu_overlap_multi`: measured 0.9 and ~0.35 here, two fresh readers together 1.7-1.9 GB/s where reused
+    buffers give 2.6)."""
     size = path.stat().st_size
-    rows: dict[str, list[float]] = {"fw": [], "rw": [], "fc": [], "rc": []}
+    rows: dict[str, list[float]] = {k: [] for k in ("fw", "rw", "fc", "rc", "fw2", "rw2", "fc2")}
     for _ in range(max(3, s.reps_noisy)):
-        w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=True)
-        rows["fw"].append(w / size)
-        rows["fc"].append(c / size)
-        w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=False)
-        rows["rw"].append(w / size)
-        rows["rc"].append(c / size)
-    return ColdReadCost(*(Stat.of(rows[k]) for k in ("fw", "rw", "fc", "rc")))
+        for th, sfx in ((1, ""), (2, "2")):
+            w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=True, threads=th)
+            rows["fw" + sfx].append(w / size)
+            rows["fc" + sfx].append(c / size)
+            w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=False, threads=th)
+            rows["rw" + sfx].append(w / size)
+            if th == 1:
+                rows["rc"].append(c / size)
+    return ColdReadCost(*(Stat.of(rows[k]) for k in ("fw", "rw", "fc", "rc", "fw2", "rw2", "fc2")))
 
 
 def measure_copy(s: CalibrationSettings) -> dict[int, Stat]:
@@ -881,6 +936,8 @@ class Measurements:
     random_read_busy: Stat                # s per cold random 4 KiB read while a sequential stream runs
     wall_s: dict[str, float]              # s per measurement group
     loadavg: tuple[float, float, float]   # 1/5/15-min load average at the start (other work on the shared host)
+    host_probe: dict[str, float] = field(default_factory=dict)   # hil.drift.probe() at the end (s per probe)
+    pread_readahead: Stat | None = None   # B resident ahead of a paused sequential pread stream
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -904,6 +961,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         rbusy = step("read_busy", lambda: measure_read_busy(path, s, bulk_request(reads)))
         req = bulk_request(reads, busy_s=rbusy.per_request.median)        # the loaders' request size
         rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, req))
+        pread_ra = step("pread_readahead", lambda: pread_readahead(path, req, s.reps))
         cold = step("read_fresh", lambda: measure_read_fresh(path, s, req))
         touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
         touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
@@ -926,6 +984,9 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         runner = step("runner", lambda: measure_runner_cost(tiny, s.runner_runs, s.reps, cold.fresh_cpu.median,
                                                             touch.median))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
+    from hil.drift import probe
+
+    host_probe = step("host_probe", lambda: probe())      # what experiments.validate compares the host against
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
-                        load)
+                        load, host_probe, pread_ra)

@@ -3,11 +3,18 @@
 Calibrated alone, the runner's work costs less CPU than it does in a plan, where the other core is busy with another
 worker: on this 2-core KVM guest, first touch of fresh memory measured 0.42 ns/B alone, 0.47 with a GEMM loop on the
 other core, 0.50 with another thread touching fresh memory, 0.47 with a cold reader or a memcpy (2026-12-01); an
-INT8 GEMM only 3 % more beside another GEMM. So each class of work the simulator charges to the cores is timed here
-in thread CPU time alone and with one CPU-bound thread on the other core (`hil.calibrate.busy_cores`, a Python loop
-of native GEMM calls, as the runner's workers are), alternately; the ratio busy / alone per class is
-`SocProfile.corun_*` and the simulator (`sim.sharing.Cores`) slows a job of that class by it while the other cores
-are in use by other threads.
+INT8 GEMM only 3 % more beside another GEMM. And it depends on what the other core runs: a cold read into fresh
+buffers took 1.0x its CPU beside a GEMM loop, 1.12-1.17x beside a second cold reader and 1.23-1.24x beside a
+thread faulting fresh pages (three runs of 5-9 alternating sets, 2026-12-01); elementwise ops 1.6x beside a GEMM
+loop, 1.06-1.10x beside first touch. A plan's loaders run side by side and beside the unpacker's first touch.
+
+So each class of work the simulator charges to the cores is timed here in thread CPU time alone, with one CPU-bound
+compute thread on the other core (`hil.calibrate.busy_cores`, a Python loop of native GEMM calls, as the runner's
+workers are) and with one memory-system thread there (`MemoryWork`: first touch of fresh mappings, what the runner's
+loaders and unpacker mostly spend their CPU on), alternately. Per class the ratio busy / alone, per busy core (the
+excess divided by the co-runner's CPU utilisation over the window), is `SocProfile.corun_<class>` (beside compute)
+and `corun_<class>_mem` (beside memory work); the simulator (`sim.sharing.Cores`) slows a job of that class by them
+while other threads' compute or memory work occupies the other cores.
 
 Classes: `gemm` (INT8 GEMM, 16 x 576 x 1536, 1 thread), `elementwise` (the float32 ops at 16 x 576),
 `unpack` (5-bit weightlet unpack into a touched output), `touch` (first touch: a copy into fresh 1 MiB mappings),
@@ -16,6 +23,7 @@ op, load and unpack cycles, hil.calibrate_runner).
 """
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 from typing import Callable
@@ -77,15 +85,67 @@ def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) ->
             "read": (read, 0), "runtime": (runtime, 0)}
 
 
+class MemoryWork:
+    """A thread faulting in fresh memory while the block runs: copies into fresh 1 MiB mappings
+    (`hil.runner_state.fresh_empty`, as the runner's buffers), kept until 256 MiB are held, then released — what a
+    plan's loaders (a read() into a fresh buffer faults it in inside the kernel's copy) and its unpacker (first touch
+    of each INT8 output) spend most of their CPU time on. CPU-bound: a cold reader as the co-runner waits for the disk
+    part of the time and its co-run ratios varied 1.0-1.5x between calibrations. `utilisation()`: its thread CPU time
+    / wall time."""
+
+    def __init__(self, hold_bytes: int = 256 * MIB) -> None:
+        self.hold = max(1, hold_bytes // MIB)
+        self.stop = threading.Event()
+        self.cpu = 0.0
+        self.wall = 0.0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        src = np.ones(MIB, dtype=np.uint8)
+        c0 = time.thread_time()
+        keep: list[np.ndarray] = []
+        while not self.stop.is_set():
+            buf = fresh_empty(MIB)
+            native.memcpy(buf, src)
+            keep.append(buf)
+            if len(keep) >= self.hold:
+                keep = []
+        self.cpu = time.thread_time() - c0
+
+    def __enter__(self) -> "MemoryWork":
+        self.t0 = time.perf_counter()
+        self.thread.start()
+        time.sleep(0.02)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.stop.set()
+        self.thread.join()
+        self.wall = time.perf_counter() - self.t0
+
+    def utilisation(self) -> float:
+        return self.cpu / self.wall if self.wall > 0 else 1.0
+
+
+def _per_busy_core(ratio: float, util: float) -> float:
+    """A busy / alone ratio measured beside a co-runner that used `util` of its core, per fully busy core."""
+    return 1.0 + (ratio - 1.0) / min(1.0, max(0.05, util))
+
+
 def measure_corun(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) -> dict[str, Stat]:
-    """Per class: thread CPU busy / alone (median over `reps_noisy` alternating pairs; spread of the ratios).
-    `path`: an evicted file to read cold; `runtime`: returns the runner's per-task time of one tiny-model run."""
+    """Per class: thread CPU beside a compute thread / alone (key `<class>`) and beside memory-system work, per busy
+    core (key `<class>_mem`) (medians over `reps_noisy` alternating triples; spread of the ratios). `path`: an evicted
+    file to read cold; `runtime`: returns the runner's per-task time of one tiny-model run."""
     probes = _probes(s, path, runtime)
-    ratios: dict[str, list[float]] = {c: [] for c in CLASSES}
+    ratios: dict[str, list[float]] = {k: [] for c in CLASSES for k in (c, f"{c}_mem")}
     for _ in range(max(3, s.reps_noisy)):
         alone = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
         with busy_cores(1):
             busy = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
+        with MemoryWork() as mem:
+            busy_mem = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
         for c in CLASSES:
-            ratios[c].append(busy[c] / alone[c] if alone[c] > 0 else 1.0)
-    return {c: Stat.of(v) for c, v in ratios.items()}
+            if alone[c] > 0:
+                ratios[c].append(busy[c] / alone[c])
+                ratios[f"{c}_mem"].append(_per_busy_core(busy_mem[c] / alone[c], mem.utilisation()))
+    return {k: Stat.of(v or [1.0]) for k, v in ratios.items()}

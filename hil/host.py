@@ -45,7 +45,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 3
+STORE_VERSION = 4
 
 
 # ================================================ identity ===========================================================
@@ -168,7 +168,71 @@ def build_profile(m: Measurements, ident: HostIdentity, ghz: float, ghz_how: str
     prof = SocProfile(name="host", soc=ident.cpu_model,
                       source=f"measured on this host by hil.calibrate ({'quick' if m.settings.quick else 'full'}; "
                              f"compute kernels: {m.kernels}); per-field sources in device.json", **f.values)
+    prof = fit_read_overlaps(prof, f, m)
     return prof, f.sources, f.spread
+
+
+def _simulated_read_s(prof: SocProfile, size: int, blob: int, request: int, readers: int) -> float:
+    """Simulated wall time of the calibration's cold read: `readers` loader threads reading `size` bytes in
+    `blob`-byte fresh buffers, `request`-byte requests (sim.executor, the profile's read model)."""
+    from planner.cost.analytic import AnalyticCostModel
+    from planner.plan import Plan, PlanBuilder
+    from sim.executor import simulate
+
+    b = PlanBuilder()
+    for k, off in enumerate(range(0, size, blob)):
+        n = min(blob, size - off)
+        b.add(f"read{k}", "load", read_bytes=n, request_bytes=request, mem_alloc=n)
+    plan = Plan("read", "scratch", prof.name, 1, 0, b.tasks, loader_threads=readers)
+    return simulate(plan, prof, AnalyticCostModel(prof)).end_s
+
+
+def _bisect(fn: Callable[[float], float], target: float, lo: float, hi: float, falling: bool) -> float:
+    """x in [lo, hi] with fn(x) = target, fn monotone (falling or rising in x); clipped to the ends."""
+    for _ in range(30):
+        mid = (lo + hi) / 2
+        if (fn(mid) < target) == falling:
+            hi = mid
+        else:
+            lo = mid
+    return (lo + hi) / 2
+
+
+def fit_read_overlaps(prof: SocProfile, f: ProfileFields, m: Measurements) -> SocProfile:
+    """`read_cpu_overlap` (one reader) and `read_cpu_overlap_multi` (two at once) as the simulator needs them: the
+    share at which its read model (sim.executor: device shared by the readers, CPU side on the cores, the part that
+    does not overlap after) reproduces the measured wall time of the calibration's cold reads into fresh buffers.
+    The closed form max(T, C) + (1 - eta) min(T, C) with measured T, C (put_memory_touch, kept in the sources)
+    assumes the device stays busy while a reader copies; with two readers it does not in the simulator (one
+    reader's exposed part gives the other the whole device), so the closed form would make two readers ~25 % too
+    fast. Bisection on eta in [0, 1]. Measured here (2026-12-01): two fresh readers of one file together reach
+    1.7-1.9 GB/s, where the device gives 2.5-2.8 with reused buffers and one fresh reader 1.6 — slower than the
+    simulator's no-overlap bound (eta = 0, ~2.2 GB/s); that rest is not modelled (docs/hil.md "Loads")."""
+    cr, s = m.cold_read, m.settings
+    size, blob, req = s.scratch_bytes, s.overlap_blob_bytes, int(m.bulk_request_bytes)
+    targets = [("read_cpu_overlap", 1, cr.fresh_wall.median * size)]
+    if cr.fresh_wall_2 is not None:
+        targets.append(("read_cpu_overlap_multi", 2, cr.fresh_wall_2.median * size))
+    for key, readers, target in targets:
+        closed = float(f.values.get(key, prof.read_overlap(readers)))
+
+        def t(eta: float) -> float:
+            return _simulated_read_s(dataclasses.replace(prof, **{key: eta}), size, blob, req, readers)
+
+        how = (f"fitted: the share at which the simulator's read of the calibration file ({size >> 20} MiB, "
+               f"{readers} reader(s), {blob >> 20} MiB fresh buffers, {req >> 10} KiB requests) takes the measured "
+               f"{target * 1e3:.1f} ms (hil.host.fit_read_overlaps; clipped to [0, 1]: at 0 it takes "
+               f"{t(0.0) * 1e3:.1f} ms, at 1 {t(1.0) * 1e3:.1f}); closed form {closed:.3f}. ")
+        if t(1.0) >= target:
+            eta = 1.0
+        elif t(0.0) <= target:
+            eta = 0.0
+        else:
+            eta = _bisect(t, target, 0.0, 1.0, falling=True)
+        f.sources[key] = how + f.sources.get(key, "")
+        f.values[key] = eta
+        prof = dataclasses.replace(prof, **{key: eta})
+    return prof
 
 
 def put_flash_reads(f: ProfileFields, m: Measurements) -> None:
@@ -187,6 +251,11 @@ def put_flash_reads(f: ProfileFields, m: Measurements) -> None:
     f.put("flash_bulk_request_bytes", int(m.bulk_request_bytes), "measured: smallest request size within 5 % of the "
           "best cold read rate while other threads occupy every core (each request waits flash_request_busy_s for a "
           "time slice: the loaders run beside the unpack and compute threads)")
+    if m.pread_readahead is not None:
+        f.put("read_ahead_bytes", int(m.pread_readahead.median) // 4096 * 4096,
+              f"measured: bytes resident right after the end of a sequential pread stream of "
+              f"{m.bulk_request_bytes >> 10} KiB chunks with 5 ms pauses (mincore; hil.calibrate.pread_readahead)",
+              m.pread_readahead.spread)
     f.put("mmap_readahead_bytes", int(round(m.readahead.median / 4096) * 4096) or 4096,
           "measured: bytes made resident by one mmap page fault on an evicted file (mincore)", m.readahead.spread)
 
@@ -249,6 +318,14 @@ def put_memory_touch(f: ProfileFields, m: Measurements) -> None:
           f" MiB buffers took {F * 1e9:.3f} ns/B of wall time, into a reused buffer {T * 1e9:.3f} ns/B (transfer), "
           f"its thread CPU time {C * 1e9:.3f} ns/B: overlap = 1 - (fresh - max) / min, clipped to [0, 1]",
           max(cr.fresh_wall.spread, cr.reused_wall.spread))
+    if cr.fresh_wall_2 is not None and cr.reused_wall_2 is not None and cr.fresh_cpu_2 is not None:
+        # per reader: each moves half the bytes, so its wall / transfer time per own byte is twice the aggregate's
+        T2, C2, F2 = 2 * cr.reused_wall_2.median, cr.fresh_cpu_2.median, 2 * cr.fresh_wall_2.median
+        eta2 = float(np.clip(1.0 - (F2 - max(T2, C2)) / min(T2, C2), 0.0, 1.0))
+        f.put("read_cpu_overlap_multi", eta2, "measured: the same with 2 readers at once, each reading half the file: "
+              f"per reader {F2 * 1e9:.3f} ns/B of wall time into fresh buffers, {T2 * 1e9:.3f} into reused ones "
+              f"(transfer, the device shared), CPU {C2 * 1e9:.3f} ns/B; overlap by the same formula",
+              max(cr.fresh_wall_2.spread, cr.reused_wall_2.spread))
 
 
 def put_cores(f: ProfileFields, ident: HostIdentity, ghz: float, ghz_how: str) -> None:
@@ -319,10 +396,13 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
     f.put("interpreter_lock", True, "by construction: the runner's workers are Python threads; their per-task code "
           "(worker loop, op path, buffer set-up: cpu_op_overhead_s, load_tensor_s, unpack_tensor_s) holds the GIL, "
           "the kernels and reads release it")
-    for cls, st in m.corun.items():
-        f.put(f"corun_{cls}", max(1.0, st.median), "measured: thread CPU time of this class of work "
-              "(hil.calibrate_corun) with one CPU-bound thread on the other core (a Python loop of native GEMM calls) "
-              f"/ alone, median of alternating pairs ({st.median:.3f}; below 1 = noise, taken as 1)", st.spread)
+    for key, st in m.corun.items():
+        beside = ("one thread on the other core faulting in fresh memory (hil.calibrate_corun.MemoryWork), per busy "
+                  "core (excess / its CPU utilisation)" if key.endswith("_mem") else
+                  "one CPU-bound thread on the other core (a Python loop of native GEMM calls)")
+        f.put(f"corun_{key}", max(1.0, st.median), "measured: thread CPU time of this class of work "
+              f"(hil.calibrate_corun) with {beside} / alone, median of alternating runs ({st.median:.3f}; below 1 = "
+              "noise, taken as 1)", st.spread)
     f.put("load_tensor_s", r.load_tensor.median, "measured: the same run's loads (one tensor each, page-cache hits): "
           "median start-to-start cycle minus the tensor's bytes at the fresh-buffer read CPU rate: buffer mapping, "
           "read syscall, arrival bookkeeping, worker loop", r.load_tensor.spread)
@@ -427,10 +507,11 @@ def measurements_json(m) -> dict:
                 corun={k: stat(v) for k, v in m.corun.items()}, dispatch_busy_s=stat(m.dispatch_busy),
                 first_touch_s_per_byte=stat(m.first_touch),
                 first_touch_large_s_per_byte=stat(m.first_touch_large),
-                cold_read_s_per_byte={k: stat(v) for k, v in vars(m.cold_read).items()},
+                cold_read_s_per_byte={k: stat(v) for k, v in vars(m.cold_read).items() if v is not None},
                 read_busy={k: stat(v) for k, v in vars(m.read_busy).items()}, random_read_s=stat(m.random_read),
                 random_read_busy_s=stat(m.random_read_busy), wall_s=m.wall_s,
-                loadavg=m.loadavg)
+                loadavg=m.loadavg, host_probe=m.host_probe,
+                pread_readahead_bytes=stat(m.pread_readahead) if m.pread_readahead is not None else None)
 
 
 # ================================================ store ==============================================================

@@ -29,15 +29,15 @@ def evict(path: str | Path) -> None:
         os.close(fd)
 
 
-def resident_fraction(path: str | Path) -> float:
-    """Fraction (0..1) of `path`'s pages in the page cache, from mincore(2); 0.0 for an empty file."""
+def resident_pages(path: str | Path):
+    """Per page of `path`: 1 if it is in the page cache (mincore(2)), as a uint8 array (empty for an empty file)."""
     import numpy as np
 
     size = os.path.getsize(path)
-    if size == 0:
-        return 0.0
     n = (size + PAGE - 1) // PAGE
     vec = np.zeros(n, dtype=np.uint8)
+    if size == 0:
+        return vec
     with open(path, "rb") as f, mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as m:
         view = np.frombuffer(m, dtype=np.uint8)          # no copy, no page touched: only the address is used
         rc = _libc.mincore(ctypes.c_void_p(view.ctypes.data), ctypes.c_size_t(size), vec.ctypes.data)
@@ -45,4 +45,10 @@ def resident_fraction(path: str | Path) -> float:
         if rc != 0:
             err = ctypes.get_errno()
             raise OSError(err, f"mincore({path}): {os.strerror(err)}")
-    return float((vec & 1).sum()) / n
+    return vec & 1
+
+
+def resident_fraction(path: str | Path) -> float:
+    """Fraction (0..1) of `path`'s pages in the page cache, from mincore(2); 0.0 for an empty file."""
+    vec = resident_pages(path)
+    return float(vec.sum()) / vec.size if vec.size else 0.0

@@ -21,6 +21,10 @@ import numpy as np
 # classes of work with a co-run slowdown (SocProfile.corun_<class>): INT8 GEMM; float32 elementwise ops and attention;
 # unpack kernels; first touch and copies into fresh memory; the CPU side of reads; the runtime's own per-task code
 CORUN_CLASSES = ("gemm", "elementwise", "unpack", "touch", "read", "runtime")
+# the classes whose work stresses the memory system (page-cache pages, page faults, copies into fresh memory): beside a
+# thread doing them, a job is slowed by SocProfile.corun_<class>_mem instead of corun_<class>
+MEMORY_CLASSES = ("touch", "read")
+SENTINEL_FIELDS = ("read_cpu_overlap_multi",)      # -1 = "same as the single-reader field", range checked below
 
 @dataclass
 class SocProfile:
@@ -48,6 +52,10 @@ class SocProfile:
     #                                           its CPU side (copy + first touch) that runs concurrently with the other
     #                                           (kernel readahead keeps the device busy while the thread copies);
     #                                           0 = one after the other
+    read_cpu_overlap_multi: float = -1.0      # 1, the same while another sequential reader reads at the same time
+    #                                           (measured lower on the host); -1 = read_cpu_overlap
+    read_ahead_bytes: int = 0                 # B the kernel reads ahead of a sequential pread stream into the page
+    #                                           cache while the device has nothing else to do (0 = not modelled)
     dram_gbps: float = 0.0                    # GB/s, shared DRAM bandwidth of all cores together; 0 = not modelled
     mem_fault_gbps: float = 0.0               # GB/s per thread of first touch of newly allocated memory (page faults
     #                                           + zeroing, charged on load / unpack tasks' mem_alloc; 0 = not modelled),
@@ -76,6 +84,12 @@ class SocProfile:
     corun_touch: float = 1.0                  #   reads; the runtime's own per-task code), relative to alone
     corun_read: float = 1.0                   #   (measured on the host, hil.calibrate_corun; 1 = not modelled)
     corun_runtime: float = 1.0
+    corun_gemm_mem: float = 1.0               # x, the same while the other cores run memory-system work (cold reads
+    corun_elementwise_mem: float = 1.0        #   into fresh buffers, first touch: MEMORY_CLASSES) instead of
+    corun_unpack_mem: float = 1.0             #   compute, per busy core (measured on the host, hil.calibrate_corun;
+    corun_touch_mem: float = 1.0              #   1 = not modelled)
+    corun_read_mem: float = 1.0
+    corun_runtime_mem: float = 1.0
     interpreter_lock: bool = False            # the runtime's per-task code (cpu_op_overhead_s, npu_dispatch_s,
     #                                           load_tensor_s, unpack_tensor_s) holds one process-wide lock: a Python
     #                                           runtime's GIL (the host runner); False for native runtimes
@@ -116,7 +130,7 @@ class SocProfile:
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0:
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and v < 0 and f.name not in SENTINEL_FIELDS:
                 raise ValueError(f"device.{f.name} must be >= 0 (got {v})")
         for key in ("flash_peak_gbps", "flash_reader_gbps", "flash_bulk_request_bytes", "mmap_readahead_bytes",
                     "mem_capacity_bytes", "cpu_copy_gbps", "cpu_big_cores", "cpu_big_ghz", "cpu_simd_ipc",
@@ -126,11 +140,15 @@ class SocProfile:
             if getattr(self, key) <= 0:
                 raise ValueError(f"device.{key} must be > 0 (got {getattr(self, key)})")
         for c in CORUN_CLASSES:
-            if getattr(self, f"corun_{c}") < 1:
-                raise ValueError(f"device.corun_{c} must be >= 1 (x CPU time beside busy cores; got "
-                                 f"{getattr(self, f'corun_{c}')})")
+            for key in (f"corun_{c}", f"corun_{c}_mem"):
+                if getattr(self, key) < 1:
+                    raise ValueError(f"device.{key} must be >= 1 (x CPU time beside busy cores; got "
+                                     f"{getattr(self, key)})")
         if not 0 <= self.read_cpu_overlap <= 1:
             raise ValueError(f"device.read_cpu_overlap must be in [0, 1] (got {self.read_cpu_overlap})")
+        if not (0 <= self.read_cpu_overlap_multi <= 1 or self.read_cpu_overlap_multi == -1):
+            raise ValueError(f"device.read_cpu_overlap_multi must be in [0, 1], or -1 for read_cpu_overlap (got "
+                             f"{self.read_cpu_overlap_multi})")
         if not 0 < self.cpu_parallel_eff <= 1:
             raise ValueError(f"device.cpu_parallel_eff must be in (0, 1] (got {self.cpu_parallel_eff})")
         if self.flash_reader_gbps > self.flash_peak_gbps:
@@ -173,6 +191,18 @@ class SocProfile:
         """Effective GHz of a parallel op on `threads` threads: core clocks summed, extra threads at parallel_eff."""
         sel = self.core_ghz(threads, first_core)
         return sel[0] + self.cpu_parallel_eff * sum(sel[1:]) if sel else 0.0
+
+    def read_overlap(self, readers: int) -> float:
+        """Share of a sequential read's CPU side hidden under its transfer with `readers` reading at once."""
+        if readers > 1 and self.read_cpu_overlap_multi >= 0:
+            return self.read_cpu_overlap_multi
+        return self.read_cpu_overlap
+
+    def corun(self, cls: str) -> tuple[float, float]:
+        """(x CPU time beside compute, x CPU time beside memory-system work) of a class of work ((1, 1): none)."""
+        if cls not in CORUN_CLASSES:
+            return 1.0, 1.0
+        return getattr(self, f"corun_{cls}"), getattr(self, f"corun_{cls}_mem")
 
     def reader_rate(self, request_bytes: int, random: bool = False, busy: bool = False,
                     cores_busy: bool = False) -> float:

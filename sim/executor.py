@@ -37,7 +37,7 @@ import bisect
 import simpy
 
 from planner.cost.base import CostModel
-from planner.device import CORUN_CLASSES, SocProfile
+from planner.device import MEMORY_CLASSES, SocProfile
 from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan
 from planner.timeline import Span, Timeline
@@ -60,8 +60,8 @@ class PlanExecutor:
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
         # a Python runtime's interpreter lock: its per-task code runs one thread at a time (dev.interpreter_lock)
         self.gil = SharedRate(self.env, 1.0) if dev.interpreter_lock else None
-        # x CPU time per class of work while other threads use the other cores (SocProfile.corun_*, measured)
-        self.slow = {c: getattr(dev, f"corun_{c}") for c in CORUN_CLASSES}
+        # x CPU time per class of work while other threads use the other cores: beside compute, beside memory-system
+        # work (SocProfile.corun_*, measured)
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -74,6 +74,9 @@ class PlanExecutor:
         self.staged = {r.name for t in plan.tasks if t.resource == "unpack" for r in t.tensors}
         self.pool: list[int] = []             # B, sizes of free staging buffers, sorted
         self.mem_samples: list[tuple[float, int]] = [(0.0, 0)]
+        self.reading = 0                      # sequential loads in their device transfer now
+        self.ra_base = -1                     # B, end of the file range the finished sequential loads have read
+        self.ra_t = 0.0                       # s, when the last of them finished its transfer
 
     # ---- dispatch (rules in planner.pipeline.dispatch, shared with the HIL runner) --------------------------------
     def _wake(self, resources: list[str]) -> None:
@@ -87,6 +90,26 @@ class PlanExecutor:
             self.peak_mem = max(self.peak_mem, self.mem)
             self.mem_samples.append((self.env.now, self.mem))
 
+    def _read_done(self, t_end: list[float], hi: int) -> None:
+        self.reading -= 1
+        t_end[0] = self.ra_t = self.env.now
+        if hi > 0:
+            self.ra_base = max(self.ra_base, hi)
+
+    def _read_ahead(self, t, nread: int) -> tuple[int, int]:
+        """(bytes of a sequential load already in the page cache, the end of its file range). The kernel's readahead
+        (`read_ahead_bytes`): while the device had nothing else to do since the stream's last transfer ended, it read
+        on past the end of what the loads had read, up to the window. Only for loads bound to file ranges (the
+        runner's file); ranges are disjoint, so two loads starting together share the read-ahead part by range."""
+        if self.dev.read_ahead_bytes <= 0 or t.random_reads or not t.tensors or any(r.nbytes <= 0 for r in t.tensors):
+            return 0, 0
+        lo = min(r.offset for r in t.tensors)
+        hi = max(r.offset + r.nbytes for r in t.tensors)
+        if self.ra_base < 0 or lo < self.ra_base:
+            return 0, hi
+        frontier = self.ra_base + min(self.dev.read_ahead_bytes, int(self.flash.idle_since(self.ra_t)))
+        return min(nread, max(0, min(hi, frontier) - lo)), hi
+
     def _after(self, wake: list[str], joins: list[int]) -> None:
         for j in joins:
             self._mem(-self.plan.tasks[j].mem_free)
@@ -99,7 +122,7 @@ class PlanExecutor:
         """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
         rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
         exceed `dram_gbps`)."""
-        evs = [self.cores.run(seconds, threads, owner, self.slow.get(cls, 1.0)) if on_core
+        evs = [self.cores.run(seconds, threads, owner, self.dev.corun(cls), cls in MEMORY_CLASSES) if on_core
                else self.env.timeout(seconds)]
         if self.dram is not None and dram_bytes > 0:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
@@ -192,17 +215,23 @@ class PlanExecutor:
                 if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
                     cpu_s += setup
                     yield env.all_of(self._runtime(setup, owner=me))
-                transfer = self.flash.read(nread, t.request_bytes, t.random_reads, owner=me)
+                ahead, hi = self._read_ahead(t, nread)     # already in the page cache: copied, not transferred
+                transfer = self.flash.read(nread - ahead, t.request_bytes, t.random_reads, owner=me)
+                t_start, t_end = env.now, [env.now]
+                if not t.random_reads:
+                    self.reading += 1                 # sequential readers in their transfer right now
+                    transfer.callbacks.append(lambda _e, hi=hi: self._read_done(t_end, hi))
                 if self.dev.read_irq_gbps > 0 and nread > 0:
                     # the read's interrupt and block-completion work takes core time meanwhile (charged to whichever
                     # thread runs; nobody waits for it)
                     self.cores.run(nread / (self.dev.read_irq_gbps * 1e9), 1, me)
-                eta = 0.0 if t.random_reads else self.dev.read_cpu_overlap
+                # the overlap measured with as many readers as are streaming now (one, or several at once)
+                eta = 0.0 if t.random_reads else self.dev.read_overlap(self.reading)
                 if read_cpu > 0 and eta > 0:
-                    # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap
-                    t_alone = nread / self.dev.reader_rate(max(1, min(t.request_bytes, nread))) if nread else 0.0
+                    # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap; T = this read's
+                    # transfer as it went (the device shared with the other readers, as in the calibration)
                     yield env.all_of([transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read")])
-                    exposed = (1.0 - eta) * min(t_alone, read_cpu)
+                    exposed = (1.0 - eta) * min(t_end[0] - t_start, read_cpu)
                     if exposed > 0:
                         yield env.timeout(exposed)
                 else:

@@ -15,7 +15,8 @@ _DONE = 1e-9    # relative residue below which a job is complete (float rounding
 
 
 class _Job:
-    __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner", "slow")
+    __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner", "slow", "slow_mem",
+                 "memory")
 
     def __init__(self, left: float, cap: float, weight: float, event: simpy.Event, owner: object = None) -> None:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
@@ -23,7 +24,9 @@ class _Job:
         self.eps = max(left * _DONE, 1e-12)
         self.random = False                                       # flash: a scattered read (sim.flash)
         self.request = 0                                          # flash: request size, B
-        self.slow = 1.0                                           # cores: x CPU time while other cores are in use
+        self.slow = 1.0                                           # cores: x CPU time while other cores compute
+        self.slow_mem = 1.0                                       # cores: ... while they run memory-system work
+        self.memory = False                                       # cores: this job is memory-system work
 
 
 class SharedRate:
@@ -40,10 +43,10 @@ class SharedRate:
         self.samples: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, total rate in use) at every change
         self.listeners: list = []                                 # called (no args) after every change of the set
 
-    def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None, slow: float = 1.0
-            ) -> simpy.Event:
-        """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s (`slow`: a
-        job attribute only `Cores` uses, see there)."""
+    def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None,
+            slow: tuple[float, float] = (1.0, 1.0), memory: bool = False) -> simpy.Event:
+        """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s (`slow`,
+        `memory`: job attributes only `Cores` uses, see there)."""
         ev = self.env.event()
         if amount <= 0:
             ev.succeed()
@@ -52,7 +55,8 @@ class SharedRate:
             raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
         self._advance()
         job = _Job(float(amount), float(cap), float(weight), ev, owner)
-        job.slow = float(slow)
+        job.slow, job.slow_mem = float(slow[0]), float(slow[1])
+        job.memory = bool(memory)
         self.active.append(job)
         self._reschedule()
         self._notify()
@@ -109,6 +113,18 @@ class SharedRate:
         self._advance()
         self._reschedule()
 
+    def idle_since(self, t0: float) -> float:
+        """Units of capacity left unused from time `t0` to now (the integral of capacity - rate in use)."""
+        end, idle = self.env.now, 0.0
+        for ta, used in reversed(self.samples):            # newest first: each sample holds until the next one
+            a = max(ta, t0)
+            if end > a:
+                idle += (self.capacity - used) * (end - a)
+            if ta <= t0:
+                break
+            end = ta
+        return max(0.0, idle)
+
     def full_without(self, owner: object = None) -> bool:
         """The active jobs not belonging to `owner` (all of them for None) use the whole capacity by weight: for
         `Cores`, other threads occupy every core."""
@@ -122,21 +138,31 @@ class Cores(SharedRate):
     A job is an op on `threads` threads that needs `seconds` when it has its threads' cores to itself (the cost
     model's time); its work is `seconds * threads` core-seconds, its cap `threads` cores, its weight `threads`.
     With more runnable threads than cores, every job slows down by cores / runnable threads.
+
+    Co-running (docs/hil.md "Co-running cores"): a job's work also takes more CPU time while other threads run on the
+    other cores — shared caches, memory bandwidth, the kernel's page and page-cache locks — by a factor measured per
+    class of work and per kind of co-runner: `slow` = (x beside compute, x beside memory-system work). Each other
+    job adds its factor's excess in proportion to the cores it occupies: rate / (1 + sum_o (f(o) - 1) r_o / free),
+    free = the cores this job does not use.
     """
 
-    def run(self, seconds: float, threads: int = 1, owner: object = None, slow: float = 1.0) -> simpy.Event:
-        """`slow` (>= 1): the job's work takes that many times its CPU time while the other cores are in use by other
-        threads (measured per class of work on the host: `SocProfile.corun_*`); in proportion to how many are."""
-        if slow < 1.0:
-            raise ValueError(f"cores job: slow must be >= 1 (got {slow})")
-        return self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner, slow=slow)
+    def run(self, seconds: float, threads: int = 1, owner: object = None, slow: tuple[float, float] = (1.0, 1.0),
+            memory: bool = False) -> simpy.Event:
+        """`slow` (each >= 1): the job's work takes that many times its CPU time while the other cores are in use by
+        other threads' compute / memory-system work (measured per class of work on the host: `SocProfile.corun_*`);
+        `memory`: this job is memory-system work (what others' `slow[1]` applies to)."""
+        if min(slow) < 1.0:
+            raise ValueError(f"cores job: slow factors must be >= 1 (got {slow})")
+        return self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner, slow=slow,
+                        memory=memory)
 
     def _share(self) -> None:
         super()._share()
-        if self.capacity <= 1 or all(j.slow == 1.0 for j in self.active):
+        if self.capacity <= 1 or all(j.slow == 1.0 and j.slow_mem == 1.0 for j in self.active):
             return
-        used = min(self.capacity, sum(j.weight for j in self.active))
-        for j in self.active:
-            if j.slow > 1.0 and self.capacity > j.rate:
-                others = max(0.0, used - j.rate) / (self.capacity - j.rate)   # share of the other cores in use
-                j.rate /= 1.0 + (j.slow - 1.0) * min(1.0, others)
+        base = [(j, j.rate) for j in self.active]     # shares before the co-run slowdown
+        for j, rj in base:
+            free = self.capacity - rj
+            if (j.slow > 1.0 or j.slow_mem > 1.0) and free > 0:
+                excess = sum(((j.slow_mem if o.memory else j.slow) - 1.0) * ro for o, ro in base if o is not j)
+                j.rate = rj / (1.0 + excess / free)

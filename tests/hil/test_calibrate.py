@@ -14,7 +14,7 @@ import pytest
 from hil import calibrate as cal
 from hil import host
 from planner.cost import AnalyticCostModel, TableCostModel, make_cost_model
-from planner.device import SocProfile
+from planner.device import CORUN_CLASSES, SocProfile
 from planner.plan import OpWork
 from tests.conftest import REPO
 
@@ -55,13 +55,23 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     # the runner's per-op cost and its wake-ups, the read overlap and the first-touch curve are measured
     assert 0 < prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
     assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
+    assert 0 <= prof.read_cpu_overlap_multi <= 1                 # measured with two readers (not the -1 default)
     assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0 and prof.interpreter_lock
-    corun = ("corun_gemm", "corun_elementwise", "corun_unpack", "corun_touch", "corun_read", "corun_runtime")
+    corun = tuple(f"corun_{c}{kind}" for c in CORUN_CLASSES for kind in ("", "_mem"))   # beside compute / memory work
     assert all(getattr(prof, k) >= 1.0 for k in corun)          # busy / alone ratios (noise below 1 taken as 1)
     raw = json.loads((d / "measurements.json").read_text())
     assert set(raw["corun"]) == {k.removeprefix("corun_") for k in corun}
     assert all(v["median"] > 0 and v["n"] >= 3 for v in raw["corun"].values())
-    for key in ("thread_wake_s", "read_cpu_overlap", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s",
+    for key in ("read_cpu_overlap", "read_cpu_overlap_multi"):    # the simulator's read model fitted to measured reads
+        assert doc["sources"][key].startswith("fitted") and "measured" in doc["sources"][key], key
+    st = raw["settings"]
+    for readers, wall in ((1, "fresh_wall"), (2, "fresh_wall_2")):
+        meas = raw["cold_read_s_per_byte"][wall]["median"] * st["scratch_bytes"]
+        sim = host._simulated_read_s(prof, st["scratch_bytes"], st["overlap_blob_bytes"], raw["bulk_request_bytes"],
+                                     readers)
+        eta = prof.read_overlap(readers)
+        assert sim == pytest.approx(meas, rel=1e-3) or eta in (0.0, 1.0), (readers, sim, meas, eta)
+    for key in ("thread_wake_s", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s",
                 "unpack_tensor_s", *corun):
         assert doc["sources"][key].startswith("measured"), key
     el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool

@@ -92,6 +92,38 @@ def test_read_overlap_between_serial_and_concurrent():
     assert t[1.0] == pytest.approx(1.0, rel=1e-6)
 
 
+def test_two_readers_at_once_overlap_by_their_own_measured_share():
+    """read_cpu_overlap_multi applies while another sequential reader streams; T is the transfer as it went (the
+    device shared): two 1 GB loads on a 1 GB/s device take 2 s of transfer each, C = 0.5 s."""
+    dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0, read_cpu_gbps=2.0,
+                 read_cpu_overlap=1.0)
+    assert simulate(_load_plan(2), dev, FakeCost()).end_s == pytest.approx(2.0, rel=1e-6)      # -1: same share
+    multi = dataclasses.replace(dev, read_cpu_overlap_multi=0.0)
+    assert simulate(_load_plan(2), multi, FakeCost()).end_s == pytest.approx(2.5, rel=1e-6)    # T + C
+    assert simulate(_load_plan(1), multi, FakeCost()).end_s == pytest.approx(1.0, rel=1e-6)    # alone: 1.0
+    with pytest.raises(ValueError, match="read_cpu_overlap_multi"):
+        dataclasses.replace(dev, read_cpu_overlap_multi=-0.5)
+
+
+def test_readahead_fills_the_page_cache_while_the_device_is_idle():
+    """read_ahead_bytes: after a sequential load, the kernel reads on past its end while the device has nothing else
+    to do (measured on the host); a later load of the following bytes transfers only the rest. Two 10 MB loads on a
+    1 GB/s device, the second after a 1 s compute gap: 10 ms + 1 s + 2 ms with an 8 MB window."""
+    def plan(gap: bool) -> Plan:
+        b = PlanBuilder()
+        mb = 10**6
+        b.add("a", "load", read_bytes=10 * mb, request_bytes=1 << 20, tensors=[TensorRef("a", 0, 10 * mb)])
+        deps = [b.add("c", "cpu", deps=[0], works=[OpWork("elementwise", n=1.0)])] if gap else [0]  # type: ignore
+        b.add("b", "load", deps=deps, read_bytes=10 * mb, request_bytes=1 << 20,
+              tensors=[TensorRef("b", 10 * mb, 10 * mb)])
+        return Plan("t", "m", "d", 1, 0, b.tasks)
+    dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0)
+    ra = dataclasses.replace(dev, read_ahead_bytes=8 * 10**6)
+    assert simulate(plan(True), dev, FakeCost()).end_s == pytest.approx(1.02)
+    assert simulate(plan(True), ra, FakeCost()).end_s == pytest.approx(1.012)
+    assert simulate(plan(False), ra, FakeCost()).end_s == pytest.approx(0.02)     # no idle time: nothing ahead
+
+
 def test_page_faults_of_threads_run_in_parallel_on_their_cores():
     """Two threads first-touching 1 GB each fault in parallel (measured on the host: each spends the CPU per byte of
     one alone), so they take as long as one when each has a core and twice as long on one core."""
@@ -251,9 +283,35 @@ def test_corun_slowdown_applies_only_while_other_threads_use_the_other_cores():
     assert simulate(mixed, device(2, **slow), FakeCost()).end_s == pytest.approx(1.25)
 
 
+def test_corun_slowdown_depends_on_what_the_other_cores_run():
+    """A job beside memory-system work (cold reads into fresh buffers, first touch: SocProfile.corun_*_mem) is slowed
+    by that factor, beside compute by the other one; each co-runner counts by the cores it occupies."""
+    def finish(n_cores: int, others: list[bool]) -> float:
+        env = simpy.Environment()
+        cores = Cores(env, n_cores)
+        done = {}
+
+        def job(name: str, ev: simpy.Event):
+            yield ev
+            done[name] = env.now
+        env.process(job("a", cores.run(1.0, slow=(1.5, 2.0))))
+        for i, mem in enumerate(others):
+            env.process(job(f"o{i}", cores.run(1.0, memory=mem)))
+        env.run()
+        return done["a"]
+    # beside a 1 s compute job: rate 1/1.5 for 1 s (2/3 done), then alone
+    assert finish(2, [False]) == pytest.approx(1.0 + 1.0 / 3.0)
+    # beside a 1 s memory job: rate 1/2 for 1 s, then alone
+    assert finish(2, [True]) == pytest.approx(1.5)
+    # 3 cores, one of each on the two others: rate 1 / (1 + (0.5 + 1.0) / 2) for 1 s, then alone
+    assert finish(3, [False, True]) == pytest.approx(1.0 + (1.0 - 1.0 / 1.75))
+
+
 def test_cores_reject_a_speed_up_factor():
     with pytest.raises(ValueError, match="slow"):
-        Cores(simpy.Environment(), 2).run(1.0, slow=0.5)
+        Cores(simpy.Environment(), 2).run(1.0, slow=(0.5, 1.0))
+    with pytest.raises(ValueError, match="corun_read_mem"):
+        dataclasses.replace(xiaomi(), corun_read_mem=0.9)
 
 
 def test_a_woken_worker_spends_core_time_on_the_wake_up():

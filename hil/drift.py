@@ -1,0 +1,69 @@
+"""Has the host changed since its profile was measured? (docs/hil.md "Host drift")
+
+This host is a shared VM: the same kernel's time moves by 10-30 % within an hour (a 16 x 576 x 1536 INT8 GEMM
+measured 130 / 161 / 179 us seconds apart; the same cold-start plan's median TTFT 0.218 s and 0.252 s twenty
+minutes apart, 2026-12-01), so a prediction from a profile measured an hour ago can be off by that much for reasons
+no model of the plan can know. The calibration runs `probe()` last and stores the result in its measurements
+(`host_probe`); `experiments.validate` runs the same probe right before and right after its cold runs and reports,
+per probe, how far the host moved since the calibration (`host_drift_pct`, measured). Nothing here changes a
+prediction: it says how much of an error the host itself may account for.
+
+Probes (each the median of `reps` timings, thread CPU time so other processes' load does not enter): one INT8 GEMM
+at a SmolLM2 FFN shape (16 x 576 x 1536, 1 thread), one set of the float32 elementwise ops at 16 x 576, and first
+touch of 32 fresh 1 MiB mappings (`hil.runner_state.fresh_empty`, as the runner allocates its tensors).
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+
+import native
+from hil.calibrate import MIB, Kernels
+from hil.runner_state import fresh_empty
+
+PROBES = ("gemm_s", "elementwise_s", "first_touch_s_per_byte")
+
+
+def _cpu_median(fn, calls: int, reps: int) -> float:
+    fn()
+    vals = []
+    for _ in range(reps):
+        c0 = time.thread_time()
+        for _ in range(calls):
+            fn()
+        vals.append((time.thread_time() - c0) / calls)
+    return float(np.median(vals))
+
+
+def probe(reps: int = 7) -> dict[str, float]:
+    """Thread CPU seconds of each probe (module doc), median of `reps`."""
+    k = Kernels()
+    rng = np.random.default_rng(5)
+    gemm = k.gemm_call(16, 576, 1536, 1, rng)
+    ew = [c for c, _ in k.elementwise_calls(16, 576, rng).values()]
+    src = np.ones(MIB, dtype=np.uint8)
+
+    def elementwise() -> None:
+        for c in ew:
+            c()
+
+    def touch() -> float:
+        bufs = [fresh_empty(MIB) for _ in range(32)]
+        c0 = time.thread_time()
+        for b in bufs:
+            native.memcpy(b, src)
+        return (time.thread_time() - c0) / (32 * MIB)
+
+    return {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps),
+            "first_touch_s_per_byte": float(np.median([touch() for _ in range(reps)]))}
+
+
+def drift_pct(reference: dict[str, float], now: list[dict[str, float]]) -> dict[str, float]:
+    """Per probe: 100 x (median of the `now` probes / the reference - 1); probes missing from either are left out."""
+    out = {}
+    for key in PROBES:
+        vals = [n[key] for n in now if key in n]
+        if vals and reference.get(key, 0) > 0:
+            out[key] = 100.0 * (float(np.median(vals)) / reference[key] - 1.0)
+    return out
