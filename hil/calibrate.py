@@ -936,7 +936,7 @@ class Measurements:
     random_read_busy: Stat                # s per cold random 4 KiB read while a sequential stream runs
     wall_s: dict[str, float]              # s per measurement group
     loadavg: tuple[float, float, float]   # 1/5/15-min load average at the start (other work on the shared host)
-    host_probe: dict[str, float] = field(default_factory=dict)   # hil.drift.probe() at the end (s per probe)
+    host_probe: dict[str, float] = field(default_factory=dict)   # hil.drift.probe() at the start (s per probe)
     pread_readahead: Stat | None = None   # B resident ahead of a paused sequential pread stream
 
 
@@ -953,6 +953,11 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         log(f"calibrate: {name} {wall[name]:.1f} s")
         return r
 
+    from hil.drift import probe
+
+    # first, in a fresh process state, as experiments.validate probes before its runs (after the calibration's
+    # other steps the same GEMM probe measured 191 us where a fresh process measured 131)
+    host_probe = step("host_probe", lambda: probe())
     with scratch_file(scratch_dir, s.scratch_bytes) as path:
         reads = step("cold_read", lambda: measure_cold_reads(path, s))
         ra = step("mmap_readahead", lambda: mmap_readahead(path, s.reps))
@@ -984,9 +989,6 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         runner = step("runner", lambda: measure_runner_cost(tiny, s.runner_runs, s.reps, cold.fresh_cpu.median,
                                                             touch.median))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
-    from hil.drift import probe
-
-    host_probe = step("host_probe", lambda: probe())      # what experiments.validate compares the host against
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
                         load, host_probe, pread_ra)

@@ -3,7 +3,7 @@
 This host is a shared VM: the same kernel's time moves by 10-30 % within an hour (a 16 x 576 x 1536 INT8 GEMM
 measured 130 / 161 / 179 us seconds apart; the same cold-start plan's median TTFT 0.218 s and 0.252 s twenty
 minutes apart, 2026-12-01), so a prediction from a profile measured an hour ago can be off by that much for reasons
-no model of the plan can know. The calibration runs `probe()` last and stores the result in its measurements
+no model of the plan can know. The calibration runs `probe()` first and stores the result in its measurements
 (`host_probe`); `experiments.validate` runs the same probe right before and right after its cold runs and reports,
 per probe, how far the host moved since the calibration (`host_drift_pct`, measured). Nothing here changes a
 prediction: it says how much of an error the host itself may account for.
@@ -36,7 +36,7 @@ def _cpu_median(fn, calls: int, reps: int) -> float:
     return float(np.median(vals))
 
 
-def probe(reps: int = 7) -> dict[str, float]:
+def probe(reps: int = 9) -> dict[str, float]:
     """Thread CPU seconds of each probe (module doc), median of `reps`."""
     k = Kernels()
     rng = np.random.default_rng(5)
@@ -48,11 +48,15 @@ def probe(reps: int = 7) -> dict[str, float]:
         for c in ew:
             c()
 
+    keep: list[list[np.ndarray]] = []
+
     def touch() -> float:
+        """s per B; every repeat's buffers stay alive until the end (no repeat reuses pages another just freed)."""
         bufs = [fresh_empty(MIB) for _ in range(32)]
         c0 = time.thread_time()
         for b in bufs:
             native.memcpy(b, src)
+        keep.append(bufs)
         return (time.thread_time() - c0) / (32 * MIB)
 
     return {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps),

@@ -51,6 +51,20 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     ops = list(csv.DictReader((run / "ops.csv").open()))
     loads = [r for r in ops if r["op"].startswith("load:")]
     assert loads and all(float(r["predicted_cpu_s"]) > 0 and float(r["measured_cpu_s"]) > 0 for r in loads)
+    drift = {k for k in m if k.startswith("host_drift_")}        # the host now vs at calibration (hil.drift)
+    assert drift == {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_first_touch_pct"}
+    assert drift <= set(m["measured_keys"]) and "host since its calibration" in r.stdout
+
+
+def test_drift_is_the_change_of_the_median_probe_against_the_profile():
+    from hil.drift import PROBES, drift_pct, probe
+
+    now = probe(reps=3)
+    assert set(now) == set(PROBES) and all(v > 0 for v in now.values())
+    ref = {"gemm_s": 2.0, "elementwise_s": 1.0}                   # a probe the profile lacks is left out
+    got = drift_pct(ref, [{"gemm_s": 1.0, "elementwise_s": 1.5, "first_touch_s_per_byte": 1.0},
+                          {"gemm_s": 3.0, "elementwise_s": 0.5}])
+    assert got == pytest.approx({"gemm_s": 0.0, "elementwise_s": 0.0})
 
 
 def test_validate_rejects_a_phone_device_in_one_line(tmp_path):

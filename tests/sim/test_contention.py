@@ -314,6 +314,20 @@ def test_cores_reject_a_speed_up_factor():
         dataclasses.replace(xiaomi(), corun_read_mem=0.9)
 
 
+def test_a_thread_that_finds_the_interpreter_lock_held_pays_a_hand_off():
+    """interpreter_lock: two unpackers' per-tensor runtime code at the same instant: one runs, the other blocks and is
+    handed the lock (thread_wake_cpu_s of core time on top, and of lock time: it runs under the lock)."""
+    refs = [TensorRef(f"t{i}", 0, 0) for i in range(2)]
+    b = PlanBuilder()
+    b.add("u0", "unpack", works=[OpWork("unpack", n=0.0)], tensors=refs[:1])   # type: ignore[arg-type]
+    b.add("u1", "unpack", works=[OpWork("unpack", n=0.0)], tensors=refs[1:2])  # type: ignore[arg-type]
+    two = Plan("t", "m", "d", 1, 0, b.tasks, unpack_threads=2)
+    base = dict(unpack_tensor_s=0.1, interpreter_lock=True)
+    assert simulate(two, device(2, **base), FakeCost()).end_s == pytest.approx(0.2)          # one after the other
+    ex = PlanExecutor(two, device(2, thread_wake_cpu_s=0.05, **base), FakeCost())
+    assert ex.run().end_s == pytest.approx(0.25) and ex.gil_waits == 1
+
+
 def test_a_woken_worker_spends_core_time_on_the_wake_up():
     """thread_wake_cpu_s: CPU work of being woken (futex, re-taking locks; measured for the host runner), besides the
     hand-off latency thread_wake_s: it occupies a core, so it competes with the other threads."""
