@@ -15,8 +15,9 @@ unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu
 sequential reads overlapping the flash transfer by `read_cpu_overlap`, readahead keeps the device busy; after it
 otherwise), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a
 runtime's fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls,
-bookkeeping; with `interpreter_lock`, these and each op's dispatch cost also hold one process-wide lock, a Python
-runtime's GIL) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every
+bookkeeping; with `interpreter_lock`, these and each op's dispatch cost run under one process-wide mutex, a Python
+runtime's GIL, held until they have had their core time; finding it held, or returning from a kernel or a read into
+it held, costs a blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every
 op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
 allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread
 first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer faults it in
@@ -59,7 +60,7 @@ class PlanExecutor:
         self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
         # a Python runtime's interpreter lock: its per-task code runs one thread at a time (dev.interpreter_lock)
-        self.gil = SharedRate(self.env, 1.0) if dev.interpreter_lock else None
+        self.gil = simpy.Resource(self.env, capacity=1) if dev.interpreter_lock else None
         # x CPU time per class of work while other threads use the other cores: beside compute, beside memory-system
         # work (SocProfile.corun_*, measured)
         self.dispatch = Dispatcher(plan)
@@ -129,20 +130,36 @@ class PlanExecutor:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
 
-    def _runtime(self, seconds: float, owner: object = None) -> list[simpy.Event]:
+    def _runtime(self, seconds: float, owner: object = None, handoff: bool = False) -> list[simpy.Event]:
         """Events of the runtime's own per-task code (dispatch, buffer set-up, bookkeeping) on one thread: core time
-        and, with an interpreter lock, that lock's time too (one thread at a time runs it; others wait). A thread that
-        finds the lock held blocks and is woken when it is handed over: that costs it a wake-up's CPU
-        (`thread_wake_cpu_s`, measured for the same futex hand-off through a Condition). An EdgeFlow SmolLM2 run made
-        ~330-370 voluntary context switches on each compute worker and ~240 on the unpacker (which never idles),
-        against ~110-120 waits for work per worker in the simulator (2026-12-01)."""
-        if self.gil is not None and self.gil.active:
-            self.gil_waits += 1
-            seconds += self.dev.thread_wake_cpu_s
-        evs = self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime")
-        if self.gil is not None:
-            evs.append(self.gil.use(seconds, cap=1.0))
-        return evs
+        and, with an interpreter lock, under that lock (`_locked`)."""
+        if self.gil is None:
+            return self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime")
+        return [self.env.process(self._locked(seconds, owner, handoff))]
+
+    def _locked(self, seconds: float, owner: object, handoff: bool):
+        """A Python runtime's code under its interpreter lock: a mutex (FIFO), held until the code has had its core
+        time — a holder that waits for a core keeps the lock meanwhile, as a preempted thread keeps the GIL. A thread
+        that finds the lock held blocks and is handed it later: that costs it a wake-up's CPU (`thread_wake_cpu_s`,
+        measured for the same futex hand-off through a Condition). An EdgeFlow SmolLM2 run made ~330-370 voluntary
+        context switches on each compute worker and ~240 on the unpacker (which never idles), against ~110-120 waits
+        for work per worker in the simulator (2026-12-01)."""
+        held = self.gil.count > 0 or len(self.gil.queue) > 0
+        with self.gil.request() as lock:
+            yield lock
+            if held or handoff:
+                self.gil_waits += 1
+                seconds += self.dev.thread_wake_cpu_s
+            if seconds > 0:
+                yield self.env.all_of(self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
+
+    def _retake(self, owner: object):
+        """After a native call (a kernel, a read) a Python runtime's thread re-takes its interpreter lock: free, at no
+        cost; held by another thread, a blocking hand-off (`_locked`). Yields until done; returns the core seconds."""
+        if self.gil is None or (self.gil.count == 0 and not self.gil.queue) or self.dev.thread_wake_cpu_s <= 0:
+            return 0.0
+        yield self.env.process(self._locked(0.0, owner, handoff=True))
+        return self.dev.thread_wake_cpu_s
 
     def _touch_s(self, nbytes: int, allocations: int = 1) -> float:
         """Core seconds of first-touching `nbytes` of newly allocated memory in `allocations` equal buffers, alone
@@ -246,6 +263,8 @@ class PlanExecutor:
                     yield transfer
                     if read_cpu > 0:
                         yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
+                if nread > 0:                                           # the read returns: re-take the lock
+                    cpu_s += yield from self._retake(me)
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
                 copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
                 cpu_s += read_cpu + copy_s + t.duration_s
@@ -289,6 +308,8 @@ class PlanExecutor:
                         cpu_s += (dur - py) * threads if on_core else 0.0
                         yield env.all_of(self._occupy(dur - py, threads, cost.dram_bytes(w, unit), on_core=on_core,
                                                       owner=me, cls=KIND_CLASS.get(w.kind, "")))
+                        if on_core:                                 # the kernel returns: re-take the lock
+                            cpu_s += yield from self._retake(me)
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
             if resource == "unpack":
                 for r in t.tensors:
