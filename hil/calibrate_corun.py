@@ -16,9 +16,9 @@ excess divided by the co-runner's CPU utilisation over the window), is `SocProfi
 and `corun_<class>_mem` (beside memory work); the simulator (`sim.sharing.Cores`) slows a job of that class by them
 while other threads' compute or memory work occupies the other cores.
 
-Classes: `gemm` (INT8 GEMM, 16 x 576 x 1536, 1 thread, weights cycled from DRAM), `elementwise` (the float32 ops at
-16 x 576: activations, cache-resident in a run too), `unpack` (5-bit weightlet unpack into a touched output, both
-cycled from DRAM), `touch` (first touch: a copy into fresh 1 MiB mappings),
+Classes: `gemm` (INT8 GEMM, 16 x 576 x 1536, 1 thread, weights just copied into fresh pages), `elementwise` (the
+float32 ops at 16 x 576: activations, cache-resident in a run too), `unpack` (5-bit weightlet unpack of a freshly
+copied payload into a fresh, faulted-in output), `touch` (first touch: a copy into fresh 1 MiB mappings),
 `read` (a cold read into fresh buffers), `runtime` (the runner's own per-task code: the tiny-model sequential run's
 op, load and unpack cycles, hil.calibrate_runner).
 """
@@ -50,32 +50,53 @@ def _cpu(fn: Callable[[], object], n: int) -> float:
 def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) -> dict[str, tuple[Callable, int]]:
     k = Kernels()
     rng = np.random.default_rng(11)
-    # GEMM weights and unpack payloads / outputs cycled through `cold_set_bytes` of copies (DRAM-resident, as in a
-    # cold start and as the cost table times them): a working set that stays in the core's own cache hides what the
-    # other core does to the shared cache and memory (an L2-resident unpack probe measured x1.0 beside memory work;
-    # a SmolLM2 run's unpack kernels took 19-25 ms against 8.3 hot, 26 after a 64 MB write, 2026-12-01)
-    base = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
-    n_w = max(2, -(-s.cold_set_bytes // base.nbytes))
-    gemm = k.gemm_call(16, 576, 1536, 1, rng, weights=[base] + [base.copy() for _ in range(n_w - 1)])
-    ew = [c for c, _ in k.elementwise_calls(16, 576, rng).values()]
+    # GEMM weights and unpack payloads / outputs as in the runner: each call's inputs just copied into fresh pages (a
+    # loader's buffer), an unpack's output fresh and faulted in before the call; only the kernel is timed. Probes on
+    # one L2-resident working set, or on one cycled through 64 MiB of old buffers, measured the unpack x1.0-1.13
+    # beside other work, where the runner's own sequence (fresh payload copy, fresh output, kernel) measured x1.25-1.3
+    # beside a GEMM loop or a cold reader (its kernels 11.4 ms alone, 14-15 beside; 2026-12-01)
+    w0 = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
+    x = rng.integers(-127, 128, size=(16, 576), dtype=np.int8)
+    y = np.empty((16, 1536), dtype=np.int32)
     C, D = 1536, 576
     q = rng.integers(-15, 16, size=(C, D), dtype=np.int8)
     bits = np.full(C, 5, dtype=np.int8)
+    from native import compute as nc
     from quant.pack.formats import BY_CODE
     from quant.pack.layout import pack_bits3
 
     fmt = next(f for f in BY_CODE.values() if f.name == "weightlet")
     payload = np.frombuffer(fmt.pack(q, bits, 128, "probe"), dtype=np.uint8)
     bits3 = pack_bits3(bits)
-    n_u = max(2, -(-s.cold_set_bytes // (payload.nbytes + C * D)))
-    payloads = [payload.copy() for _ in range(n_u)]
-    outs = [np.ones((C, D), dtype=np.int8) for _ in range(n_u)]
-    turn = [0]
 
-    def unpack() -> None:
-        turn[0] = (turn[0] + 1) % n_u
-        fmt.unpack_native(payloads[turn[0]], bits3, C, D, 128, out=outs[turn[0]])
+    def fresh_copy(a: np.ndarray) -> np.ndarray:
+        b = fresh_empty(a.nbytes)
+        native.memcpy(b, a.reshape(-1).view(np.uint8))
+        return b.view(a.dtype).reshape(a.shape)
 
+    def gemm(k: int = 40) -> float:
+        """s per call: an INT8 GEMM on weights just copied into fresh pages."""
+        t = 0.0
+        for _ in range(k):
+            w = fresh_copy(w0)
+            c0 = time.thread_time()
+            nc.gemm_i8_i32(x, w, out=y)
+            t += time.thread_time() - c0
+        return t / k
+
+    def unpack(k: int = 40) -> float:
+        """s per call: a 5-bit unpack of a payload just copied into fresh pages into a fresh, faulted-in output."""
+        t = 0.0
+        for _ in range(k):
+            p = fresh_copy(payload)
+            out = fresh_empty(C * D).view(np.int8).reshape(C, D)
+            out.reshape(-1)[::4096] = 0
+            c0 = time.thread_time()
+            fmt.unpack_native(p, bits3, C, D, 128, out=out)
+            t += time.thread_time() - c0
+        return t / k
+
+    ew = [c for c, _ in k.elementwise_calls(16, 576, rng).values()]
     src = np.ones(MIB, dtype=np.uint8)
 
     def touch(k: int = 64) -> float:
@@ -95,8 +116,8 @@ def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) ->
         for c in ew:
             c()
 
-    return {"gemm": (gemm, 200), "elementwise": (elementwise, 300),
-            "unpack": (unpack, 200), "touch": (touch, 0),
+    return {"gemm": (gemm, 0), "elementwise": (elementwise, 300),
+            "unpack": (unpack, 0), "touch": (touch, 0),
             "read": (read, 0), "runtime": (runtime, 0)}
 
 
