@@ -12,13 +12,14 @@ Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
 unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for
-sequential reads overlapping the flash transfer by `read_cpu_overlap`, readahead keeps the device busy; after it
-otherwise), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a
+sequential reads overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`, readahead keeps
+the device busy; after it otherwise; bytes the kernel read ahead while the device was idle come from the page cache,
+`read_ahead_bytes`), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a
 runtime's fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls,
 bookkeeping; with `interpreter_lock`, these and each op's dispatch cost run under one process-wide mutex, a Python
 runtime's GIL, held until they have had their core time; finding it held, or returning from a kernel or a read into
-it held, costs a blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable threads than cores every
-op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
+it held, costs a blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared (`sim.sharing.Cores`):
+with more runnable threads than cores every op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
 allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread
 first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer faults it in
 inside the kernel's copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host, docs/hil.md).
