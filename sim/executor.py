@@ -10,24 +10,24 @@ wait when the next one is not ready yet; `position`: a unit runs any ready op, e
 position) first. An idle CPU steals the NPU queue's head when more than `steal_threshold` NPU ops are ready.
 Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
-Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works —
-unpack and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for
-sequential reads overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`, readahead keeps
-the device busy; after it otherwise; bytes the kernel read ahead while the device was idle come from the page cache,
-`read_ahead_bytes`), copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a
-runtime's fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls,
-bookkeeping; with `interpreter_lock`, these and each op's dispatch cost run under one process-wide mutex, a Python
-runtime's GIL, held until they have had their core time; finding it held, or returning from a kernel or a read into
-it held, costs a blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared (`sim.sharing.Cores`):
-with more runnable threads than cores every op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this host's NPU stand-in). Newly
-allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its allocating thread
-first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer faults it in
-inside the kernel's copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host, docs/hil.md).
-Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging blobs (packed
-tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only memory beyond the
-run's high-water mark is fresh). A worker that waited idle starts `thread_wake_s` after being woken (a thread
-hand-off; `thread_wake_busy_s` while other threads occupy every core) and spends `thread_wake_cpu_s` of core time on
-the wake-up itself. DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads' page-cache copies, unpack
+Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works — unpack
+and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for sequential reads
+overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`, readahead keeps the device busy; after
+it otherwise; bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`),
+copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a runtime's
+fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls, bookkeeping; with
+`interpreter_lock`, these and each op's dispatch cost run under one process-wide mutex, a Python runtime's GIL, held
+until they have had their core time; finding it held, or returning from a kernel or a read into it held, costs a
+blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable
+threads than cores every op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this
+host's NPU stand-in). Newly allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its
+allocating thread first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer
+faults it in inside the kernel's copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host,
+docs/hil.md). Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging
+blobs (packed tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only
+memory beyond the run's high-water mark is fresh). A worker that waited idle starts `thread_wake_s` after being woken (a
+thread hand-off; `thread_wake_busy_s` while other threads occupy every core) and spends `thread_wake_cpu_s` of core time
+on the wake-up itself. DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads' page-cache copies, unpack
 writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
