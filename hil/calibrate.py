@@ -162,6 +162,23 @@ def in_threads(calls: list[Callable[[], object]]) -> None:
             f.result()
 
 
+def touch_cpu(k: int, keep: list | None = None) -> float:
+    """Thread CPU seconds per byte of copying into `k` fresh 1 MiB mappings (`hil.runner_state.fresh_empty`, as the
+    runner allocates its tensors: page faults + zeroing + the copy); with `keep`, the buffers are appended to it, so
+    a later call cannot reuse their pages."""
+    from hil.runner_state import fresh_empty
+
+    src = np.ones(MIB, dtype=np.uint8)
+    bufs = [fresh_empty(MIB) for _ in range(k)]
+    c0 = time.thread_time()
+    for b in bufs:
+        native.memcpy(b, src)
+    cpu = time.thread_time() - c0
+    if keep is not None:
+        keep.append(bufs)
+    return cpu / (k * MIB)
+
+
 def split(n: int, parts: int) -> list[tuple[int, int]]:
     """[0, n) cut into `parts` contiguous ranges."""
     cuts = [n * k // parts for k in range(parts + 1)]
@@ -491,7 +508,6 @@ def cold_read(path: Path, request: int, blob: int, fresh: bool, threads: int = 1
     evict(path)
     size = path.stat().st_size
     cpu = [0.0] * threads
-    errors: list[BaseException] = []
 
     def read_part(i: int, lo: int, hi: int) -> None:
         keep = []
@@ -516,24 +532,12 @@ def cold_read(path: Path, request: int, blob: int, fresh: bool, threads: int = 1
                     keep.append(buf)
                 off += n
             cpu[i] = time.thread_time() - c0
-        except BaseException as e:      # re-raised in the caller
-            errors.append(e)
         finally:
             os.close(fd)
 
-    parts = split(size, threads)
     t0 = time.perf_counter()
-    if threads == 1:
-        read_part(0, 0, size)
-    else:
-        ts = [threading.Thread(target=read_part, args=(i, a, b)) for i, (a, b) in enumerate(parts)]
-        for t in ts:
-            t.start()
-        for t in ts:
-            t.join()
+    in_threads([lambda i=i, a=a, b=b: read_part(i, a, b) for i, (a, b) in enumerate(split(size, threads))])
     wall = time.perf_counter() - t0
-    if errors:
-        raise errors[0]
     return wall, sum(cpu)
 
 

@@ -32,7 +32,7 @@ from typing import Callable
 import numpy as np
 
 import native
-from hil.calibrate import MIB, CalibrationSettings, Kernels, Stat, busy_cores, cold_read
+from hil.calibrate import MIB, CalibrationSettings, Kernels, Stat, busy_cores, cold_read, touch_cpu
 from hil.runner_state import fresh_empty
 from planner.device import CORUN_CLASSES as CLASSES
 
@@ -97,16 +97,10 @@ def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) ->
         return t / k
 
     ew = [c for c, _ in k.elementwise_calls(16, 576, rng).values()]
-    src = np.ones(MIB, dtype=np.uint8)
-
-    def touch(k: int = 64) -> float:
-        """s per B of copying into k fresh 1 MiB mappings, all kept until the end (each phase starts from the memory
+    def touch() -> float:
+        """s per B of copying into 64 fresh 1 MiB mappings, all kept until the end (each phase starts from the memory
         the previous one released)."""
-        bufs = [fresh_empty(MIB) for _ in range(k)]
-        c0 = time.thread_time()
-        for b in bufs:
-            native.memcpy(b, src)
-        return (time.thread_time() - c0) / (k * MIB)
+        return touch_cpu(64)
 
     def read() -> float:
         _, cpu = cold_read(path, MIB, MIB, fresh=True)

@@ -18,9 +18,7 @@ import time
 
 import numpy as np
 
-import native
-from hil.calibrate import MIB, Kernels
-from hil.runner_state import fresh_empty
+from hil.calibrate import Kernels, touch_cpu
 
 PROBES = ("gemm_s", "elementwise_s", "first_touch_s_per_byte")
 
@@ -42,25 +40,14 @@ def probe(reps: int = 9) -> dict[str, float]:
     rng = np.random.default_rng(5)
     gemm = k.gemm_call(16, 576, 1536, 1, rng)
     ew = [c for c, _ in k.elementwise_calls(16, 576, rng).values()]
-    src = np.ones(MIB, dtype=np.uint8)
 
     def elementwise() -> None:
         for c in ew:
             c()
 
-    keep: list[list[np.ndarray]] = []
-
-    def touch() -> float:
-        """s per B; every repeat's buffers stay alive until the end (no repeat reuses pages another just freed)."""
-        bufs = [fresh_empty(MIB) for _ in range(32)]
-        c0 = time.thread_time()
-        for b in bufs:
-            native.memcpy(b, src)
-        keep.append(bufs)
-        return (time.thread_time() - c0) / (32 * MIB)
-
+    keep: list = []      # every repeat's buffers stay alive until the end (no repeat reuses pages another freed)
     return {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps),
-            "first_touch_s_per_byte": float(np.median([touch() for _ in range(reps)]))}
+            "first_touch_s_per_byte": float(np.median([touch_cpu(32, keep) for _ in range(reps)]))}
 
 
 def drift_pct(reference: dict[str, float], now: list[dict[str, float]]) -> dict[str, float]:

@@ -131,12 +131,12 @@ class PlanExecutor:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
 
-    def _runtime(self, seconds: float, owner: object = None, handoff: bool = False) -> list[simpy.Event]:
+    def _runtime(self, seconds: float, owner: object = None) -> list[simpy.Event]:
         """Events of the runtime's own per-task code (dispatch, buffer set-up, bookkeeping) on one thread: core time
         and, with an interpreter lock, under that lock (`_locked`)."""
         if self.gil is None:
             return self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime")
-        return [self.env.process(self._locked(seconds, owner, handoff))]
+        return [self.env.process(self._locked(seconds, owner, handoff=False))]
 
     def _locked(self, seconds: float, owner: object, handoff: bool):
         """A Python runtime's code under its interpreter lock: a mutex (FIFO), held until the code has had its core
@@ -145,7 +145,7 @@ class PlanExecutor:
         measured for the same futex hand-off through a Condition). An EdgeFlow SmolLM2 run made ~330-370 voluntary
         context switches on each compute worker and ~240 on the unpacker (which never idles), against ~110-120 waits
         for work per worker in the simulator (2026-12-01)."""
-        held = self.gil.count > 0 or len(self.gil.queue) > 0
+        held = self._gil_held()
         with self.gil.request() as lock:
             yield lock
             if held or handoff:
@@ -154,10 +154,13 @@ class PlanExecutor:
             if seconds > 0:
                 yield self.env.all_of(self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
 
+    def _gil_held(self) -> bool:
+        return self.gil is not None and (self.gil.count > 0 or len(self.gil.queue) > 0)
+
     def _retake(self, owner: object):
         """After a native call (a kernel, a read) a Python runtime's thread re-takes its interpreter lock: free, at no
         cost; held by another thread, a blocking hand-off (`_locked`). Yields until done; returns the core seconds."""
-        if self.gil is None or (self.gil.count == 0 and not self.gil.queue) or self.dev.thread_wake_cpu_s <= 0:
+        if self.gil is None or not self._gil_held() or self.dev.thread_wake_cpu_s <= 0:
             return 0.0
         yield self.env.process(self._locked(0.0, owner, handoff=True))
         return self.dev.thread_wake_cpu_s
