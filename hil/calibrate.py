@@ -19,6 +19,7 @@ and noisy: compare figures of one run, not runs.
 """
 from __future__ import annotations
 
+import atexit
 import contextlib
 import math
 import os
@@ -160,6 +161,22 @@ def in_threads(calls: list[Callable[[], object]]) -> None:
     finally:
         for f in futs:
             f.result()
+
+
+_GEMM_POOLS: dict = {}
+
+
+def gemm_pool(helpers: int):
+    """A native GEMM pool (`native.compute.GemmPool`) with `helpers` threads, kept for the process (the runner's
+    pool lives for a run: its threads exist before any GEMM is timed); closed at exit."""
+    pool = _GEMM_POOLS.get(helpers)
+    if pool is None:
+        from native import compute as nc
+
+        if not _GEMM_POOLS:
+            atexit.register(lambda: [p.close() for p in _GEMM_POOLS.values()])
+        pool = _GEMM_POOLS[helpers] = nc.GemmPool(helpers)
+    return pool
 
 
 def touch_cpu(k: int, keep: list | None = None) -> float:
@@ -716,11 +733,20 @@ class Kernels:
             return ws[turn[0]]
 
         if self.nc is not None:
+            if threads > 1:                       # split as the runner splits it: the native pool (hil.runner_ops)
+                pool, isa = gemm_pool(threads - 1), self.nc._isa(None)
+                raw, h, M_, K_, N_ = pool.raw, pool.handle, int(M), int(K), int(N)
+
+                def run_pool() -> None:
+                    w = nxt()
+                    rc = raw(h, threads, isa, x.ctypes.data, w.ctypes.data, out.ctypes.data, M_, K_, N_, 0, N_)
+                    if rc:
+                        raise native.NativeError(f"pool gemm_i8_i32: error {rc}")
+                return run_pool
             g = self.nc.gemm_i8_i32
 
             def run() -> None:
-                w = nxt()
-                in_threads([lambda a=a, b=b: g(x, w, out, a, b) for a, b in parts])
+                g(x, nxt(), out)
             return run
         of = out.view(np.float32)
 

@@ -33,13 +33,13 @@ import os
 import sys
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
 
 import native
+import native.compute as nc
 from hil.packed_index import EMBED, FileIndex, check_spec, read_index
 from hil.pagecache import evict as evict_file
 from hil.pagecache import resident_fraction
@@ -89,13 +89,14 @@ class _Run:
         sizes = chunks(plan.prompt_tokens, plan.chunk_tokens)
         self.rs: RunState = run_state(spec, sizes)
         self.ws = WeightStore(ix, isa)
-        n_help = max(plan.cpu_threads - 1, 0)
-        self.pool = ThreadPoolExecutor(n_help, thread_name_prefix="hil-cpu-help") if n_help else None
-        if self.pool is not None:                     # start the helper threads now, not inside the first GEMM
-            gate = threading.Barrier(n_help)
-            for f in [self.pool.submit(gate.wait) for _ in range(n_help)]:
-                f.result()
-        self.ops = OpRunner(self.rs, self.ws, ix.act_scales, isa, self.pool, n_help)
+        n_help = max(plan.cpu_threads - 1, 0)        # native GEMM helpers, started now (not inside the first GEMM)
+        self.pool = nc.GemmPool(n_help) if n_help else None
+        try:
+            self.ops = OpRunner(self.rs, self.ws, ix.act_scales, isa, self.pool)
+            self.ops.prepare(plan.tasks, plan.cpu_threads)     # every compute task's steps, before t0
+        except BaseException:
+            self.close()
+            raise
         self.dispatch = Dispatcher(plan)
         self.needs = {t.id: needed_tensors(t) for t in plan.tasks if t.resource in ("cpu", "npu")}   # weights read
         self.lock = threading.Lock()
@@ -350,8 +351,7 @@ class _Run:
             for th in threads:
                 if th.ident is not None:
                     th.join()
-            if self.pool is not None:
-                self.pool.shutdown(wait=True)
+            self.close()
             for fd in self.fds:
                 os.close(fd)
             os.close(self.fd_random)
@@ -364,6 +364,11 @@ class _Run:
         end = max((s.end for s in self.spans), default=0.0)
         return Timeline(self.plan, self.spans, end, self.bytes_read, self.peak, [], self.mem_samples,
                         source="measured")
+
+    def close(self) -> None:
+        """Stop the native GEMM helpers (idempotent)."""
+        if self.pool is not None:
+            self.pool.close()
 
     def _abort_if_running(self, threads: list[threading.Thread]) -> None:
         """Make every worker return: after a deadlock or an interrupt of the driver (KeyboardInterrupt)."""
@@ -396,15 +401,18 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     if isa is not None and isa not in native.COMPUTE_ISAS:
         raise ValueError(f"isa: unknown {isa!r} (one of {', '.join(native.COMPUTE_ISAS)})")
     run = _Run(plan, ix, spec, toks, isa)             # every compute buffer allocated before t0
-    if evict:
-        evict_file(path)
-    resident = resident_fraction(path)
-    switch = sys.getswitchinterval()
-    sys.setswitchinterval(SWITCH_INTERVAL_S)           # threads returning from a read or a native call get the GIL
-    try:                                               # back quickly instead of waiting out a 5 ms time slice
-        tl = run.run()
+    try:
+        if evict:
+            evict_file(path)
+        resident = resident_fraction(path)
+        switch = sys.getswitchinterval()
+        sys.setswitchinterval(SWITCH_INTERVAL_S)       # threads returning from a read or a native call get the GIL
+        try:                                           # back quickly instead of waiting out a 5 ms time slice
+            tl = run.run()
+        finally:
+            sys.setswitchinterval(switch)
     finally:
-        sys.setswitchinterval(switch)
+        run.close()                                    # the native GEMM helpers stop on every exit path
     logits = run.rs.logits[0].copy()
     info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
             "faulted_bytes": run.faulted_bytes, "isa": isa or "best", "staging_reused": run.ws.staging_reused}

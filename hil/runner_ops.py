@@ -17,8 +17,6 @@ Every kernel call gets `isa` (None: the fastest available).
 """
 from __future__ import annotations
 
-from concurrent.futures import ThreadPoolExecutor
-
 import numpy as np
 
 import native
@@ -38,6 +36,13 @@ LAYER_OPS = ("attn_norm", "quant_attn", *_MM, *_DQ, "rope", "kv_append", "attent
              "ffn_norm", "quant_ffn", "silu", "mul", "quant_down", "add_ffn")
 
 
+def _addr(a: np.ndarray) -> int:
+    """Address of a C-contiguous array's first element (compile time: the buffers of a run never move)."""
+    if not a.flags.c_contiguous:
+        raise ValueError("runner buffer is not C-contiguous")
+    return a.ctypes.data
+
+
 def needed_tensors(t: Task) -> list[str]:
     """Container tensors compute task `t` really reads (quantize ops use only metadata act scales)."""
     if t.layer < 0 or any(op in ("final_norm", "lm_head") for op in t.ops):
@@ -46,105 +51,188 @@ def needed_tensors(t: Task) -> list[str]:
 
 
 class OpRunner:
-    """Runs compute tasks. `pool`: `helpers` threads that split a GEMM's N range with the calling thread."""
+    """Runs compute tasks. `pool`: native helper threads (`native.compute.GemmPool`) that split a GEMM's N range with
+    the calling thread.
+
+    Each task's ops are compiled once, before t0 (`prepare`), into steps: closures over the raw kernel entry points
+    with every activation address, shape and scale resolved (the buffers of `RunState` never move), so running an op
+    costs one closure call and one ctypes call — no argument checks, no dictionary walks (they ran at compile time).
+    A weight's address is looked up when the step runs (`WeightStore.ptrs`): the tensor is loaded or unpacked during
+    the run. Which quantized-input buffer each linear reads is fixed at compile time too: the quantize ops of a layer
+    give each distinct activation scale of their linears one buffer, in the linears' order (`_x8`); the plan's
+    dependencies run a layer's quantize op before its linears."""
 
     def __init__(self, rs: RunState, ws: WeightStore, act: dict[str, float], isa: str | None,
-                 pool: ThreadPoolExecutor | None, helpers: int = 0) -> None:
+                 pool: nc.GemmPool | None = None) -> None:
         self.rs, self.ws, self.act, self.isa, self.pool = rs, ws, act, isa, pool
-        self.helpers = helpers if pool is not None else 0
         self.spec = rs.spec
+        self.lib = nc._lib()
+        self.isa_i = nc._isa(isa)
+        self.memcpy = native._load().ef_memcpy
+        self.steps: dict[tuple[int, int], list] = {}     # (task id, GEMM threads) -> compiled steps
 
     # ---- helpers -------------------------------------------------------------------------------------------------
-    def _w(self, layer: int, kind: str, threads: int):
-        return self.ws.get(f"blk.{layer}.{kind}.weight", threads)
-
     def _scale(self, layer: int, kind: str) -> float:
         name = f"blk.{layer}.{kind}.weight"
         if name not in self.act:
             raise ValueError(f"packed file metadata: no act_scales entry for {name!r}")
         return self.act[name]
 
+    def _x8(self, c: ChunkState, layer: int, kind: str) -> np.ndarray:
+        """The (m, K) int8 buffer holding linear `kind`'s quantized input: per distinct act scale of the linears one
+        quantize op feeds (ATTN_IN, FFN_IN: one buffer per scale in their order; o_proj: the first; down: x8f)."""
+        if kind == "ffn_down":
+            return c.x8f
+        group = ATTN_IN if kind in ATTN_IN else FFN_IN if kind in FFN_IN else (kind,)
+        scales: list[float] = []
+        for k in group:
+            a = self._scale(layer, k)
+            if a not in scales:
+                scales.append(a)
+        K = self.spec.q_dim if kind == "attn_output" else self.spec.d_model
+        return c.x8[scales.index(self._scale(layer, kind))][:c.m * K].reshape(c.m, K)
+
     def gemm(self, x8: np.ndarray, w: np.ndarray, out: np.ndarray, threads: int) -> None:
         """out (M, N) int32 = x8 (M, K) @ w (N, K)^T, N split over `threads` threads (this one + pool helpers)."""
-        N = w.shape[0]
-        t = min(threads, N, 1 + self.helpers)
-        if t <= 1:
+        if self.pool is not None and threads > 1:
+            self.pool.gemm(x8, w, out=out, threads=threads, isa=self.isa)
+        else:
             nc.gemm_i8_i32(x8, w, out=out, isa=self.isa)
-            return
-        cuts = [N * i // t for i in range(t + 1)]
-        futs = [self.pool.submit(nc.gemm_i8_i32, x8, w, out, cuts[i], cuts[i + 1], 1, self.isa)
-                for i in range(1, t)]
-        nc.gemm_i8_i32(x8, w, out=out, n0=cuts[0], n1=cuts[1], isa=self.isa)
-        for f in futs:
-            f.result()
 
-    def _quant(self, c: ChunkState, src: np.ndarray, layer: int, kinds: tuple[str, ...]) -> None:
-        """Quantize `src` once per distinct act scale of `kinds` (equal scales share one code buffer)."""
-        m, K = src.shape
-        done: dict[float, np.ndarray] = {}
-        for i, kind in enumerate(kinds):
-            a = self._scale(layer, kind)
-            if a not in done:
-                buf = c.x8[len(done)][:m * K].reshape(m, K)
-                done[a] = nc.quantize_i8(src, a, out=buf, isa=self.isa)
-            c.use[kind] = done[a]
+    def _check(self, rc: int, what: str) -> None:
+        if rc:
+            raise native.NativeError(f"{what}: {native.ERRORS.get(rc, f'error {rc}')}")
 
-    # ---- ops -----------------------------------------------------------------------------------------------------
+    def _entry(self, name: str, shape: tuple[int, ...]) -> None:
+        """Compile-time check that the file's tensor `name` has the shape the op's buffers assume."""
+        e = self.ws.ix.entries.get(name)
+        if e is None:
+            raise ValueError(f"packed file: no tensor {name!r}")
+        got = (e.C * e.D,) if len(shape) == 1 else (e.C, e.D)
+        if got != shape and not (len(shape) == 1 and e.C == shape[0]):
+            raise ValueError(f"packed file: tensor {name!r} has shape {(e.C, e.D)}, the op needs {shape}")
+
+    # ---- compile / run -------------------------------------------------------------------------------------------
+    def prepare(self, tasks, cpu_threads: int) -> None:
+        """Compile every compute task before t0: for its own unit's GEMM threads, and for an NPU task with a matmul
+        (the CPU may steal it) also for the CPU's."""
+        for t in tasks:
+            if t.resource == "cpu":
+                self.compile(t, cpu_threads)
+            elif t.resource == "npu":
+                self.compile(t, 1)
+                if cpu_threads != 1 and any(op in _MM for op in t.ops):
+                    self.compile(t, cpu_threads)
+
+    def compile(self, t: Task, threads: int) -> list:
+        key = (t.id, threads)
+        steps = self.steps.get(key)
+        if steps is None:
+            steps = []
+            for op in t.ops:
+                if op == "final_norm":
+                    steps.append(self.final_norm)
+                elif op == "lm_head":
+                    steps.append(lambda th=threads: self.lm_head(th))
+                elif op in LAYER_OPS:
+                    steps.append(self.layer_op(op, self.rs.chunks[t.chunk], t.layer, threads))
+                else:
+                    raise ValueError(f"task {t.name}: unknown op {op!r}")
+            self.steps[key] = steps
+        return steps
+
     def run(self, t: Task, threads: int) -> None:
         """Run the ops of compute task `t` in order on its chunk (`threads`: GEMM threads of the unit)."""
-        for op in t.ops:
-            if op == "final_norm":
-                self.final_norm()
-            elif op == "lm_head":
-                self.lm_head(threads)
-            elif op in LAYER_OPS:
-                self.layer_op(op, self.rs.chunks[t.chunk], t.layer, threads)
-            else:
-                raise ValueError(f"task {t.name}: unknown op {op!r}")
+        for step in self.steps.get((t.id, threads)) or self.compile(t, threads):
+            step()
 
-    def layer_op(self, op: str, c: ChunkState, layer: int, threads: int) -> None:
-        sp, isa = self.spec, self.isa
+    def layer_op(self, op: str, c: ChunkState, layer: int, threads: int):
+        """The step (a no-argument callable) that runs layer op `op` on chunk `c`."""
+        sp, L, isa, ck, ptrs = self.spec, self.lib, self.isa_i, self._check, self.ws.ptrs
+        m, d, H, KV, hd = c.m, sp.d_model, sp.n_heads, sp.n_kv_heads, sp.head_dim
+        P = _addr
         if op in _MM:
             kind = _MM[op]
-            q, _s = self._w(layer, kind, threads)
-            if kind not in c.use:
-                raise RuntimeError(f"L{layer} {op}: its input was not quantized (quant op missing before it)")
-            self.gemm(c.use.pop(kind), q, c.acc[kind], threads)
-        elif op in _DQ:
+            name = f"blk.{layer}.{kind}.weight"
+            x8, acc = self._x8(c, layer, kind), c.acc[kind]
+            (_, K), N = x8.shape, acc.shape[1]
+            self._entry(name, (N, K))
+            px, pacc = P(x8), P(acc)
+            if self.pool is not None and threads > 1:
+                raw, h = self.pool.raw, self.pool.handle
+                return lambda: ck(raw(h, threads, isa, px, ptrs(name, threads)[0], pacc, m, K, N, 0, N), op)
+            g = L.ef_gemm_i8_i32
+            return lambda: ck(g(isa, px, ptrs(name, threads)[0], pacc, m, K, N, 0, N), op)
+        if op in _DQ:
             kind = _DQ[op]
-            _q, s = self._w(layer, kind, threads)
+            name = f"blk.{layer}.{kind}.weight"
             out = {"attn_q": c.q, "attn_k": c.k, "attn_v": c.v, "attn_output": c.y, "ffn_gate": c.g,
                    "ffn_up": c.u, "ffn_down": c.y}[kind]
-            nc.dequant_i32(c.acc[kind], self._scale(layer, kind), s, out=out.reshape(c.m, -1), isa=isa)
-        elif op == "attn_norm" or op == "ffn_norm":
-            g = self.ws.get(f"blk.{layer}.{op}.weight")
-            nc.rmsnorm(c.x, g, sp.norm_eps, out=c.h, isa=isa)
-        elif op == "quant_attn":
-            self._quant(c, c.h, layer, ATTN_IN)
-        elif op == "quant_ffn":
-            self._quant(c, c.h, layer, FFN_IN)
-        elif op == "quant_o":
-            self._quant(c, c.o, layer, ("attn_output",))
-        elif op == "quant_down":
-            a = self._scale(layer, "ffn_down")
-            c.use["ffn_down"] = nc.quantize_i8(c.s, a, out=c.x8f, isa=isa)
-        elif op == "rope":
-            cos, sin = self.rs.cos[c.past:c.past + c.m], self.rs.sin[c.past:c.past + c.m]
-            nc.rope(c.q, cos, sin, isa=isa)
-            nc.rope(c.k, cos, sin, isa=isa)
-        elif op == "kv_append":
-            native.memcpy(self.rs.kcache[layer][c.past:c.past + c.m], c.k)
-            native.memcpy(self.rs.vcache[layer][c.past:c.past + c.m], c.v)
-        elif op == "attention":
-            nc.attention(c.q, self.rs.kcache[layer], self.rs.vcache[layer], c.past, out=c.o, isa=isa)
-        elif op == "add_attn" or op == "add_ffn":
-            nc.add(c.x, c.y, out=c.x, isa=isa)
-        elif op == "silu":
-            nc.silu_mul(c.g, c.ones, out=c.s, isa=isa)
-        elif op == "mul":
-            np.multiply(c.s, c.u, out=c.s)
-        else:  # pragma: no cover - LAYER_OPS and this dispatch list the same names
-            raise ValueError(f"unknown layer op {op!r}")
+            acc = c.acc[kind]
+            N = acc.shape[1]
+            if out.size != m * N:
+                raise ValueError(f"L{layer} {op}: output buffer of {out.size} floats, the linear gives {m} x {N}")
+            self._entry(name, (N, self.ws.ix.entries[name].D))
+            xs, pacc, pout, g = float(np.float32(self._scale(layer, kind))), P(acc), P(out), L.ef_dequant_i32_f32
+            return lambda: ck(g(isa, pacc, xs, ptrs(name)[1], pout, m, N, 0, m), op)
+        if op == "attn_norm" or op == "ffn_norm":
+            name = f"blk.{layer}.{op}.weight"
+            self._entry(name, (d,))
+            px, ph, eps, g = P(c.x), P(c.h), float(sp.norm_eps), L.ef_rmsnorm_f32
+            return lambda: ck(g(isa, px, ptrs(name)[0], eps, ph, m, d, 0, m), op)
+        if op in ("quant_attn", "quant_ffn", "quant_o", "quant_down"):
+            src, kinds = {"quant_attn": (c.h, ATTN_IN), "quant_ffn": (c.h, FFN_IN), "quant_o": (c.o, ("attn_output",)),
+                          "quant_down": (c.s, ("ffn_down",))}[op]
+            jobs, seen = [], set()
+            for kind in kinds:
+                buf = self._x8(c, layer, kind)
+                if P(buf) not in seen:
+                    seen.add(P(buf))
+                    jobs.append((float(np.float32(self._scale(layer, kind))), P(buf)))
+            psrc, n, g = P(src), src.size, L.ef_quantize_f32_i8
+
+            def quant() -> None:
+                for a, pdst in jobs:
+                    ck(g(isa, psrc, a, pdst, n), op)
+            return quant
+        if op == "rope":
+            half = hd // 2
+            pcos, psin = P(self.rs.cos[c.past:c.past + m]), P(self.rs.sin[c.past:c.past + m])
+            pq, pk, g = P(c.q), P(c.k), L.ef_rope_f32
+
+            def rope() -> None:
+                ck(g(isa, pq, pcos, psin, m, H, hd), op)
+                ck(g(isa, pk, pcos, psin, m, KV, hd), op)
+            if self.rs.cos.shape[1] != half:
+                raise ValueError(f"rope tables: {self.rs.cos.shape[1]} columns, head_dim {hd} needs {half}")
+            return rope
+        if op == "kv_append":
+            kc, vc = self.rs.kcache[layer][c.past:c.past + m], self.rs.vcache[layer][c.past:c.past + m]
+            if kc.shape != c.k.shape or vc.shape != c.v.shape:
+                raise ValueError(f"L{layer} kv_append: cache rows {kc.shape} != keys {c.k.shape}")
+            pkc, pvc, pk, pv, nb, cp = P(kc), P(vc), P(c.k), P(c.v), c.k.nbytes, self.memcpy
+
+            def kv_append() -> None:
+                cp(pkc, pk, nb)
+                cp(pvc, pv, nb)
+            return kv_append
+        if op == "attention":
+            kc, vc = self.rs.kcache[layer], self.rs.vcache[layer]
+            cap, past = kc.shape[0], c.past
+            if past + m > cap:
+                raise ValueError(f"L{layer} attention: {past} + {m} positions exceed the cache ({cap})")
+            pq, pk, pv, po, g = P(c.q), P(kc), P(vc), P(c.o), L.ef_attention_f32
+            return lambda: ck(g(isa, pq, pk, pv, cap, past, m, H, KV, hd, po, 0, H), op)
+        if op == "add_attn" or op == "add_ffn":
+            px, py, n, g = P(c.x), P(c.y), c.x.size, L.ef_add_f32
+            return lambda: ck(g(isa, px, py, px, n), op)
+        if op == "silu":
+            pg, p1, ps, n, g = P(c.g), P(c.ones), P(c.s), c.g.size, L.ef_silu_mul_f32
+            return lambda: ck(g(isa, pg, p1, ps, n), op)
+        if op == "mul":
+            s_, u_ = c.s, c.u
+            return lambda: np.multiply(s_, u_, out=s_)
+        raise ValueError(f"unknown layer op {op!r}")  # pragma: no cover - LAYER_OPS and this list the same names
 
     def final_norm(self) -> None:
         x = self.rs.chunks[-1].x

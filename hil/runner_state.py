@@ -70,6 +70,7 @@ class WeightStore:
         self.lock = threading.Lock()
         self.blobs: dict[str, _Blob] = {}
         self.ready: dict[str, object] = {}          # name -> (q (C, D) int8, scales (C,) f32) | float32 array
+        self.ptr: dict[str, tuple[int, ...]] = {}   # name -> addresses of its ready arrays ((q, scales) | (a,))
         self.name_locks: dict[str, threading.Lock] = {}
         self.lazy_unpacked: list[str] = []          # tensors unpacked by the compute task that used them
         self.events: dict[str, threading.Event] = {}  # name -> set when every byte of the blob was read
@@ -170,6 +171,15 @@ class WeightStore:
         a = blob[:e.payload_size].view(np.float32)
         with self.lock:
             self.ready.setdefault(name, a if e.group == 1 else a.reshape(e.C, e.D))
+
+    def ptrs(self, name: str, threads: int = 1) -> tuple[int, ...]:
+        """Addresses of `get(name)`'s arrays: (q, scales) of a weight, (a,) of a float32 tensor (cached)."""
+        p = self.ptr.get(name)
+        if p is None:
+            v = self.get(name, threads)
+            p = tuple(a.ctypes.data for a in v) if isinstance(v, tuple) else (v.ctypes.data,)
+            self.ptr[name] = p
+        return p
 
     def get(self, name: str, threads: int = 1):
         """The unpacked tensor; unpacked here (on the caller's thread) when no unpack task did it."""

@@ -9,6 +9,7 @@ ctypes calls; ctypes releases the GIL during each call, so threads that split a 
 result, so hot loops do not allocate). The NumPy references with the same signatures are in quant/ref_ops.py.
 
     gemm_i8_i32(x (M,K) i8, w (N,K) i8) -> (M,N) i32      out[m,n] = sum_k x[m,k] w[n,k], exact
+    GemmPool(helpers).gemm(x, w, out, threads)           the same GEMM split over persistent native threads
     linear_w8a8(x (M,K) f32, act_scale, w (N,K) i8, w_scale (N,)) -> (M,N) f32   quantize -> GEMM -> dequant
     rmsnorm, rope (in place), attention, silu_mul, add, quantize_i8, dequant_i32, absmax
 """
@@ -38,6 +39,11 @@ _SIGS = {
     "ef_dequant_i32_f32": (ct.c_int, [ct.c_int, ct.c_void_p, ct.c_float, ct.c_void_p, ct.c_void_p, ct.c_int64,
                                       ct.c_int64, ct.c_int64, ct.c_int64]),
     "ef_absmax_f32": (ct.c_float, [ct.c_int, ct.c_void_p, ct.c_int64]),
+    "ef_pool_create": (ct.c_void_p, [ct.c_int]),
+    "ef_pool_destroy": (None, [ct.c_void_p]),
+    "ef_pool_helpers": (ct.c_int, [ct.c_void_p]),
+    "ef_pool_gemm_i8_i32": (ct.c_int, [ct.c_void_p, ct.c_int, ct.c_int, ct.c_void_p, ct.c_void_p, ct.c_void_p,
+                                       ct.c_int64, ct.c_int64, ct.c_int64, ct.c_int64, ct.c_int64]),
 }
 GEMM_KMAX = 65536        # EF_GEMM_KMAX: longest exact int32 dot product (native/src/ef_compute.h)
 _LIB: ct.CDLL | None = None
@@ -137,6 +143,62 @@ def gemm_i8_i32(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, n0:
     i, f = _isa(isa), _lib().ef_gemm_i8_i32
     native._run(lambda a, b: f(i, _p(x), _p(w), _p(out), M, K, N, a, b), n0, n1, threads, "gemm_i8_i32")
     return out
+
+
+class GemmPool:
+    """`helpers` persistent native threads (native/src/ef_pool.c) that split a GEMM's output columns with the calling
+    thread: one ctypes call per GEMM, and neither the helpers nor the split touch the interpreter (a Python thread
+    pool takes the GIL to hand each part over and to return it). Use as a context manager, or call `close()`; one
+    GEMM at a time (concurrent callers wait for each other)."""
+
+    def __init__(self, helpers: int) -> None:
+        self._h = None
+        if not 0 <= int(helpers) <= 64:
+            raise ValueError(f"helpers: must be in 0..64 (got {helpers})")
+        self.helpers = int(helpers)
+        self._lib = _lib()
+        self._h = self._lib.ef_pool_create(self.helpers)
+        if not self._h:
+            raise native.NativeError(f"GemmPool: could not start {helpers} native threads")
+        self.raw = self._lib.ef_pool_gemm_i8_i32      # (handle, threads, isa, x, w, out, M, K, N, n0, n1) -> rc
+
+    @property
+    def handle(self) -> int:
+        if not self._h:
+            raise ValueError("GemmPool: closed")
+        return self._h
+
+    def gemm(self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, threads: int = 1, n0: int = 0,
+             n1: int | None = None, isa: str | None = None) -> np.ndarray:
+        """gemm_i8_i32 over columns [n0, n1), split into min(threads, helpers + 1) parts (bit-identical)."""
+        _arr(x, "x", np.int8, 2)
+        _arr(w, "w", np.int8, 2)
+        (M, K), N = x.shape, w.shape[0]
+        if w.shape[1] != K:
+            raise ValueError(f"w: shape {w.shape} needs {K} columns to match x {x.shape}")
+        if K > GEMM_KMAX:
+            raise ValueError(f"x: K = {K} > {GEMM_KMAX} (int32 accumulation would overflow)")
+        if threads < 1:
+            raise ValueError(f"threads must be >= 1 (got {threads})")
+        out = _dst(out, "out", (M, N), np.int32)
+        n0, n1 = _rng(n0, n1, N, "n0/n1")
+        _ok(self.raw(self.handle, int(threads), _isa(isa), _p(x), _p(w), _p(out), M, K, N, n0, n1), "pool gemm_i8_i32")
+        return out
+
+    def close(self) -> None:
+        """Stop and join the helper threads (idempotent)."""
+        if getattr(self, "_h", None):
+            h, self._h = self._h, None
+            self._lib.ef_pool_destroy(h)
+
+    def __enter__(self) -> "GemmPool":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        self.close()
 
 
 def linear_w8a8(x: np.ndarray, act_scale: float, w: np.ndarray, w_scale: np.ndarray, out: np.ndarray | None = None,

@@ -74,6 +74,17 @@ int ef_dequant_i32_f32(int isa, const int32_t *acc, float x_scale, const float *
 /* max |x[i]| over n elements (0 for n = 0); returns it, or -1 for a bad isa / n < 0 */
 float ef_absmax_f32(int isa, const float *x, int64_t n);
 
+/* ---- GEMM thread pool (ef_pool.c) ------------------------------------------------------------------------------ */
+/* `helpers` persistent native threads that split one GEMM's columns with the calling thread (NULL on failure). */
+typedef struct ef_pool ef_pool;
+ef_pool *ef_pool_create(int helpers);
+void ef_pool_destroy(ef_pool *p);
+int ef_pool_helpers(const ef_pool *p);
+/* ef_gemm_i8_i32 over columns [n0, n1) split into min(threads, helpers + 1, n1 - n0) contiguous parts: the caller
+ * runs the first, helpers the others; returns when all are done (the first non-zero return code of a part). */
+int ef_pool_gemm_i8_i32(ef_pool *p, int threads, int isa, const int8_t *x, const int8_t *w, int32_t *out, int64_t M,
+                        int64_t K, int64_t N, int64_t n0, int64_t n1);
+
 #ifdef __cplusplus
 }
 #endif

@@ -3,13 +3,16 @@ packed file, a sane measured timeline, a cold page cache, and no thread left beh
 from __future__ import annotations
 
 import dataclasses
+import os
 import threading
 
 import numpy as np
 import pytest
 
+import native
 from hil.packed_index import bind_to_file, read_index
 from hil.runner import run_plan
+from hil.runner_ops import OpRunner
 from planner.plan import Plan
 from quant.packed_forward import forward_last_logits, read_model
 from sim.coldstart import POLICIES
@@ -42,6 +45,11 @@ def tiny_files(tmp_path_factory):
 
 def _hil_threads() -> list[str]:
     return [t.name for t in threading.enumerate() if t.name.startswith("hil-")]
+
+
+def _os_threads() -> int:
+    """Threads of this process, native ones included."""
+    return len(os.listdir("/proc/self/task"))
 
 
 def _effective_end(plan: Plan, ends: dict[int, float], tid: int) -> float:
@@ -143,14 +151,38 @@ def test_plan_with_npu_graph_durations_is_refused(tiny_files):
     assert _hil_threads() == []
 
 
-def test_worker_error_stops_every_thread(tiny_files):
+def test_unknown_op_is_refused_before_the_run(tiny_files):
     spec, files, toks, _ = tiny_files
     plan = bound_plan("edgeflow", spec, files["int8"], PROMPT, chunk=CHUNK)
     bad = next(t for t in plan.tasks if t.ops == ["attention"] and t.layer == 1)
     bad.ops = ["attention", "no_such_op"]
-    with pytest.raises(RuntimeError, match=f"task {bad.name}.*no_such_op"):
+    with pytest.raises(ValueError, match=f"task {bad.name}.*no_such_op"):
         run_plan(plan, files["int8"], toks, spec=spec)
     assert _hil_threads() == []
+
+
+def test_worker_error_stops_every_thread(tiny_files, monkeypatch):
+    spec, files, toks, _ = tiny_files
+    plan = bound_plan("edgeflow", spec, files["int8"], PROMPT, chunk=CHUNK)
+    plan.cpu_threads = 2                                  # the native GEMM helpers must stop too
+    bad = next(t for t in plan.tasks if t.ops == ["attention"] and t.layer == 1)
+    compile_ = OpRunner.compile
+
+    def failing(self, t, threads):
+        steps = compile_(self, t, threads)
+        if t.id != bad.id:
+            return steps
+
+        def boom():
+            raise native.NativeError("attention: injected failure")
+        self.steps[(t.id, threads)] = [*steps, boom]
+        return self.steps[(t.id, threads)]
+    monkeypatch.setattr(OpRunner, "compile", failing)
+    before = _os_threads()
+    with pytest.raises(RuntimeError, match=f"task {bad.name}.*injected failure"):
+        run_plan(plan, files["int8"], toks, spec=spec)
+    assert _hil_threads() == []
+    assert _os_threads() == before                        # native helper threads joined as well
 
 
 def test_binding_uses_the_file_byte_ranges(tiny_files):

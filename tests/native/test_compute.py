@@ -87,6 +87,34 @@ def test_gemm_column_ranges_and_threads(cisa):
     assert np.array_equal(out2, want)
 
 
+@pytest.mark.parametrize("helpers", (0, 1, 3))
+def test_gemm_pool_splits_bit_exact(cisa, helpers):
+    """The native pool's split (caller + persistent helpers) gives the one-call result on odd sizes, for every
+    thread count (more threads than helpers or columns included), on column sub-ranges, and stops its threads."""
+    import os
+    rng = np.random.default_rng(3)
+    before = len(os.listdir("/proc/self/task"))
+    with C.GemmPool(helpers) as pool:
+        assert len(os.listdir("/proc/self/task")) == before + helpers
+        for M, K, N in ((1, 5, 1), (3, 33, 2), (17, 65, 37), (4, 577, 63)):
+            x, w = i8(rng, M, K), i8(rng, N, K)
+            want = R.gemm_i8_i32(x, w)
+            for threads in (1, 2, 3, 7):
+                assert np.array_equal(pool.gemm(x, w, threads=threads), want)
+                out = np.full((M, N), -7, np.int32)
+                pool.gemm(x, w, out=out, threads=threads, n0=N // 3, n1=N)
+                assert np.array_equal(out[:, N // 3:], want[:, N // 3:]) and (out[:, :N // 3] == -7).all()
+        with pytest.raises(ValueError, match="^threads"):
+            pool.gemm(x, w, threads=0)
+        with pytest.raises(ValueError, match="^w: shape"):
+            pool.gemm(x, i8(rng, 3, K + 1))
+    assert len(os.listdir("/proc/self/task")) == before
+    with pytest.raises(ValueError, match="closed"):
+        pool.gemm(x, w)
+    with pytest.raises(ValueError, match="^helpers"):
+        C.GemmPool(-1)
+
+
 def test_gemm_empty_and_bad_input():
     x = np.zeros((0, 8), np.int8)
     assert C.gemm_i8_i32(x, np.zeros((3, 8), np.int8)).shape == (0, 3)
