@@ -151,6 +151,25 @@ def test_plan_with_npu_graph_durations_is_refused(tiny_files):
     assert _hil_threads() == []
 
 
+def test_run_leaves_no_garbage_cycles(tiny_files):
+    """A run's buffers are freed by reference counting when run_plan returns (the garbage collector is off during
+    a run, and a cycle would keep every weight of every repeat alive), and the collector is back on."""
+    import gc
+    spec, files, toks, _ = tiny_files
+    plan = bound_plan("edgeflow", spec, files["weightlet"], PROMPT, chunk=CHUNK)
+    plan.cpu_threads = 2
+    gc.collect()
+    gc.disable()
+    try:
+        run_plan(plan, files["weightlet"], toks, spec=spec)
+        assert not gc.isenabled()                         # left as the caller had it
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    run_plan(plan, files["weightlet"], toks, spec=spec)
+    assert gc.isenabled()
+
+
 def test_unknown_op_is_refused_before_the_run(tiny_files):
     spec, files, toks, _ = tiny_files
     plan = bound_plan("edgeflow", spec, files["int8"], PROMPT, chunk=CHUNK)
