@@ -142,7 +142,8 @@ class PlanExecutor:
         """A Python runtime's code under its interpreter lock: a mutex (FIFO), held until the code has had its core
         time — a holder that waits for a core keeps the lock meanwhile, as a preempted thread keeps the GIL. A thread
         that finds the lock held blocks and is handed it later: that costs it a wake-up's CPU (`thread_wake_cpu_s`,
-        measured for the same futex hand-off through a Condition). An EdgeFlow SmolLM2 run made ~330-370 voluntary
+        measured for the same futex hand-off through a Condition) and its latency (`thread_wake_s`, the same
+        measurement; the lock stays reserved for it, as CPython's forced switch waits until the waiter took it). An EdgeFlow SmolLM2 run made ~330-370 voluntary
         context switches on each compute worker and ~240 on the unpacker (which never idles), against ~110-120 waits
         for work per worker in the simulator (2026-12-01)."""
         held = self._gil_held()
@@ -151,6 +152,8 @@ class PlanExecutor:
             if held or handoff:
                 self.gil_waits += 1
                 seconds += self.dev.thread_wake_cpu_s
+                if self.dev.thread_wake_s > 0:       # woken like any futex waiter: it runs thread_wake_s later,
+                    yield self.env.timeout(self.dev.thread_wake_s)   # the lock reserved for it meanwhile
             if seconds > 0:
                 yield self.env.all_of(self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
 

@@ -326,6 +326,9 @@ def test_a_thread_that_finds_the_interpreter_lock_held_pays_a_hand_off():
     assert simulate(two, device(2, **base), FakeCost()).end_s == pytest.approx(0.2)          # one after the other
     ex = PlanExecutor(two, device(2, thread_wake_cpu_s=0.05, **base), FakeCost())
     assert ex.run().end_s == pytest.approx(0.25) and ex.gil_waits == 1
+    # ... and it runs thread_wake_s after the release (woken like any futex waiter), the lock reserved meanwhile
+    ex = PlanExecutor(two, device(2, thread_wake_cpu_s=0.05, thread_wake_s=0.02, **base), FakeCost())
+    assert ex.run().end_s == pytest.approx(0.27) and ex.gil_waits == 1
 
 
 def test_a_woken_worker_spends_core_time_on_the_wake_up():
