@@ -143,9 +143,9 @@ class PlanExecutor:
         time — a holder that waits for a core keeps the lock meanwhile, as a preempted thread keeps the GIL. A thread
         that finds the lock held blocks and is handed it later: that costs it a wake-up's CPU (`thread_wake_cpu_s`,
         measured for the same futex hand-off through a Condition) and its latency (`thread_wake_s`, the same
-        measurement; the lock stays reserved for it, as CPython's forced switch waits until the waiter took it). An EdgeFlow SmolLM2 run made ~330-370 voluntary
-        context switches on each compute worker and ~240 on the unpacker (which never idles), against ~110-120 waits
-        for work per worker in the simulator (2026-12-01)."""
+        measurement; the lock stays reserved for it, as CPython's forced switch waits until the waiter took it). An
+        EdgeFlow SmolLM2 run made ~1,300-1,500 voluntary context switches in all (2026-12-01), against ~216 waits for
+        work and ~210 lock hand-offs in the simulator (docs/hil.md "What is still off")."""
         held = self._gil_held()
         with self.gil.request() as lock:
             yield lock
