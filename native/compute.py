@@ -126,11 +126,8 @@ def _p(a: np.ndarray) -> int:
     return a.ctypes.data
 
 
-# ---- INT8 GEMM -----------------------------------------------------------------------------------------------------
-def gemm_i8_i32(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, n0: int = 0, n1: int | None = None,
-                threads: int = 1, isa: str | None = None) -> np.ndarray:
-    """out (M, N) int32 = x (M, K) int8 @ w (N, K) int8 ^T, exact; only columns [n0, n1) are written (split N over
-    threads by giving each its own range, or threads > 1 to split [n0, n1) here)."""
+def _gemm_args(x, w, out, n0: int, n1: int | None) -> tuple[int, int, int, np.ndarray, int, int]:
+    """Checked (M, K, N, out, n0, n1) of an INT8 GEMM call."""
     _arr(x, "x", np.int8, 2)
     _arr(w, "w", np.int8, 2)
     (M, K), N = x.shape, w.shape[0]
@@ -140,6 +137,15 @@ def gemm_i8_i32(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, n0:
         raise ValueError(f"x: K = {K} > {GEMM_KMAX} (int32 accumulation would overflow)")
     out = _dst(out, "out", (M, N), np.int32)
     n0, n1 = _rng(n0, n1, N, "n0/n1")
+    return M, K, N, out, n0, n1
+
+
+# ---- INT8 GEMM -----------------------------------------------------------------------------------------------------
+def gemm_i8_i32(x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, n0: int = 0, n1: int | None = None,
+                threads: int = 1, isa: str | None = None) -> np.ndarray:
+    """out (M, N) int32 = x (M, K) int8 @ w (N, K) int8 ^T, exact; only columns [n0, n1) are written (split N over
+    threads by giving each its own range, or threads > 1 to split [n0, n1) here)."""
+    M, K, N, out, n0, n1 = _gemm_args(x, w, out, n0, n1)
     i, f = _isa(isa), _lib().ef_gemm_i8_i32
     native._run(lambda a, b: f(i, _p(x), _p(w), _p(out), M, K, N, a, b), n0, n1, threads, "gemm_i8_i32")
     return out
@@ -171,17 +177,9 @@ class GemmPool:
     def gemm(self, x: np.ndarray, w: np.ndarray, out: np.ndarray | None = None, threads: int = 1, n0: int = 0,
              n1: int | None = None, isa: str | None = None) -> np.ndarray:
         """gemm_i8_i32 over columns [n0, n1), split into min(threads, helpers + 1) parts (bit-identical)."""
-        _arr(x, "x", np.int8, 2)
-        _arr(w, "w", np.int8, 2)
-        (M, K), N = x.shape, w.shape[0]
-        if w.shape[1] != K:
-            raise ValueError(f"w: shape {w.shape} needs {K} columns to match x {x.shape}")
-        if K > GEMM_KMAX:
-            raise ValueError(f"x: K = {K} > {GEMM_KMAX} (int32 accumulation would overflow)")
         if threads < 1:
             raise ValueError(f"threads must be >= 1 (got {threads})")
-        out = _dst(out, "out", (M, N), np.int32)
-        n0, n1 = _rng(n0, n1, N, "n0/n1")
+        M, K, N, out, n0, n1 = _gemm_args(x, w, out, n0, n1)
         _ok(self.raw(self.handle, int(threads), _isa(isa), _p(x), _p(w), _p(out), M, K, N, n0, n1), "pool gemm_i8_i32")
         return out
 
