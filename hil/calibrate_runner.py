@@ -2,10 +2,12 @@
 
 The cost table times each kernel on its own (hil.calibrate); a task in the runner costs more than its kernel: the
 worker loop (lock, `Dispatcher` pop / complete, notifications, span and memory bookkeeping, the input check), the op's
-Python path (`hil.runner_ops.OpRunner`: weight and scale lookups, the ctypes marshalling of its arrays), a load's
-buffer mapping (`fresh_empty`, one anonymous mapping per tensor), read syscall and arrival bookkeeping, an unpack's
-output mapping and scale copy. A bare task loop with the kernels left out measured 6.4 us per task; the runner's
-compute ops cost 15-25 us each beyond their kernels on SmolLM2 (measured per span and gap, 2026-12-01).
+Python path (`hil.runner_ops.OpRunner`'s compiled step: one closure and one raw ctypes call, the weight's address
+looked up), a load's buffer mapping (`fresh_empty`, one anonymous mapping per tensor), read syscall and arrival
+bookkeeping, an unpack's output mapping and scale copy. A bare task loop with the kernels left out measured 6.4 us
+per task; before the steps were compiled (2026-12-01) the op path alone cost 10-13 us per op. The bare kernel calls
+subtracted below go through `native.compute`'s checked wrappers (~5 us of Python each), as the cost table's points
+do, so an op's modelled total (table + overhead) is right while ~5 us of it counts as kernel time.
 
 So the calibration runs the real runner (`hil.runner.run_plan`, not evicted: every read is a page-cache hit) on a tiny
 model (`hil.tinymodel`, d_model 64: every kernel is a few microseconds) with a sequential plan: one loader reads every
