@@ -27,7 +27,8 @@ from planner.timeline import Timeline
 from quant.arch import ModelSpec
 from quant.settings import QuantSettings
 
-PHASES = ("ttft_s", "load_s", "unpack_s", "prefill_s", "cpu_bubble_rate", "npu_bubble_rate")
+PHASES = ("ttft_s", "load_s", "unpack_s", "prefill_s", "cpu_bubble_rate", "npu_bubble_rate", "core_busy_pct",
+          "thread_waits")
 LOGIT_ATOL = 0.02          # max |Δlogit| floor, runner vs NumPy reference on the same packed weights (docs/hil.md)
 LOGIT_NOISE_FACTOR = 3.0   # ... or this many times the reference's own 1-ulp noise (static INT8 activations amplify it)
 
@@ -79,12 +80,28 @@ def build_host_plan(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: Frame
     return bind_to_file(policy.build(x), read_index(path)), path
 
 
-def predict(plan: Plan, dev: SocProfile, cost_table: str) -> tuple[Timeline, dict[str, Any]]:
-    from sim.executor import simulate
+def core_metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
+    """How busy the cores were until the first token and how often a thread blocked and was woken: modelled (the
+    simulator's core occupancy; idle workers woken + interpreter-lock hand-offs) or measured (the process's CPU time
+    and voluntary context switches over the run) — where the time of a run goes that per-phase errors do not show
+    (docs/hil.md "What is still off")."""
+    busy = None
+    if tl.core_busy_s is not None and tl.end_s > 0:
+        busy = 100.0 * tl.core_busy_s / (dev.cpu_cores * tl.end_s)
+    return {"core_busy_pct": busy, "thread_waits": tl.waits}
+
+
+def _metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
     from sim.metrics import coldstart_metrics
 
+    return {**coldstart_metrics(tl, dev), **core_metrics(tl, dev)}
+
+
+def predict(plan: Plan, dev: SocProfile, cost_table: str) -> tuple[Timeline, dict[str, Any]]:
+    from sim.executor import simulate
+
     tl = simulate(plan, dev, make_cost_model("table", dev, cost_table))
-    return tl, coldstart_metrics(tl, dev)
+    return tl, _metrics(tl, dev)
 
 
 def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int, tokens: np.ndarray,
@@ -92,7 +109,6 @@ def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpe
     """Predict the plan, then run it `warmup` + `repeats` times cold (the first `warmup` runs not counted).
     `between(k)`: called after run k (0-based), e.g. one run of a peer, so both see the same host conditions."""
     from hil.runner import run_plan
-    from sim.metrics import coldstart_metrics
 
     plan, path = build_host_plan(spec, dev, cost_table, fw, bits, int(tokens.size), qs)
     pred_tl, pred_m = predict(plan, dev, cost_table)
@@ -102,7 +118,7 @@ def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpe
         res = run_plan(plan, path, tokens, spec=spec)
         if k >= warmup:
             measured.append(res.timeline)
-            meas_m.append(coldstart_metrics(res.timeline, dev))
+            meas_m.append(_metrics(res.timeline, dev))
         if progress:
             progress(k + 1, warmup + repeats)
         if between is not None:

@@ -251,6 +251,11 @@ def _print(m: dict[str, Any], out: Path) -> None:
         lo, hi = m.get(f"measured_{ph}_min{unit}"), m.get(f"measured_{ph}_max{unit}")
         e = m.get(f"{ph}_error_pct")
         print(f"  {ph:<16}{_fmt(p):>11}{_fmt(med):>14} ({_fmt(lo)}-{_fmt(hi)}){'' if e is None else f'{e:+8.1f}%':>9}")
+    if m.get("predicted_core_busy_pct") is not None and m.get("measured_core_busy_pct") is not None:
+        print(f"  cores busy until the first token: predicted {m['predicted_core_busy_pct']:.0f} %, measured "
+              f"{m['measured_core_busy_pct']:.0f} %; threads blocked and woken: predicted "
+              f"{m['predicted_thread_waits']} (idle workers + interpreter-lock hand-offs), measured "
+              f"{m['measured_thread_waits']:.0f} (voluntary context switches)")
     if "logits_max_abs_diff" in m:
         print(f"  logits vs NumPy reference: top-1 {'match' if m['logits_top1_match'] else 'MISMATCH'}"
               f"{'' if m['logits_ref_top1_stable'] else ' (the reference flips its own top-1 under 1-ulp noise)'}, "

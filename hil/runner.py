@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import gc
 import os
+import resource
 import sys
 import threading
 import time
@@ -123,6 +124,8 @@ class _Run:
         self.local = threading.local()                     # per-thread file descriptor (see _read)
         self.fds: list[int] = []
         self.t0 = 0.0
+        self.ru_start: resource.struct_rusage | None = None   # process rusage at t0 and when the last task ended:
+        self.ru_end: resource.struct_rusage | None = None     # Timeline.core_busy_s (user + system) and .waits
 
     # ---- bookkeeping (under self.lock) -----------------------------------------------------------------------
     def _now(self) -> float:
@@ -140,6 +143,8 @@ class _Run:
         for r in set(wake):
             self.cond[r].notify_all()
         if self.dispatch.finished:
+            if self.ru_end is None:                       # the process's CPU and context switches at the end
+                self.ru_end = resource.getrusage(resource.RUSAGE_SELF)
             for c in self.cond.values():
                 c.notify_all()
             self.stop.set()
@@ -336,6 +341,7 @@ class _Run:
                 raise ValueError(f"plan {self.plan.framework}: no embedding task (ops == ['embed'])")
             for th in threads:
                 th.start()
+            self.ru_start = resource.getrusage(resource.RUSAGE_SELF)
             self.t0 = time.perf_counter()
             with self.lock:
                 self._after(*self.dispatch.start())
@@ -367,8 +373,13 @@ class _Run:
         if not self.dispatch.finished:
             raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
         end = max((s.end for s in self.spans), default=0.0)
+        a, b = self.ru_start, self.ru_end
+        busy = waits = None
+        if a is not None and b is not None:
+            busy = (b.ru_utime + b.ru_stime) - (a.ru_utime + a.ru_stime)
+            waits = b.ru_nvcsw - a.ru_nvcsw
         return Timeline(self.plan, self.spans, end, self.bytes_read, self.peak, [], self.mem_samples,
-                        source="measured")
+                        source="measured", core_busy_s=busy, waits=waits)
 
     def close(self) -> None:
         """Stop the native GEMM helpers and drop the compiled steps (idempotent). The steps are closures over the

@@ -35,3 +35,7 @@ class Timeline:
     flash_samples: list[tuple[float, float]] = field(default_factory=list)   # (time s, aggregate B/s)
     mem_samples: list[tuple[float, int]] = field(default_factory=list)       # (time s, allocated B) at every change
     source: str = "modelled"          # modelled (simulator) | measured (HIL run)
+    core_busy_s: float | None = None  # core-s of CPU work in [0, end_s], every thread (modelled: the cores' shared
+    #                                   work; measured: the process's user + system CPU time over the run)
+    waits: int | None = None          # times a thread blocked and was woken (modelled: idle workers woken +
+    #                                   interpreter-lock hand-offs; measured: the process's voluntary context switches)

@@ -77,6 +77,7 @@ class PlanExecutor:
         self.pool: list[int] = []             # B, sizes of free staging buffers, sorted
         self.mem_samples: list[tuple[float, int]] = [(0.0, 0)]
         self.gil_waits = 0                    # runtime parts that found the interpreter lock held (hand-offs)
+        self.idle_wakes = 0                   # idle workers woken for a task
         self.reading = 0                      # sequential loads in their device transfer now
         self.ra_base = -1                     # B, end of the file range the finished sequential loads have read
         self.ra_t = 0.0                       # s, when the last of them finished its transfer
@@ -211,6 +212,7 @@ class PlanExecutor:
                 ev = env.event()
                 self.idle[resource].append(ev)
                 yield ev
+                self.idle_wakes += 1
                 wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
                 if self.dev.thread_wake_busy_s > 0:
                     yield env.timeout(0)                # the waker and others woken at this instant start first
@@ -339,7 +341,8 @@ class PlanExecutor:
         if not self.dispatch.finished:
             raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
         return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples,
-                        self.mem_samples)
+                        self.mem_samples, core_busy_s=self.cores.busy_core_s(),
+                        waits=self.idle_wakes + self.gil_waits)
 
 
 def simulate(plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0) -> Timeline:

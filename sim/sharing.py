@@ -146,6 +146,22 @@ class Cores(SharedRate):
     free = the cores this job does not use.
     """
 
+    def __init__(self, env: simpy.Environment, capacity: float) -> None:
+        super().__init__(env, capacity)
+        self.occupied: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, cores occupied) at every change
+
+    def _reschedule(self) -> None:
+        super()._reschedule()
+        self.occupied.append((self.env.now, min(self.capacity, sum(j.cap for j in self.active))))
+
+    def busy_core_s(self) -> float:
+        """Core-seconds the cores were occupied from 0 to now (a job slowed by co-running occupies its cores all the
+        same; `samples` hold the progress rates)."""
+        total, end = 0.0, self.env.now
+        for (t, occ), (t1, _o) in zip(self.occupied, [*self.occupied[1:], (end, 0.0)]):
+            total += occ * max(0.0, t1 - t)
+        return total
+
     def run(self, seconds: float, threads: int = 1, owner: object = None, slow: tuple[float, float] = (1.0, 1.0),
             memory: bool = False) -> simpy.Event:
         """`slow` (each >= 1): the job's work takes that many times its CPU time while the other cores are in use by

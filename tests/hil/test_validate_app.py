@@ -54,6 +54,11 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     drift = {k for k in m if k.startswith("host_drift_")}        # the host now vs at calibration (hil.drift)
     assert drift == {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_first_touch_pct"}
     assert drift <= set(m["measured_keys"]) and "host since its calibration" in r.stdout
+    # where the time goes beyond the phases: core occupancy and blocking events, modelled and measured
+    assert 0 < m["predicted_core_busy_pct"] <= 100.0 + 1e-9 and 0 < m["measured_core_busy_pct"] <= 101.0
+    assert m["predicted_thread_waits"] >= 0 and m["measured_thread_waits"] > 0
+    assert "predicted_core_busy_pct" in m["modelled_keys"] and "measured_thread_waits" in m["measured_keys"]
+    assert "cores busy until the first token" in r.stdout
 
 
 def test_drift_is_the_change_of_the_median_probe_against_the_profile():

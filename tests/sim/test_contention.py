@@ -331,6 +331,23 @@ def test_a_thread_that_finds_the_interpreter_lock_held_pays_a_hand_off():
     assert ex.run().end_s == pytest.approx(0.27) and ex.gil_waits == 1
 
 
+def test_timeline_reports_core_occupancy_and_wake_ups():
+    """Timeline.core_busy_s: core-seconds the cores were occupied (a co-run-slowed job occupies its core all the
+    same); Timeline.waits: idle workers woken + interpreter-lock hand-offs."""
+    b = PlanBuilder()
+    b.add("u", "unpack", works=[OpWork("unpack", n=1.0)])                    # type: ignore[arg-type]
+    b.add("c", "cpu", deps=[0], works=[OpWork("elementwise", n=1.0)])        # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks)
+    tl = simulate(plan, device(2, thread_wake_cpu_s=0.1), FakeCost())
+    assert tl.end_s == pytest.approx(2.1) and tl.core_busy_s == pytest.approx(2.1)   # one core busy throughout
+    assert tl.waits == 1                           # the cpu worker, idle until the unpack ends, woken once
+    two = PlanBuilder()
+    two.add("a", "unpack", works=[OpWork("unpack", n=1.0)])                  # type: ignore[arg-type]
+    two.add("b", "cpu", works=[OpWork("elementwise", n=1.0)])                # type: ignore[arg-type]
+    tl = simulate(Plan("t", "m", "d", 1, 0, two.tasks), device(2, corun_elementwise=2.0), FakeCost())
+    assert tl.core_busy_s == pytest.approx(tl.end_s + 1.0)    # both cores for 1 s, then one core slowed by co-run
+
+
 def test_a_woken_worker_spends_core_time_on_the_wake_up():
     """thread_wake_cpu_s: CPU work of being woken (futex, re-taking locks; measured for the host runner), besides the
     hand-off latency thread_wake_s: it occupies a core, so it competes with the other threads."""
