@@ -99,10 +99,6 @@ class OpRunner:
         else:
             nc.gemm_i8_i32(x8, w, out=out, isa=self.isa)
 
-    def _check(self, rc: int, what: str) -> None:
-        if rc:
-            raise native.NativeError(f"{what}: {native.ERRORS.get(rc, f'error {rc}')}")
-
     def _entry(self, name: str, shape: tuple[int, ...]) -> None:
         """Compile-time check that the file's tensor `name` has the shape the op's buffers assume."""
         e = self.ws.ix.entries.get(name)
@@ -148,7 +144,7 @@ class OpRunner:
 
     def layer_op(self, op: str, c: ChunkState, layer: int, threads: int):
         """The step (a no-argument callable) that runs layer op `op` on chunk `c`."""
-        sp, L, isa, ck, ptrs = self.spec, self.lib, self.isa_i, self._check, self.ws.ptrs
+        sp, L, isa, ck, ptrs = self.spec, self.lib, self.isa_i, nc._ok, self.ws.ptrs
         m, d, H, KV, hd = c.m, sp.d_model, sp.n_heads, sp.n_kv_heads, sp.head_dim
         P = _addr
         if op in _MM:

@@ -205,7 +205,6 @@ class ChunkState:
     h: np.ndarray                  # (m, d) normed input of the attention / FFN block
     x8: list[np.ndarray]           # 3 x (m * max(d, q),) int8 flat: quantized linear inputs (per distinct act scale)
     x8f: np.ndarray                # (m, f) int8 quantized input of ffn_down
-    use: dict[str, np.ndarray]     # linear kind -> its quantized input (set by the quant_* ops)
     acc: dict[str, np.ndarray]     # linear kind -> (m, C) int32 GEMM output
     q: np.ndarray                  # (m, H, hd)
     k: np.ndarray                  # (m, KV, hd)
@@ -240,7 +239,7 @@ def chunk_state(spec: ModelSpec, m: int, past: int) -> ChunkState:
            "attn_output": z((m, d), np.int32), "ffn_gate": z((m, f), np.int32), "ffn_up": z((m, f), np.int32),
            "ffn_down": z((m, d), np.int32)}
     return ChunkState(m, past, z((m, d), np.float32), z((m, d), np.float32),
-                      [z(m * max(d, qd), np.int8) for _ in range(3)], z((m, f), np.int8), {}, acc,
+                      [z(m * max(d, qd), np.int8) for _ in range(3)], z((m, f), np.int8), acc,
                       z((m, spec.n_heads, spec.head_dim), np.float32),
                       z((m, spec.n_kv_heads, spec.head_dim), np.float32),
                       z((m, spec.n_kv_heads, spec.head_dim), np.float32), z((m, qd), np.float32),
