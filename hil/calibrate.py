@@ -167,15 +167,15 @@ _GEMM_POOLS: dict = {}
 
 
 def gemm_pool(helpers: int):
-    """A native GEMM pool (`native.compute.GemmPool`) with `helpers` threads, kept for the process (the runner's
-    pool lives for a run: its threads exist before any GEMM is timed); closed at exit."""
+    """A native GEMM pool with `helpers` threads and the runner's settings (`hil.runner_state.gemm_pool`), kept for
+    the process (the runner's pool lives for a run: its threads exist before any GEMM is timed); closed at exit."""
     pool = _GEMM_POOLS.get(helpers)
     if pool is None:
-        from native import compute as nc
+        from hil.runner_state import gemm_pool as runner_pool
 
         if not _GEMM_POOLS:
             atexit.register(lambda: [p.close() for p in _GEMM_POOLS.values()])
-        pool = _GEMM_POOLS[helpers] = nc.GemmPool(helpers)
+        pool = _GEMM_POOLS[helpers] = runner_pool(helpers)
     return pool
 
 

@@ -14,7 +14,8 @@ same native INT8 kernels; its spans carry unit "npu" so traces show which work t
 Dispatch: `planner.pipeline.dispatch.Dispatcher` (the simulator's rules: static / position priority, CPU stealing of
 NPU INT8 matmuls) under one lock, one Condition per resource. Stolen ops run on the cpu worker (span resource "cpu",
 stolen=True). Per resource:
-- load: preadv of the task's byte ranges into page-aligned buffers in `request_bytes` requests; `copy_bytes` > 0 (or
+- load: pread of the task's byte ranges into page-aligned buffers in `request_bytes` requests, one native call per task
+  (`native.read_pieces`: the thread re-takes the interpreter lock once per task); `copy_bytes` > 0 (or
   `duration_s` > 0: a phone's materialized-graph deserialization, whose host stand-in is the same copy) -> a real
   native memcpy into a second ("NPU") buffer. Every span's `cpu_s` is the CPU time its thread used in it
   (`time.thread_time`: syscalls, copies and page faults included; wall minus `cpu_s` = waiting for data or a core).
@@ -41,12 +42,11 @@ from pathlib import Path
 import numpy as np
 
 import native
-import native.compute as nc
 from hil.packed_index import EMBED, FileIndex, check_spec, read_index
 from hil.pagecache import evict as evict_file
 from hil.pagecache import resident_fraction
 from hil.runner_ops import OpRunner, needed_tensors
-from hil.runner_state import RunState, WeightStore, aligned_empty, fresh_empty, run_state
+from hil.runner_state import RunState, WeightStore, aligned_empty, fresh_empty, gemm_pool, run_state
 from planner.pipeline.builder import chunks
 from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan, Task
@@ -96,7 +96,7 @@ class _Run:
         self.rs: RunState = run_state(spec, sizes)
         self.ws = WeightStore(ix, isa)
         n_help = max(plan.cpu_threads - 1, 0)        # native GEMM helpers, started now (not inside the first GEMM)
-        self.pool = nc.GemmPool(n_help) if n_help else None
+        self.pool = gemm_pool(n_help) if n_help else None
         try:
             self.ops = OpRunner(self.rs, self.ws, ix.act_scales, isa, self.pool)
             self.ops.prepare(plan.tasks, plan.cpu_threads)     # every compute task's steps, before t0
@@ -238,7 +238,7 @@ class _Run:
             e = self.ix.entries[name]
             if e.fmt == F32_CODE:
                 buf = fresh_empty(e.size)
-                self._read(buf, e.offset, max(e.size, 1))
+                self._read([buf], [e.offset], max(e.size, 1))
                 self.ws.fault_in(name, buf)
                 with self.lock:
                     self.faulted.append(f"{t.name}:{name}")
@@ -280,35 +280,37 @@ class _Run:
         self.ops.run(t, threads)
         return "cpu" if resource == "cpu" or stolen else "npu"
 
-    def _read(self, buf: np.ndarray, off: int, request: int, fd: int | None = None) -> None:
-        """Fill `buf` from file offset `off` with preadv requests of at most `request` bytes."""
-        mv = memoryview(buf)
-        got, n = 0, buf.nbytes
-        if fd is None:                                     # each loader thread streams through its own descriptor:
-            fd = getattr(self.local, "fd", None)           # one shared file position makes the kernel see two
-            if fd is None:                                 # interleaved streams as random access (no readahead)
-                fd = self.local.fd = os.open(self.ix.path, os.O_RDONLY)
-                with self.lock:
-                    self.fds.append(fd)
-        while got < n:
-            k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
-            if k <= 0:
-                raise OSError(f"{self.ix.path}: short read at offset {off + got}")
-            got += k
+    def _fd(self) -> int:
+        """This loader thread's own descriptor of the file: one shared file position would make the kernel see two
+        interleaved streams as random access (no readahead)."""
+        fd = getattr(self.local, "fd", None)
+        if fd is None:
+            fd = self.local.fd = os.open(self.ix.path, os.O_RDONLY)
+            with self.lock:
+                self.fds.append(fd)
+        return fd
+
+    def _read(self, bufs: list[np.ndarray], offs: list[int], request: int, fd: int | None = None,
+              copies: list[np.ndarray | None] | None = None) -> None:
+        """Fill every `bufs[i]` from file offset `offs[i]` in pread requests of at most `request` bytes (then copy it
+        into `copies[i]` where given): one native call without the interpreter lock for all of them
+        (`native.read_pieces`), so the thread re-takes the lock once per task, not once per request."""
+        n = native.read_pieces(self._fd() if fd is None else fd, bufs, offs, max(1, request), copies, self.ix.path)
         with self.lock:
             self.bytes_read += n
 
     def _load(self, t: Task) -> None:
         copy = t.copy_bytes > 0 or t.duration_s > 0
         req = t.request_bytes or (1 << 20)
+        pieces, offs, copies = [], [], []
         for r in t.tensors:
             e = self.ix.entries[r.name]
-            b = self.ws.blob(r.name)
             lo = r.offset - e.offset
-            piece = b.buf[lo:lo + r.nbytes]
-            self._read(piece, r.offset, req)
-            if copy:
-                native.memcpy(self.ws.npu_buffer(r.name)[lo:lo + r.nbytes], piece)
+            pieces.append(self.ws.blob(r.name).buf[lo:lo + r.nbytes])
+            offs.append(r.offset)
+            copies.append(self.ws.npu_buffer(r.name)[lo:lo + r.nbytes] if copy else None)
+        self._read(pieces, offs, req, copies=copies if copy else None)
+        for r in t.tensors:
             self.ws.landed(r.name, r.nbytes, copy)
 
     def _embed(self, t: Task) -> None:
@@ -318,11 +320,11 @@ class _Run:
         uniq, inv = np.unique(self.tokens, return_inverse=True)
         payload = aligned_empty(row * uniq.size)
         all_scales = np.empty(e.C, np.float32)               # one sequential read of the row scales (4 B per row)
-        self._read(all_scales.view(np.uint8), e.offset + e.scales_off, all_scales.nbytes)
+        self._read([all_scales.view(np.uint8)], [e.offset + e.scales_off], all_scales.nbytes)
         scales = all_scales[uniq]
-        for i, tok in enumerate(uniq):                       # the prompt's rows, ascending offsets, no readahead
-            self._read(payload[i * row:(i + 1) * row], e.offset + e.payload_off + int(tok) * row, t.request_bytes,
-                       self.fd_random)
+        self._read([payload[i * row:(i + 1) * row] for i in range(uniq.size)],   # the prompt's rows, ascending
+                   [e.offset + e.payload_off + int(tok) * row for tok in uniq],   # offsets, no readahead
+                   t.request_bytes or row, self.fd_random)
         bits3 = pack_bits3(np.full(uniq.size, 8, dtype=np.int8))
         q = BY_CODE[e.fmt].unpack_native(payload, bits3, uniq.size, e.D, e.group, isa=self.ws.unpack_isa)
         x = (q.astype(np.float32) * scales[:, None])[inv]                       # (T, d)

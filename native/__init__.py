@@ -69,6 +69,8 @@ def _load() -> ct.CDLL:
             "ef_unpack_kquant": (i32, [i32, u8p, i64, i64, u8p, u64, i8p, i64, i64]),
             "ef_unpack_int8": (i32, [u8p, u64, i64, i64, i8p, i64, i64]),
             "ef_memcpy": (None, [ct.c_void_p, ct.c_void_p, u64]),
+            "ef_read_pieces": (i64, [i32, i64, ct.c_void_p, ct.c_void_p, ct.c_void_p, i64, ct.c_void_p,
+                                     ct.POINTER(i64)]),
             "ef_crc32": (u32, [u32, u8p, u64]),
             "ef_container_check": (i32, [u8p, u64, i32, ct.c_char_p, i32]),
             "ef_container_head_bytes": (i64, [u8p, u64, u64, ct.c_char_p, i32]),
@@ -261,6 +263,41 @@ def memcpy(dst: np.ndarray, src: np.ndarray) -> None:
             or not dst.flags.writeable):
         raise ValueError("memcpy needs two C-contiguous arrays of the same size, dst writable")
     _load().ef_memcpy(_ptr(dst), _ptr(src), src.nbytes)
+
+
+def read_pieces(fd: int, dsts: list[np.ndarray], offsets: list[int], request: int,
+                copies: list[np.ndarray | None] | None = None, path: object = "file") -> int:
+    """Fill each `dsts[i]` (C-contiguous, writable) from file offset `offsets[i]` of `fd` in pread requests of at most
+    `request` bytes, then copy it into `copies[i]` (same size) where that is not None — one native call for all of
+    them, without the interpreter lock (native/src/ef_io.c). Returns the bytes read; raises OSError on a read error
+    or a short read (the file ends before a piece), naming `path` and the offset."""
+    n = len(dsts)
+    if len(offsets) != n or (copies is not None and len(copies) != n):
+        raise ValueError("read_pieces: dsts, offsets and copies need the same length")
+    if request <= 0:
+        raise ValueError(f"read_pieces: request must be > 0 (got {request})")
+    # plain int64 arrays (a ctypes array type made per call would be a reference cycle the collector has to free)
+    tab = np.zeros((4, max(n, 1)), np.int64)            # rows: destination, offset, length, copy address
+    tab[1, :n] = offsets
+    for i, d in enumerate(dsts):
+        if not d.flags.c_contiguous or not d.flags.writeable:
+            raise ValueError("read_pieces: every destination must be a C-contiguous writable array")
+        tab[0, i], tab[2, i] = d.ctypes.data, d.nbytes
+        c = None if copies is None else copies[i]
+        if c is not None:
+            if c.nbytes != d.nbytes or not c.flags.c_contiguous or not c.flags.writeable:
+                raise ValueError("read_pieces: a copy buffer must be C-contiguous, writable and as large as its piece")
+            tab[3, i] = c.ctypes.data
+    base, row = tab.ctypes.data, tab.strides[0]
+    err = ct.c_int64(0)
+    done = _load().ef_read_pieces(int(fd), n, base, base + row, base + 2 * row, int(request),
+                                  base + 3 * row if copies is not None else None, ct.byref(err))
+    if done < n:
+        code = int(err.value)
+        what = os.strerror(code) if code else "short read (end of file)"
+        msg = f"{path}: {what} reading {int(tab[2, done])} bytes at offset {offsets[done]}"
+        raise OSError(code, msg) if code else OSError(msg)
+    return int(tab[2, :n].sum())
 
 
 def _need_bits3(bits3: np.ndarray, C: int) -> None:

@@ -42,6 +42,8 @@ _SIGS = {
     "ef_pool_create": (ct.c_void_p, [ct.c_int]),
     "ef_pool_destroy": (None, [ct.c_void_p]),
     "ef_pool_helpers": (ct.c_int, [ct.c_void_p]),
+    "ef_pool_set_spin": (ct.c_int, [ct.c_void_p, ct.c_long]),
+    "ef_pool_set_pin": (ct.c_int, [ct.c_void_p, ct.c_int]),
     "ef_pool_gemm_i8_i32": (ct.c_int, [ct.c_void_p, ct.c_int, ct.c_int, ct.c_void_p, ct.c_void_p, ct.c_void_p,
                                        ct.c_int64, ct.c_int64, ct.c_int64, ct.c_int64, ct.c_int64]),
 }
@@ -155,17 +157,25 @@ class GemmPool:
     """`helpers` persistent native threads (native/src/ef_pool.c) that split a GEMM's output columns with the calling
     thread: one ctypes call per GEMM, and neither the helpers nor the split touch the interpreter (a Python thread
     pool takes the GIL to hand each part over and to return it). Use as a context manager, or call `close()`; one
-    GEMM at a time (concurrent callers wait for each other)."""
+    GEMM at a time (concurrent callers wait for each other).
 
-    def __init__(self, helpers: int) -> None:
+    spin_us: a helper polls for the next GEMM this long after its part before it sleeps (as ggml's pool does; a
+    sleeping helper's core halts on a VM and waking it cost ~50 us here). pin: pin the helpers to other CPUs than the
+    calling thread's, so the kernel cannot queue a woken helper behind its caller (docs/hil.md "Runner")."""
+
+    def __init__(self, helpers: int, spin_us: float = 0.0, pin: bool = False) -> None:
         self._h = None
         if not 0 <= int(helpers) <= 64:
             raise ValueError(f"helpers: must be in 0..64 (got {helpers})")
-        self.helpers = int(helpers)
+        if not 0 <= spin_us <= 1e6:
+            raise ValueError(f"spin_us: must be in 0..1e6 (got {spin_us})")
+        self.helpers, self.spin_us, self.pin = int(helpers), float(spin_us), bool(pin)
         self._lib = _lib()
         self._h = self._lib.ef_pool_create(self.helpers)
         if not self._h:
             raise native.NativeError(f"GemmPool: could not start {helpers} native threads")
+        _ok(self._lib.ef_pool_set_spin(self._h, int(self.spin_us * 1e3)), "pool spin")
+        _ok(self._lib.ef_pool_set_pin(self._h, int(self.pin)), "pool pin")
         self.raw = self._lib.ef_pool_gemm_i8_i32      # (handle, threads, isa, x, w, out, M, K, N, n0, n1) -> rc
 
     @property

@@ -94,6 +94,12 @@ int ef_unpack_int8(const uint8_t *data, uint64_t data_len, int64_t C, int64_t D,
 /* memcpy, exposed so the benchmark times the limit through the same call path */
 void ef_memcpy(void *dst, const void *src, uint64_t n);
 
+/* Batched positional reads (ef_io.c): piece i = len[i] bytes at file offset off[i] into dst[i], in pread requests of
+ * at most `request` bytes, then memcpy into copy[i] when copy != NULL and copy[i] != NULL. Returns the number of
+ * pieces completed (n on success); on failure *err = errno (0: the file ended before the piece, a short read). */
+int64_t ef_read_pieces(int fd, int64_t n, void *const *dst, const int64_t *off, const int64_t *len,
+                       int64_t request, void *const *copy, int64_t *err);
+
 /* ---- container -------------------------------------------------------------------------------------------- */
 uint32_t ef_crc32(uint32_t crc, const uint8_t *buf, uint64_t len);
 

@@ -80,6 +80,10 @@ typedef struct ef_pool ef_pool;
 ef_pool *ef_pool_create(int helpers);
 void ef_pool_destroy(ef_pool *p);
 int ef_pool_helpers(const ef_pool *p);
+/* a helper polls for the next job `spin_ns` after its part before it sleeps (0: sleeps at once, the default) */
+int ef_pool_set_spin(ef_pool *p, long spin_ns);
+/* pin != 0: helpers are pinned to other CPUs than the posting caller's (re-pinned when the caller moved) */
+int ef_pool_set_pin(ef_pool *p, int pin);
 /* ef_gemm_i8_i32 over columns [n0, n1) split into min(threads, helpers + 1, n1 - n0) contiguous parts: the caller
  * runs the first, helpers the others; returns when all are done (the first non-zero return code of a part). */
 int ef_pool_gemm_i8_i32(ef_pool *p, int threads, int isa, const int8_t *x, const int8_t *w, int32_t *out, int64_t M,

@@ -87,14 +87,16 @@ def test_gemm_column_ranges_and_threads(cisa):
     assert np.array_equal(out2, want)
 
 
-@pytest.mark.parametrize("helpers", (0, 1, 3))
-def test_gemm_pool_splits_bit_exact(cisa, helpers):
+@pytest.mark.parametrize("helpers,spin_us,pin", ((0, 0, False), (1, 0, False), (3, 0, False), (1, 100, True),
+                                                 (3, 50, True), (2, 1000, False)))
+def test_gemm_pool_splits_bit_exact(cisa, helpers, spin_us, pin):
     """The native pool's split (caller + persistent helpers) gives the one-call result on odd sizes, for every
-    thread count (more threads than helpers or columns included), on column sub-ranges, and stops its threads."""
+    thread count (more threads than helpers or columns included), on column sub-ranges, and stops its threads —
+    also with helpers that poll for the next job (spin_us) and helpers pinned away from the caller's CPU."""
     import os
     rng = np.random.default_rng(3)
     before = len(os.listdir("/proc/self/task"))
-    with C.GemmPool(helpers) as pool:
+    with C.GemmPool(helpers, spin_us=spin_us, pin=pin) as pool:
         assert len(os.listdir("/proc/self/task")) == before + helpers
         for M, K, N in ((1, 5, 1), (3, 33, 2), (17, 65, 37), (4, 577, 63)):
             x, w = i8(rng, M, K), i8(rng, N, K)
@@ -113,6 +115,44 @@ def test_gemm_pool_splits_bit_exact(cisa, helpers):
         pool.gemm(x, w)
     with pytest.raises(ValueError, match="^helpers"):
         C.GemmPool(-1)
+    with pytest.raises(ValueError, match="^spin_us"):
+        C.GemmPool(1, spin_us=-1)
+
+
+def _allowed(tid: int) -> set[int]:
+    line = next(ln for ln in open(f"/proc/self/task/{tid}/status") if ln.startswith("Cpus_allowed_list"))
+    out: set[int] = set()
+    for part in line.split()[1].split(","):
+        a, _, b = part.partition("-")
+        out |= set(range(int(a), int(b or a) + 1))
+    return out
+
+
+def test_gemm_pool_pins_helpers_away_from_the_caller():
+    """pin=True: after a GEMM, every helper may run only on one CPU, not the caller's (when the process has two or
+    more); pin=False leaves them on every CPU the process has."""
+    import os
+    import threading
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: nothing to pin away from")
+    rng = np.random.default_rng(4)
+    x, w = i8(rng, 4, 64), i8(rng, 40, 64)
+    before = set(os.listdir("/proc/self/task"))
+    for pin in (True, False):
+        with C.GemmPool(2, pin=pin) as pool:
+            helpers = [int(t) for t in set(os.listdir("/proc/self/task")) - before]
+            assert len(helpers) == 2
+            me = threading.get_native_id()
+            old = os.sched_getaffinity(me)
+            try:
+                os.sched_setaffinity(me, {min(cpus)})     # the caller stays on one CPU for the check
+                assert np.array_equal(pool.gemm(x, w, threads=3), R.gemm_i8_i32(x, w))
+                for t in helpers:
+                    a = _allowed(t)
+                    assert (len(a) == 1 and min(cpus) not in a) if pin else a == cpus
+            finally:
+                os.sched_setaffinity(me, old)
 
 
 def test_gemm_empty_and_bad_input():

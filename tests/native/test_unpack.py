@@ -193,3 +193,38 @@ def test_random_shapes_round_trip_every_format_and_isa(C, D, R, seed):
         assert np.array_equal(native.unpack_weightlet(pw, b3, C, D, R, isa=isa), q), isa
         assert np.array_equal(native.unpack_mixed(pm, b3, C, D, isa=isa), q), isa
         assert np.array_equal(native.unpack_kquant(pk, b3, C, D, isa=isa), q), isa
+
+
+def test_read_pieces_reads_copies_and_reports_errors(tmp_path):
+    """native.read_pieces: every piece from its offset in requests smaller, equal to and larger than it (odd sizes),
+    the copies where asked, the bytes read; a short read and a bad descriptor raise OSError naming the offset."""
+    import os
+    rng = np.random.default_rng(9)
+    data = rng.integers(0, 256, 100_003, dtype=np.uint8)
+    path = tmp_path / "blob.bin"
+    path.write_bytes(data.tobytes())
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        spans = [(0, 1), (7, 4099), (50_001, 33_333), (100_000, 3), (5, 0)]
+        for request in (1, 97, 4096, 1 << 20):
+            bufs = [np.full(n, 0xAA, np.uint8) for _, n in spans]
+            copies = [np.zeros(n, np.uint8) if i % 2 else None for i, (_, n) in enumerate(spans)]
+            got = native.read_pieces(fd, bufs, [o for o, _ in spans], request, copies)
+            assert got == sum(n for _, n in spans)
+            for (o, n), b, c in zip(spans, bufs, copies):
+                assert np.array_equal(b, data[o:o + n])
+                if c is not None:
+                    assert np.array_equal(c, b)
+        assert native.read_pieces(fd, [], [], 64) == 0
+        with pytest.raises(OSError, match="short read .* at offset 99990"):
+            native.read_pieces(fd, [np.empty(100, np.uint8)], [99_990], 64, path=path)
+        with pytest.raises(ValueError, match="same length"):
+            native.read_pieces(fd, [np.empty(4, np.uint8)], [], 64)
+        with pytest.raises(ValueError, match="copy buffer"):
+            native.read_pieces(fd, [np.empty(4, np.uint8)], [0], 64, [np.empty(3, np.uint8)])
+        with pytest.raises(ValueError, match="writable"):
+            native.read_pieces(fd, [np.frombuffer(bytes(4), np.uint8)], [0], 64)
+    finally:
+        os.close(fd)
+    with pytest.raises(OSError, match="Bad file descriptor"):
+        native.read_pieces(fd, [np.empty(4, np.uint8)], [0], 64)
