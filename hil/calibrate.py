@@ -848,6 +848,32 @@ def measure_gemm(k: Kernels, s: CalibrationSettings) -> list[dict]:
     return rows
 
 
+def measure_pool_wake(k: Kernels, s: CalibrationSettings) -> Stat | None:
+    """Seconds a 2-thread GEMM (16 x 576 x 1536, weights cycled through DRAM, the runner's pool:
+    `hil.runner_state.gemm_pool`) takes longer when its helper sleeps than when it still polls after the previous
+    GEMM: each call timed once right after another (the helper polling) and once after this thread stayed busy in
+    Python for three poll windows (the helper asleep, its core halted, as between a run's GEMMs that are far apart);
+    median difference, >= 0. None with one CPU or without the native kernels."""
+    from hil.runner_state import POOL_SPIN_US
+
+    if k.nc is None or (os.cpu_count() or 1) < 2:
+        return None
+    rng = np.random.default_rng(6)
+    base = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
+    copies = [base] + [base.copy() for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
+    call = k.gemm_call(16, 576, 1536, 2, rng, copies)
+    gap = 3 * POOL_SPIN_US * 1e-6
+
+    def busy() -> None:
+        end = time.perf_counter() + gap
+        while time.perf_counter() < end:
+            pass
+
+    awake = timed_after(call, call, max(s.reps, 25))
+    asleep = timed_after(call, lambda: (call(), busy()), max(s.reps, 25))
+    return Stat(max(0.0, asleep.median - awake.median), max(awake.spread, asleep.spread), asleep.n)
+
+
 def layer_gemm(k: Kernels, s: CalibrationSettings, rng: np.random.Generator) -> Callable[[], None]:
     """A 16 x 576 x 1536 INT8 GEMM on weights cycled through `cold_set_bytes` (from DRAM): what runs between a
     layer's elementwise ops in a cold start, streaming that layer's weights through the caches."""
@@ -968,6 +994,7 @@ class Measurements:
     loadavg: tuple[float, float, float]   # 1/5/15-min load average at the start (other work on the shared host)
     host_probe: dict[str, float] = field(default_factory=dict)   # hil.drift.probe() at the start (s per probe)
     pread_readahead: Stat | None = None   # B resident ahead of a paused sequential pread stream
+    pool_wake: Stat | None = None         # s a 2-thread GEMM takes longer when its helper sleeps (measure_pool_wake)
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -1010,6 +1037,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     unpack = step("unpack", lambda: measure_unpack(s))
     k = Kernels()
     gemm = step("gemm", lambda: measure_gemm(k, s))
+    pool_wake = step("pool_wake", lambda: measure_pool_wake(k, s))
     elem = step("elementwise", lambda: measure_elementwise(k, s))
     attn = step("attention", lambda: measure_attention(k, s))
     wake_cpu: list[float] = []
@@ -1021,4 +1049,4 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
-                        load, host_probe, pread_ra)
+                        load, host_probe, pread_ra, pool_wake)

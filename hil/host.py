@@ -45,7 +45,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 4
+STORE_VERSION = 5
 
 
 # ================================================ identity ===========================================================
@@ -176,13 +176,14 @@ def _simulated_read_s(prof: SocProfile, size: int, blob: int, request: int, read
     """Simulated wall time of the calibration's cold read: `readers` loader threads reading `size` bytes in
     `blob`-byte fresh buffers, `request`-byte requests (sim.executor, the profile's read model)."""
     from planner.cost.analytic import AnalyticCostModel
-    from planner.plan import Plan, PlanBuilder
+    from planner.plan import Plan, PlanBuilder, TensorRef
     from sim.executor import simulate
 
     b = PlanBuilder()
-    for k, off in enumerate(range(0, size, blob)):
-        n = min(blob, size - off)
-        b.add(f"read{k}", "load", read_bytes=n, request_bytes=request, mem_alloc=n)
+    for k, off in enumerate(range(0, size, blob)):        # bound to the file's byte ranges, as a runner's plan is,
+        n = min(blob, size - off)                         # so the kernel's readahead is modelled as in a plan
+        b.add(f"read{k}", "load", read_bytes=n, request_bytes=request, mem_alloc=n,
+              tensors=[TensorRef(f"scratch{k}", off, n)])
     plan = Plan("read", "scratch", prof.name, 1, 0, b.tasks, loader_threads=readers)
     return simulate(plan, prof, AnalyticCostModel(prof)).end_s
 
@@ -393,6 +394,16 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
           f"({r.op.median + r.bare_op.median:.2e} s) minus the bare kernel calls at the same shapes "
           f"({r.bare_op.median:.2e} s): worker loop + the op's Python path; a worker that waited is charged "
           "thread_wake_s on top", r.op.spread)
+    from hil.runner_state import POOL_SPIN_US
+
+    f.put("cpu_split_gemm_only", True, "by construction: the runner splits only GEMMs over the CPU unit's threads "
+          "(hil.runner_ops.OpRunner.gemm, the native pool); its other ops run on the worker's own thread")
+    f.put("gemm_pool_spin_s", POOL_SPIN_US * 1e-6, "by construction: the runner's GEMM helpers poll for the next GEMM "
+          "this long after their part (hil.runner_state.POOL_SPIN_US)")
+    if m.pool_wake is not None:
+        f.put("gemm_pool_wake_s", m.pool_wake.median, "measured: a 2-thread 16x576x1536 GEMM on DRAM-cycled weights "
+              "after its helper slept (three poll windows apart) minus right after another one (helper polling), "
+              "median (hil.calibrate.measure_pool_wake)", m.pool_wake.spread)
     f.put("interpreter_lock", True, "by construction: the runner's workers are Python threads; their per-task code "
           "(worker loop, op path, buffer set-up: cpu_op_overhead_s, load_tensor_s, unpack_tensor_s) holds the GIL, "
           "the kernels and reads release it")
@@ -511,7 +522,8 @@ def measurements_json(m) -> dict:
                 read_busy={k: stat(v) for k, v in vars(m.read_busy).items()}, random_read_s=stat(m.random_read),
                 random_read_busy_s=stat(m.random_read_busy), wall_s=m.wall_s,
                 loadavg=m.loadavg, host_probe=m.host_probe,
-                pread_readahead_bytes=stat(m.pread_readahead) if m.pread_readahead is not None else None)
+                pread_readahead_bytes=stat(m.pread_readahead) if m.pread_readahead is not None else None,
+                pool_wake_s=stat(m.pool_wake) if m.pool_wake is not None else None)
 
 
 # ================================================ store ==============================================================

@@ -95,6 +95,12 @@ class SocProfile:
     #                                           runtime's GIL (the host runner); False for native runtimes
     npu_on_cpu_core: bool = False             # the "NPU" queue runs on a CPU core (this host's NPU stand-in): its ops
     #                                           occupy a core in the simulator's processor sharing
+    cpu_split_gemm_only: bool = False         # the runtime splits only GEMMs over the CPU unit's threads; its other
+    #                                           ops run on the worker's own thread (the host runner; False: all ops)
+    gemm_pool_spin_s: float = 0.0             # s a GEMM helper thread keeps polling its core for the next GEMM after
+    #                                           its part before it sleeps (the core is occupied; 0 = not modelled)
+    gemm_pool_wake_s: float = 0.0             # s a multi-threaded GEMM takes longer when its helpers sleep (their
+    #                                           wake-up; 0 = not modelled)
     # ---- CPU ----------------------------------------------------------------------------------------------------
     cpu_big_cores: int = 0                    # cores of the fastest cluster
     cpu_big_ghz: float = 0.0                  # GHz

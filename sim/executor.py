@@ -27,7 +27,10 @@ docs/hil.md). Fresh memory follows the runner's allocations: unpacked tensors an
 blobs (packed tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only
 memory beyond the run's high-water mark is fresh). A worker that waited idle starts `thread_wake_s` after being woken (a
 thread hand-off; `thread_wake_busy_s` while other threads occupy every core) and spends `thread_wake_cpu_s` of core time
-on the wake-up itself. DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads' page-cache copies, unpack
+on the wake-up itself. A runtime that splits only GEMMs over its CPU threads (`cpu_split_gemm_only`, the host runner)
+runs its other ops on the worker's one core; a multi-threaded GEMM's helpers poll their cores for `gemm_pool_spin_s`
+after it (occupied cores; the next GEMM in that window finds them awake) and are woken otherwise (`gemm_pool_wake_s`
+later). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads' page-cache copies, unpack
 writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
@@ -49,6 +52,24 @@ from sim.sharing import Cores, SharedRate
 # class of work of each op kind, for the co-run slowdown (SocProfile.corun_*)
 KIND_CLASS = {"matmul": "gemm", "lm_head": "gemm", "attention": "elementwise", "elementwise": "elementwise",
               "unpack": "unpack"}
+GEMM_KINDS = ("matmul", "lm_head")     # the op kinds a runtime splits over its GEMM pool
+
+
+RA_GAP_BYTES = 128 << 10   # B, ranges this close count as one sequential stream (the kernel's default readahead window)
+
+
+def _stream_extent(t) -> tuple[int, int]:
+    """[lo, hi) of the file bytes a load streams: its tensor ranges joined where less than RA_GAP_BYTES apart, the
+    group with the most bytes (a layer's weights; its norm vectors sit with every other layer's at the file's end)."""
+    groups: list[list[int]] = []                       # [lo, hi, bytes]
+    for a, b in sorted((r.offset, r.offset + r.nbytes) for r in t.tensors):
+        if groups and a - groups[-1][1] <= RA_GAP_BYTES:
+            groups[-1][1] = max(groups[-1][1], b)
+            groups[-1][2] += b - a
+        else:
+            groups.append([a, b, b - a])
+    lo, hi, _ = max(groups, key=lambda g: g[2])
+    return lo, hi
 
 
 class PlanExecutor:
@@ -79,8 +100,11 @@ class PlanExecutor:
         self.gil_waits = 0                    # runtime parts that found the interpreter lock held (hand-offs)
         self.idle_wakes = 0                   # idle workers woken for a task
         self.reading = 0                      # sequential loads in their device transfer now
-        self.ra_base = -1                     # B, end of the file range the finished sequential loads have read
-        self.ra_t = 0.0                       # s, when the last of them finished its transfer
+        # per loader thread (its own file descriptor, as the runner's: its own readahead state): (end of the file
+        # range its last sequential load streamed, when that read call returned)
+        self.ra: dict[object, tuple[int, float]] = {}
+        self.pool_spin: dict = {}             # worker -> core job of its GEMM helpers polling after the last GEMM
+        self.pool_wakes = 0                   # multi-threaded GEMMs whose helpers had to be woken
 
     # ---- dispatch (rules in planner.pipeline.dispatch, shared with the HIL runner) --------------------------------
     def _wake(self, resources: list[str]) -> None:
@@ -94,24 +118,27 @@ class PlanExecutor:
             self.peak_mem = max(self.peak_mem, self.mem)
             self.mem_samples.append((self.env.now, self.mem))
 
-    def _read_done(self, t_end: list[float], hi: int) -> None:
+    def _read_done(self, t_end: list[float]) -> None:
         self.reading -= 1
-        t_end[0] = self.ra_t = self.env.now
-        if hi > 0:
-            self.ra_base = max(self.ra_base, hi)
+        t_end[0] = self.env.now
 
-    def _read_ahead(self, t, nread: int) -> tuple[int, int]:
+    def _read_ahead(self, t, nread: int, owner: object) -> tuple[int, int]:
         """(bytes of a sequential load already in the page cache, the end of its file range). The kernel's readahead
-        (`read_ahead_bytes`): while the device had nothing else to do since the stream's last transfer ended, it read
-        on past the end of what the loads had read, up to the window. Only for loads bound to file ranges (the
-        runner's file); ranges are disjoint, so two loads starting together share the read-ahead part by range."""
+        (`read_ahead_bytes`), per loader thread (each streams through its own descriptor): while the device had
+        nothing else to do since that thread's last read call returned (it then copies, waits for compute, ...), the
+        kernel read on past the end of its stream, up to the window — bytes another loader read in between (the
+        layers in between) count against the window. During a read call the readahead is `read_cpu_overlap`'s share
+        (fitted to the calibration's continuous read), so it is not credited twice.
+        Only for loads bound to file ranges (the runner's file). The stream is the load's main extent
+        (`_stream_extent`): a layer's float32 norm vectors, stored together elsewhere in the file, are small reads
+        beside it and do not move the stream."""
         if self.dev.read_ahead_bytes <= 0 or t.random_reads or not t.tensors or any(r.nbytes <= 0 for r in t.tensors):
             return 0, 0
-        lo = min(r.offset for r in t.tensors)
-        hi = max(r.offset + r.nbytes for r in t.tensors)
-        if self.ra_base < 0 or lo < self.ra_base:
+        lo, hi = _stream_extent(t)
+        base, t_end = self.ra.get(owner, (-1, 0.0))
+        if base < 0 or lo < base:
             return 0, hi
-        frontier = self.ra_base + min(self.dev.read_ahead_bytes, int(self.flash.idle_since(self.ra_t)))
+        frontier = base + min(self.dev.read_ahead_bytes, int(self.flash.idle_since(t_end)))
         return min(nread, max(0, min(hi, frontier) - lo)), hi
 
     def _after(self, wake: list[str], joins: list[int]) -> None:
@@ -168,6 +195,22 @@ class PlanExecutor:
             return 0.0
         yield self.env.process(self._locked(0.0, owner, handoff=True))
         return self.dev.thread_wake_cpu_s
+
+    def _pool_start(self, owner: object) -> float:
+        """A multi-threaded GEMM of worker `owner` starts: helpers still polling after its last GEMM take it at once
+        (their polling ends); sleeping ones are woken, which delays the GEMM by `gemm_pool_wake_s` (returned)."""
+        spin = self.pool_spin.pop(owner, None)
+        if spin is not None and self.cores.cancel(spin):
+            return 0.0
+        self.pool_wakes += 1
+        return self.dev.gemm_pool_wake_s
+
+    def _pool_end(self, owner: object, threads: int) -> None:
+        """After the GEMM its `threads - 1` helpers keep polling their cores for `gemm_pool_spin_s` (core time that
+        slows nobody through co-running, but takes a core share) unless the next GEMM cancels it first."""
+        if self.dev.gemm_pool_spin_s > 0:
+            self.pool_spin[owner] = self.cores.run(self.dev.gemm_pool_spin_s, threads - 1, ("pool", owner),
+                                                   neutral=True)
 
     def _touch_s(self, nbytes: int, allocations: int = 1) -> float:
         """Core seconds of first-touching `nbytes` of newly allocated memory in `allocations` equal buffers, alone
@@ -249,12 +292,12 @@ class PlanExecutor:
                 if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
                     cpu_s += setup
                     yield env.all_of(self._runtime(setup, owner=me))
-                ahead, hi = self._read_ahead(t, nread)     # already in the page cache: copied, not transferred
+                ahead, hi = self._read_ahead(t, nread, me)     # already in the page cache: copied, not transferred
                 transfer = self.flash.read(nread - ahead, t.request_bytes, t.random_reads, owner=me)
                 t_start, t_end = env.now, [env.now]
                 if not t.random_reads:
                     self.reading += 1                 # sequential readers in their transfer right now
-                    transfer.callbacks.append(lambda _e, hi=hi: self._read_done(t_end, hi))
+                    transfer.callbacks.append(lambda _e: self._read_done(t_end))
                 if self.dev.read_irq_gbps > 0 and nread > 0:
                     # the read's interrupt and block-completion work takes core time meanwhile (charged to whichever
                     # thread runs; nobody waits for it)
@@ -272,6 +315,8 @@ class PlanExecutor:
                     yield transfer
                     if read_cpu > 0:
                         yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
+                if hi > 0:      # the read call returned: from now on the kernel reads ahead of this stream alone
+                    self.ra[me] = (hi, env.now)    # (its readahead during the call is read_cpu_overlap's part)
                 if nread > 0:                                           # the read returns: re-take the lock
                     cpu_s += yield from self._retake(me)
                 copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
@@ -313,12 +358,21 @@ class PlanExecutor:
                     if py > 0:                                      # the runtime's dispatch of the op
                         cpu_s += py
                         yield env.all_of(self._runtime(py, owner=me))
+                    gemm = w.kind in GEMM_KINDS
+                    occ = threads if gemm or not self.dev.cpu_split_gemm_only else 1   # threads the op occupies
+                    pooled = gemm and threads > 1 and unit == "cpu"
+                    if pooled:                               # the GEMM's helpers: polling still, or woken now
+                        wake = self._pool_start(me)
+                        if wake > 0:
+                            yield env.timeout(wake)
                     if dur - py > 0:
-                        cpu_s += (dur - py) * threads if on_core else 0.0
-                        yield env.all_of(self._occupy(dur - py, threads, cost.dram_bytes(w, unit), on_core=on_core,
+                        cpu_s += (dur - py) * occ if on_core else 0.0
+                        yield env.all_of(self._occupy(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core,
                                                       owner=me, cls=KIND_CLASS.get(w.kind, "")))
-                        if on_core:                                 # the kernel returns: re-take the lock
-                            cpu_s += yield from self._retake(me)
+                    if pooled:
+                        self._pool_end(me, threads)
+                    if dur - py > 0 and on_core:                    # the kernel returns: re-take the lock
+                        cpu_s += yield from self._retake(me)
             self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
             if resource == "unpack":
                 for r in t.tensors:

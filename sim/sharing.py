@@ -16,7 +16,7 @@ _DONE = 1e-9    # relative residue below which a job is complete (float rounding
 
 class _Job:
     __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner", "slow", "slow_mem",
-                 "memory")
+                 "memory", "neutral")
 
     def __init__(self, left: float, cap: float, weight: float, event: simpy.Event, owner: object = None) -> None:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
@@ -27,6 +27,7 @@ class _Job:
         self.slow = 1.0                                           # cores: x CPU time while other cores compute
         self.slow_mem = 1.0                                       # cores: ... while they run memory-system work
         self.memory = False                                       # cores: this job is memory-system work
+        self.neutral = False                                      # cores: slows no other job (a polling thread)
 
 
 class SharedRate:
@@ -44,9 +45,9 @@ class SharedRate:
         self.listeners: list = []                                 # called (no args) after every change of the set
 
     def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None,
-            slow: tuple[float, float] = (1.0, 1.0), memory: bool = False) -> simpy.Event:
+            slow: tuple[float, float] = (1.0, 1.0), memory: bool = False, neutral: bool = False) -> simpy.Event:
         """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s (`slow`,
-        `memory`: job attributes only `Cores` uses, see there)."""
+        `memory`, `neutral`: job attributes only `Cores` uses, see there)."""
         ev = self.env.event()
         if amount <= 0:
             ev.succeed()
@@ -57,10 +58,23 @@ class SharedRate:
         job = _Job(float(amount), float(cap), float(weight), ev, owner)
         job.slow, job.slow_mem = float(slow[0]), float(slow[1])
         job.memory = bool(memory)
+        job.neutral = bool(neutral)
         self.active.append(job)
         self._reschedule()
         self._notify()
         return ev
+
+    def cancel(self, ev: simpy.Event) -> bool:
+        """End the active job of event `ev` now, its work left undone (a polling thread that found work, a wait
+        that ended early); the capacity is re-split. The event never fires. False when no such job is active."""
+        job = next((j for j in self.active if j.event is ev), None)
+        if job is None:
+            return False
+        self._advance()
+        self.active.remove(job)
+        self._reschedule()
+        self._notify()
+        return True
 
     def _advance(self) -> None:
         dt = self.env.now - self.last
@@ -163,14 +177,15 @@ class Cores(SharedRate):
         return total
 
     def run(self, seconds: float, threads: int = 1, owner: object = None, slow: tuple[float, float] = (1.0, 1.0),
-            memory: bool = False) -> simpy.Event:
+            memory: bool = False, neutral: bool = False) -> simpy.Event:
         """`slow` (each >= 1): the job's work takes that many times its CPU time while the other cores are in use by
         other threads' compute / memory-system work (measured per class of work on the host: `SocProfile.corun_*`);
-        `memory`: this job is memory-system work (what others' `slow[1]` applies to)."""
+        `memory`: this job is memory-system work (what others' `slow[1]` applies to); `neutral`: this job occupies
+        its cores but slows no other job through co-running (a thread polling a flag in a pause loop)."""
         if min(slow) < 1.0:
             raise ValueError(f"cores job: slow factors must be >= 1 (got {slow})")
         return self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner, slow=slow,
-                        memory=memory)
+                        memory=memory, neutral=neutral)
 
     def _share(self) -> None:
         super()._share()
@@ -180,5 +195,6 @@ class Cores(SharedRate):
         for j, rj in base:
             free = self.capacity - rj
             if (j.slow > 1.0 or j.slow_mem > 1.0) and free > 0:
-                excess = sum(((j.slow_mem if o.memory else j.slow) - 1.0) * ro for o, ro in base if o is not j)
+                excess = sum(((j.slow_mem if o.memory else j.slow) - 1.0) * ro for o, ro in base
+                             if o is not j and not o.neutral)
                 j.rate = rj / (1.0 + excess / free)
