@@ -8,9 +8,10 @@ resident fraction recorded (0.0 = every weight byte comes from disk), and every 
 RoPE tables, chunk activations); the weights are not touched before t0.
 Threads (one OS thread per plan worker, like the simulator's processes in sim.executor): `plan.loader_threads`
 loaders, `plan.unpack_threads` unpackers, `plan.graph_threads` graph threads, one `cpu` worker (its GEMMs split over
-`plan.cpu_threads` threads) and one `npu` worker. THE NPU WORKER IS A STAND-IN: this host has no NPU, so a CPU thread
-runs the NPU queue (INT8 matmuls in EdgeFlow's fine placement; whole subgraphs in llm.npu's coarse placement) with the
-same native INT8 kernels; its spans carry unit "npu" so traces show which work the plan put on the NPU.
+`plan.cpu_threads` threads: native helpers that poll 100 us for the next GEMM and are pinned away from the worker's
+CPU, hil.runner_state.gemm_pool) and one `npu` worker. THE NPU WORKER IS A STAND-IN: this host has no NPU, so a CPU
+thread runs the NPU queue (INT8 matmuls in EdgeFlow's fine placement; whole subgraphs in llm.npu's coarse placement)
+with the same native INT8 kernels; its spans carry unit "npu" so traces show which work the plan put on the NPU.
 Dispatch: `planner.pipeline.dispatch.Dispatcher` (the simulator's rules: static / position priority, CPU stealing of
 NPU INT8 matmuls) under one lock, one Condition per resource. Stolen ops run on the cpu worker (span resource "cpu",
 stolen=True). Per resource:

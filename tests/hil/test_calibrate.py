@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -57,6 +58,12 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
     assert 0 <= prof.read_cpu_overlap_multi <= 1                 # measured with two readers (not the -1 default)
     assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0 and prof.interpreter_lock
+    # the runner's GEMM pool: only GEMMs split, helpers poll for the runner's window, their wake-up measured
+    from hil.runner_state import POOL_SPIN_US
+    assert prof.cpu_split_gemm_only and prof.gemm_pool_spin_s == pytest.approx(POOL_SPIN_US * 1e-6)
+    if (os.cpu_count() or 1) > 1:
+        assert prof.gemm_pool_wake_s >= 0 and doc["sources"]["gemm_pool_wake_s"].startswith("measured")
+        assert raw_pool_wake(d) is not None
     corun = tuple(f"corun_{c}{kind}" for c in CORUN_CLASSES for kind in ("", "_mem"))   # beside compute / memory work
     assert all(getattr(prof, k) >= 1.0 for k in corun)          # busy / alone ratios (noise below 1 taken as 1)
     raw = json.loads((d / "measurements.json").read_text())
@@ -76,6 +83,10 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
         assert doc["sources"][key].startswith("measured"), key
     el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool
     assert model.op_time(el, "cpu", 2) == model.op_time(el, "cpu", 1)
+
+
+def raw_pool_wake(d):
+    return json.loads((d / "measurements.json").read_text()).get("pool_wake_s")
 
 
 def test_stored_profile_is_loaded_when_identity_matches(quick_store, monkeypatch):

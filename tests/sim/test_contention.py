@@ -359,3 +359,102 @@ def test_a_woken_worker_spends_core_time_on_the_wake_up():
     assert simulate(plan, device(2, thread_wake_cpu_s=0.1), FakeCost()).end_s == pytest.approx(2.1)
     assert simulate(plan, device(2, thread_wake_cpu_s=0.1, thread_wake_s=0.05), FakeCost()).end_s == \
         pytest.approx(2.15)
+
+
+def _cpu_ops(kinds_seconds, threads: int = 2) -> Plan:
+    """One cpu task per (kind, seconds), in a chain, on a `threads`-thread CPU unit."""
+    b = PlanBuilder()
+    prev: list[int] = []
+    for i, (kind, sec) in enumerate(kinds_seconds):
+        prev = [b.add(f"op{i}", "cpu", deps=prev, order=i, works=[OpWork(kind, n=sec)])]   # type: ignore[arg-type]
+    return Plan("t", "m", "d", 1, 0, b.tasks, cpu_threads=threads)
+
+
+def test_runtime_that_splits_only_gemms_runs_other_ops_on_one_core():
+    """cpu_split_gemm_only (the host runner): a 2-thread CPU unit's elementwise op occupies one core, its GEMM two;
+    otherwise both occupy the unit's threads. Seen in the timeline's core-seconds."""
+    plan = _cpu_ops([("elementwise", 1.0), ("matmul", 1.0)])
+    split_all = simulate(plan, device(2), FakeCost())
+    gemm_only = simulate(plan, device(2, cpu_split_gemm_only=True), FakeCost())
+    assert split_all.end_s == gemm_only.end_s == pytest.approx(2.0)
+    assert split_all.core_busy_s == pytest.approx(4.0)
+    assert gemm_only.core_busy_s == pytest.approx(3.0)
+    assert [s.cpu_s for s in gemm_only.spans] == pytest.approx([1.0, 2.0])
+
+
+def test_gemm_pool_helpers_poll_after_a_gemm_and_are_woken_otherwise():
+    """gemm_pool_spin_s / gemm_pool_wake_s (measured for the host runner's pool): the first multi-threaded GEMM wakes
+    the helpers (starts wake_s late); a GEMM within the poll window after the previous one finds them polling (no
+    delay, their polling ends); one after a longer gap wakes them again. The polling occupies a core meanwhile."""
+    dev = device(2, cpu_split_gemm_only=True, gemm_pool_spin_s=0.5, gemm_pool_wake_s=0.1)
+    near = _cpu_ops([("matmul", 1.0), ("elementwise", 0.2), ("matmul", 1.0)])
+    far = _cpu_ops([("matmul", 1.0), ("elementwise", 0.7), ("matmul", 1.0)])
+    ex = PlanExecutor(near, dev, FakeCost())
+    tl = ex.run()
+    assert tl.end_s == pytest.approx(0.1 + 1.0 + 0.2 + 1.0) and ex.pool_wakes == 1
+    assert tl.core_busy_s == pytest.approx(2.0 + 0.2 + 0.2 + 2.0)    # + the helper polling through the 0.2 s op
+    ex = PlanExecutor(far, dev, FakeCost())
+    tl = ex.run()
+    assert tl.end_s == pytest.approx(0.1 + 1.0 + 0.7 + 0.1 + 1.0) and ex.pool_wakes == 2
+    one = _cpu_ops([("matmul", 1.0), ("elementwise", 0.2), ("matmul", 1.0)], threads=1)   # no pool: nothing of it
+    assert simulate(one, dev, FakeCost()).end_s == pytest.approx(2.2)
+
+
+def test_polling_gemm_helpers_take_a_core_share_from_other_threads():
+    """While the pool's helper polls (after a GEMM), an unpack thread shares the cores with it and the worker: on 2
+    cores, the 0.6 s unpack that starts with the elementwise op runs at 2/3 of a core until the next GEMM."""
+    b = PlanBuilder()
+    g0 = b.add("g0", "cpu", works=[OpWork("matmul", n=0.1)])                       # type: ignore[arg-type]
+    e = b.add("e", "cpu", deps=[g0], order=1, works=[OpWork("elementwise", n=0.3)])   # type: ignore[arg-type]
+    b.add("g1", "cpu", deps=[e], order=2, works=[OpWork("matmul", n=0.1)])         # type: ignore[arg-type]
+    b.add("u", "unpack", deps=[g0], works=[OpWork("unpack", n=0.6)])               # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks, cpu_threads=2)
+    base = device(2, cpu_split_gemm_only=True)
+    spin = dataclasses.replace(base, gemm_pool_spin_s=10.0)
+    u = {p: next(s for s in simulate(plan, d, FakeCost()).spans if plan.tasks[s.task].name == "u")
+         for p, d in (("quiet", base), ("spin", spin))}
+    # quiet: u has a core of its own beside e (0.3 s), then shares with the 2-thread g1 (4/3 + 2/3 cores for
+    # 0.15 s: u does 0.1 instead of 0.15), then runs alone: 0.65 s
+    assert u["quiet"].end - u["quiet"].start == pytest.approx(0.65)
+    # spin: e, the polling helper and u share the 2 cores (2/3 each) for 0.45 s (e's 0.3 s of work; u does 0.3);
+    # g1 then ends the polling and shares with u as above (u does 0.1 in 0.15 s), then u alone (0.2): 0.8 s
+    assert u["spin"].end - u["spin"].start == pytest.approx(0.8)
+    with pytest.raises(ValueError, match="gemm_pool_spin_s"):
+        dataclasses.replace(base, gemm_pool_spin_s=-1.0)
+
+
+def test_shared_rate_cancel_ends_a_job_and_resplits():
+    env = simpy.Environment()
+    r = SharedRate(env, 1.0)
+    a = r.use(1.0, cap=1.0)
+    b = r.use(1.0, cap=1.0)
+    done = {}
+    for name, ev in (("a", a), ("b", b)):
+        ev.callbacks.append(lambda _e, n=name: done.setdefault(n, env.now))
+    env.run(until=0.5)
+    assert r.cancel(b) and not r.cancel(b)
+    env.run()
+    assert done == {"a": pytest.approx(1.25)}               # 0.25 done by 0.5 s at half rate, then 0.75 alone
+
+
+def test_readahead_follows_each_loaders_stream_past_small_reads_elsewhere():
+    """A layer's load also reads its norm vectors, stored with every other layer's at the end of the file: the
+    stream still continues with the next layer (the kernel's readahead follows the main extent), and it is credited
+    only from when the read call returned, per loader (its own descriptor)."""
+    mb = 10**6
+
+    def plan(norms: bool) -> Plan:
+        b = PlanBuilder()
+        for k in range(2):
+            refs = [TensorRef(f"w{k}", k * 10 * mb, 10 * mb)]
+            if norms:
+                refs.append(TensorRef(f"n{k}", 500 * mb + 4096 * k, 2304))
+            deps = [b.add(f"c{k}", "cpu", deps=[b.tasks[-1].id], works=[OpWork("elementwise", n=1.0)])] if k else []
+            b.add(f"ld{k}", "load", deps=deps, read_bytes=sum(r.nbytes for r in refs), request_bytes=1 << 20,
+                  tensors=refs)                                                      # type: ignore[arg-type]
+        return Plan("t", "m", "d", 1, 0, b.tasks)
+    dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0,
+                 read_ahead_bytes=8 * 10**6)
+    plain, with_norms = simulate(plan(False), dev, FakeCost()), simulate(plan(True), dev, FakeCost())
+    assert plain.end_s == pytest.approx(0.01 + 1.0 + 0.002)
+    assert with_norms.end_s == pytest.approx(0.0100023 + 1.0 + 0.0020023, rel=1e-4)
