@@ -580,6 +580,12 @@ def measure_read_fresh(path: Path, s: CalibrationSettings, request: int) -> Cold
     buffers give 2.6)."""
     size = path.stat().st_size
     rows: dict[str, list[float]] = {k: [] for k in ("fw", "rw", "fc", "rc", "fw2", "rw2", "fc2")}
+    # one untimed repeat first, as a validate session's warm-up run: a fresh process's first reads into fresh
+    # memory fault in several times slower on this VM (extra CPU over the reused-buffer read: 0.46-1.14 ns/B in
+    # the first one to three 256 MiB reads of a process, 0.26-0.37 after; 2026-12-01), which the measured runs of
+    # a session, reusing the memory of the run before, do not see
+    for th in (1, 2):
+        cold_read(path, request, s.overlap_blob_bytes, fresh=True, threads=th)
     for _ in range(max(3, s.reps_noisy)):
         for th, sfx in ((1, ""), (2, "2")):
             w, c = cold_read(path, request, s.overlap_blob_bytes, fresh=True, threads=th)
