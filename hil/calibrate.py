@@ -864,10 +864,7 @@ def measure_pool_wake(k: Kernels, s: CalibrationSettings) -> Stat | None:
 
     if k.nc is None or (os.cpu_count() or 1) < 2:
         return None
-    rng = np.random.default_rng(6)
-    base = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
-    copies = [base] + [base.copy() for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
-    call = k.gemm_call(16, 576, 1536, 2, rng, copies)
+    call = layer_gemm(k, s, np.random.default_rng(6), threads=2)
     gap = 3 * POOL_SPIN_US * 1e-6
 
     def busy() -> None:
@@ -880,12 +877,14 @@ def measure_pool_wake(k: Kernels, s: CalibrationSettings) -> Stat | None:
     return Stat(max(0.0, asleep.median - awake.median), max(awake.spread, asleep.spread), asleep.n)
 
 
-def layer_gemm(k: Kernels, s: CalibrationSettings, rng: np.random.Generator) -> Callable[[], None]:
-    """A 16 x 576 x 1536 INT8 GEMM on weights cycled through `cold_set_bytes` (from DRAM): what runs between a
-    layer's elementwise ops in a cold start, streaming that layer's weights through the caches."""
+def layer_gemm(k: Kernels, s: CalibrationSettings, rng: np.random.Generator, threads: int = 1
+               ) -> Callable[[], None]:
+    """A 16 x 576 x 1536 INT8 GEMM on weights cycled through `cold_set_bytes` (from DRAM) on `threads` threads (the
+    runner's pool beyond one): what runs between a layer's elementwise ops in a cold start, streaming that layer's
+    weights through the caches."""
     base = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
     copies = [base] + [base.copy() for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
-    return k.gemm_call(16, 576, 1536, 1, rng, copies)
+    return k.gemm_call(16, 576, 1536, threads, rng, copies)
 
 
 def measure_elementwise(k: Kernels, s: CalibrationSettings) -> list[dict]:
