@@ -3,6 +3,7 @@
     python -m experiments.calibrate device=host               # full calibration (a few minutes on 2 cores)
     python -m experiments.calibrate device=host quick=true    # < 30 s, smaller files and grids
     python -m experiments.calibrate remeasure=false           # reuse this machine's stored profile if it exists
+    python -m experiments.calibrate rounds=5                  # passes merged figure by figure (default 3; quick 1)
     python -m experiments.calibrate cluster=office_emu        # an emulated cluster's devices (calibrate_cluster.py)
 
 Runs `hil.host.host_from_marker` (measurements in `hil.calibrate`), which stores the profile under
@@ -58,7 +59,20 @@ def validate(cfg: DictConfig) -> Estimate:
         raise ConfigError(f"device.{extra[0]}: not a key of the measured host device; its values are measured")
     quick = strict_bool(cfg.quick, "quick")
     strict_bool(cfg.remeasure, "remeasure")
-    return EST[quick]
+    n = rounds_of(cfg)
+    est = EST[quick]
+    n = n if n is not None else (1 if quick else 3)
+    return Estimate(est.seconds * n, est.bytes, est.key, f"{est.what}, rounds={n}")
+
+
+def rounds_of(cfg: DictConfig) -> int | None:
+    """`rounds`: None (the default: 3 for a full calibration, 1 for a quick one) or an integer >= 1."""
+    r = cfg.get("rounds")
+    if r is None:
+        return None
+    if isinstance(r, bool) or not isinstance(r, int) or r < 1:
+        raise ConfigError(f"rounds: must be an integer >= 1 or null (got {r!r})")
+    return int(r)
 
 
 def _plots(meas: dict, out: Path) -> None:
@@ -115,6 +129,8 @@ def metrics_of(device_doc: dict, meas: dict, store: Path, table: Path) -> tuple[
             measured.append(f"{key}.spread")
     m["calibration_wall_s"] = device_doc["wall_s"]
     m["quick"] = float(device_doc["quick"])
+    m["rounds"] = int(device_doc.get("rounds", 1))
+    inputs.append("rounds")
     measured.append("calibration_wall_s")
     for i, span in enumerate(("1min", "5min", "15min")):          # other work on the shared host while measuring
         m[f"loadavg_{span}"] = device_doc.get("loadavg", [0.0] * 3)[i]
@@ -149,7 +165,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         prof, table = host_from_marker(dev, quick=bool(cfg.quick), remeasure=bool(cfg.remeasure),
-                                       progress=lambda msg: print(msg, file=sys.stderr))
+                                       progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     store = table.parent

@@ -48,6 +48,8 @@ LARGE_ALLOC = 16 * MIB        # B, the large allocation size of the first-touch 
 class CalibrationSettings:
     """What to measure. `quick()` is the < 30 s variant the tests use (smaller files, fewer sizes and shapes)."""
     quick: bool = False
+    rounds: int = 3                                                     # full passes of every measurement, merged
+    #                                                                     figure by figure (hil.calibrate_merge)
     reps: int = 5                                                       # repeats per figure (median, spread)
     reps_noisy: int = 9                                                 # repeats of the first-touch and cold-read
     #                                                                     CPU figures (they move most between runs)
@@ -82,16 +84,20 @@ class CalibrationSettings:
     #                                                                     in loops of 50-400 calls
 
     def __post_init__(self) -> None:
+        if not isinstance(self.rounds, int) or isinstance(self.rounds, bool) or self.rounds < 1:
+            raise ValueError(f"calibrate.rounds must be an integer >= 1 (got {self.rounds!r})")
         if self.reps < 3:
             raise ValueError(f"calibrate.reps must be >= 3 (median of >= 3 repeats; got {self.reps})")
         if self.scratch_bytes < 16 * MIB:
             raise ValueError(f"calibrate.scratch_bytes must be >= 16 MiB (got {self.scratch_bytes})")
 
     @classmethod
-    def make(cls, quick: bool) -> "CalibrationSettings":
+    def make(cls, quick: bool, rounds: int | None = None) -> "CalibrationSettings":
+        """The full or the quick settings; `rounds` None: 3 rounds for a full calibration, 1 for a quick one."""
         if not quick:
-            return cls()
-        return cls(quick=True, reps=3, reps_noisy=3, scratch_bytes=32 * MIB, request_sizes=(64 * KIB, MIB, 8 * MIB),
+            return cls() if rounds is None else cls(rounds=rounds)
+        return cls(quick=True, rounds=1 if rounds is None else rounds, reps=3, reps_noisy=3, scratch_bytes=32 * MIB,
+                   request_sizes=(64 * KIB, MIB, 8 * MIB),
                    reader_threads=(1, 2),
                    copy_bytes=16 * MIB, unpack_shape=(256, 2048), unpack_short_shape=(256, 576), threads=(1,),
                    gemm_m=(1, 16, 128),

@@ -583,34 +583,41 @@ def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None 
 
 
 def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
-                      log: Callable[[str], None] = lambda m: None) -> tuple[SocProfile, Path, float]:
-    """Calibrate this host and write its store directory; (profile, cost table path, wall s)."""
-    from hil.calibrate import CalibrationSettings, measure_all
+                      log: Callable[[str], None] = lambda m: None, rounds: int | None = None
+                      ) -> tuple[SocProfile, Path, float]:
+    """Calibrate this host (`rounds` passes merged, None: the settings' default) and write its store directory;
+    (profile, cost table path, wall s)."""
+    from hil.calibrate import CalibrationSettings
+    from hil.calibrate_merge import measure_rounds
 
     d = store_dir(root, ident, quick)
     ghz, how = nominal_ghz()
     t0 = time.perf_counter()
-    meas = measure_all(root / "scratch", CalibrationSettings.make(quick), log)
+    meas, per_round = measure_rounds(root / "scratch", CalibrationSettings.make(quick, rounds), log)
     wall = time.perf_counter() - t0
     prof, src, spr = build_profile(meas, ident, ghz, how)
     table = cost_table(meas)
     d.mkdir(parents=True, exist_ok=True)
-    _write_json(d / "measurements.json", measurements_json(meas))
+    doc = measurements_json(meas)
+    if len(per_round) > 1:          # what each round measured: the merged figures' movement between rounds
+        doc["rounds"] = [{k: v for k, v in measurements_json(r).items() if k != "settings"} for r in per_round]
+    _write_json(d / "measurements.json", doc)
     _write_json(d / "cost_table.json", table)
     _write_json(d / "identity.json", ident.to_json())
     _write_json(d / "device.json", dict(version=STORE_VERSION, identity_hash=ident.id_hash(), quick=quick,
                                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                        wall_s=wall, loadavg=meas.loadavg, profile=asdict(prof), sources=src,
+                                        wall_s=wall, rounds=len(per_round), loadavg=meas.loadavg,
+                                        profile=asdict(prof), sources=src,
                                         spread=spr))
     return prof, d / "cost_table.json", wall
 
 
 def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, quick: bool = False,
-                log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None
-                ) -> tuple[SocProfile, Path]:
+                log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
+                rounds: int | None = None) -> tuple[SocProfile, Path]:
     """(SocProfile, cost table path) of this machine: the stored full profile when its identity matches (with
-    `quick`, else the stored quick one), otherwise measured now (a quick calibration with `quick`) and stored. Prints
-    one line (`log`) saying which."""
+    `quick`, else the stored quick one), otherwise measured now (a quick calibration with `quick`; `rounds` passes,
+    None: 3 full, 1 quick) and stored. Prints one line (`log`) saying which."""
     root = Path(root or DEFAULT_ROOT)
     ident = host_identity()
     root.mkdir(parents=True, exist_ok=True)
@@ -626,9 +633,9 @@ def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, 
             reasons.append(why)
         why = "remeasure requested" if remeasure else next((w for w in reasons if w != "no stored profile"),
                                                            "no stored profile")
-        prof, table, wall = measure_and_store(root, ident, quick, progress)
-        log(f"host profile: measured this host ({why}; {'quick' if quick else 'full'} calibration {wall:.1f} s) "
-            f"-> {table.parent}")
+        prof, table, wall = measure_and_store(root, ident, quick, progress, rounds=rounds)
+        log(f"host profile: measured this host ({why}; {'quick' if quick else 'full'} calibration, "
+            f"{_rounds_text(table.parent)}{wall:.1f} s) -> {table.parent}")
         return prof, table
 
 
@@ -643,8 +650,8 @@ def is_host_marker(device: dict) -> bool:
 
 
 def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
-                     log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None
-                     ) -> tuple[SocProfile, Path]:
+                     log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
+                     rounds: int | None = None) -> tuple[SocProfile, Path]:
     """(SocProfile, cost table path) for a `device=host` marker dict (keys: name, measured, store); ValueError
     naming the key for anything else."""
     extra = sorted(set(device) - MARKER_KEYS)
@@ -656,7 +663,13 @@ def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
     store = device.get("store") or ""
     if not isinstance(store, str):
         raise ValueError(f"device.store: must be a directory path or empty (got {store!r})")
-    return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress)
+    return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress, rounds=rounds)
+
+
+def _rounds_text(d: Path) -> str:
+    n = json.loads((d / "device.json").read_text()).get("rounds", 1)
+    return f"{n} rounds merged, " if n > 1 else ""
+
 
 
 # ================================================ report =============================================================

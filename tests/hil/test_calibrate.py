@@ -117,7 +117,7 @@ def test_a_full_profile_serves_quick_requests_and_is_preferred(quick_store, monk
 
 
 def _spy(calls, prof, table):
-    def measure(root, ident, quick, log=None):
+    def measure(root, ident, quick, log=None, rounds=None):
         calls.append((ident, quick))
         return prof, table, 0.0
     return measure
