@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import statistics
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -163,10 +164,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     watch_parent()
     c = settings(cfg)
     out = run_dir()
-    prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "config.yaml"])
+    prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "runs.csv", "config.yaml"])
     dev, table = _host(cfg, c.remeasure, c.quick_profile)
     tokens = eval_text_tokens(c.model, c.prompt_tokens)
-    between, peer_runs = None, []
+    peer_runs: list = []
+    run_peer = None
     if c.peer == "llamacpp":
         # llama.cpp runs once after each of our runs (its first run, after our warm-up, is its own warm-up): both see
         # the same host conditions, which on this shared host drift by 10-30 % within an hour (docs/hil.md)
@@ -175,13 +177,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         gguf = peer_gguf(c.model, c.peer_gguf)
         os.sync()                                    # a fresh GGUF copy's writeback must not overlap the cold runs
 
-        def between(k: int) -> None:
+        def _peer(k: int) -> None:
             r = llamacpp_cold_ttft(gguf, tokens, threads=dev.cpu_cores, repeats=1)
             if k >= c.warmup:
                 peer_runs.append(r)
-    from hil.drift import drift_pct, probe
+        run_peer = _peer
+    from hil.drift import drift_pct, probe, run_speeds, speed_probe
 
     probes = [probe()]                                   # the host now vs when its profile was measured
+    around = [probes[0]]                                 # speed probes around the runs: [k] before run k
+
+    def between(k: int) -> None:
+        around.append(speed_probe())                     # right after run k, before anything else
+        if run_peer is not None:
+            run_peer(k)
+
     run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
                     progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
                     between=between)
@@ -193,8 +203,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     m.update({k: v for k, v in plan_summary(run_.plan).items() if not isinstance(v, str)})
     m["priority"] = run_.plan.schedule.priority
     m.update(compare(run_))
-    for key, v in drift_pct(_probe_reference(Path(table)), probes).items():
+    reference = _probe_reference(Path(table))
+    for key, v in drift_pct(reference, probes).items():
         m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
+    speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
+    m.update(speed_summary(speeds))
     if c.check_logits:
         m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
     if peer_runs:
@@ -210,6 +223,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if m.get("peer_ttft_s") and m.get("measured_ttft_s"):
             m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
     atomic_write_text(out / "plan.json", run_.plan.to_json())
+    atomic_write_text(out / "runs.csv", runs_csv(run_.meas_metrics, speeds, peer_runs))
     rows = per_op(run_)
     def pct(v: float | None) -> str:
         return "" if v is None else str(round(v, 1))
@@ -228,6 +242,28 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
     _print(m, out)
     return m
+
+
+def speed_summary(speeds: list[float | None]) -> dict[str, float]:
+    """host_speed (median), host_speed_min / _max over the measured runs (measured; hil.drift.run_speeds)."""
+    vals = [v for v in speeds if v is not None]
+    if not vals:
+        return {}
+    return {"host_speed": float(statistics.median(vals)), "host_speed_min": min(vals), "host_speed_max": max(vals)}
+
+
+def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], peer_runs: list[dict]) -> str:
+    """One row per measured run (all measured): its TTFT and phases, the host speed around it, llama.cpp's TTFT
+    in the run after it (when the peer ran)."""
+    def f(v) -> str:
+        return "" if v is None else f"{v:.6f}"
+
+    rows = ["run,measured_ttft_s,measured_load_s,measured_unpack_s,measured_prefill_s,host_speed,peer_ttft_s"]
+    for k, mm in enumerate(meas_metrics):
+        peer = peer_runs[k]["ttft_s"]["runs"][0] if k < len(peer_runs) else None
+        rows.append(",".join([str(k), f(mm.get("ttft_s")), f(mm.get("load_s")), f(mm.get("unpack_s")),
+                              f(mm.get("prefill_s")), f(speeds[k] if k < len(speeds) else None), f(peer)]))
+    return "\n".join(rows) + "\n"
 
 
 def _probe_reference(table: Path) -> dict[str, float]:
@@ -267,6 +303,10 @@ def _print(m: dict[str, Any], out: Path) -> None:
               ", ".join(f"{k.replace('_', ' ')} {v:+.1f} %" for k, v in drift.items()) +
               ("  -> re-measure: python -m experiments.calibrate device=host remeasure=true"
                if max(abs(v) for v in drift.values()) > 10 else ""))
+    if "host_speed" in m:
+        print(f"  host speed during the runs vs its calibration (measured, GEMM probe around each run; 1.00 = as "
+              f"calibrated): {m['host_speed']:.2f} ({m['host_speed_min']:.2f}-{m['host_speed_max']:.2f}), per run "
+              f"in runs.csv")
     if "peer_ttft_s" in m:
         print(f"  llama.cpp ({m['peer_weight_type']}) cold TTFT {m['peer_ttft_s']:.3f} s -> ours "
               f"{m.get('speedup_vs_peer', float('nan')):.2f}x faster (measured, same run)")

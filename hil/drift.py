@@ -5,8 +5,10 @@ measured 130 / 161 / 179 us seconds apart; the same cold-start plan's median TTF
 minutes apart, 2026-12-01), so a prediction from a profile measured an hour ago can be off by that much for reasons
 no model of the plan can know. The calibration runs `probe()` first and stores the result in its measurements
 (`host_probe`); `experiments.validate` runs the same probe right before and right after its cold runs and reports,
-per probe, how far the host moved since the calibration (`host_drift_pct`, measured). Nothing here changes a
-prediction: it says how much of an error the host itself may account for.
+per probe, how far the host moved since the calibration (`host_drift_pct`, measured), and a short speed probe
+(GEMM + elementwise, `speed_probe`) after every cold run gives each run's host speed relative to the calibration
+(`run_speeds`; validate's `runs.csv`). Nothing here changes a prediction: it says how much of an error the host
+itself may account for.
 
 Probes (each the median of `reps` timings, thread CPU time so other processes' load does not enter): one INT8 GEMM
 at a SmolLM2 FFN shape (16 x 576 x 1536, 1 thread), one set of the float32 elementwise ops at 16 x 576, and first
@@ -34,8 +36,9 @@ def _cpu_median(fn, calls: int, reps: int) -> float:
     return float(np.median(vals))
 
 
-def probe(reps: int = 9) -> dict[str, float]:
-    """Thread CPU seconds of each probe (module doc), median of `reps`."""
+def probe(reps: int = 9, touch: bool = True) -> dict[str, float]:
+    """Thread CPU seconds of each probe (module doc), median of `reps`; `touch=False` leaves out first touch (the
+    per-run speed probe: a first-touch probe between cold runs would leave freed memory behind for the next run)."""
     k = Kernels()
     rng = np.random.default_rng(5)
     gemm = k.gemm_call(16, 576, 1536, 1, rng)
@@ -45,9 +48,29 @@ def probe(reps: int = 9) -> dict[str, float]:
         for c in ew:
             c()
 
-    keep: list = []      # every repeat's buffers stay alive until the end (no repeat reuses pages another freed)
-    return {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps),
-            "first_touch_s_per_byte": float(np.median([touch_cpu(32, keep) for _ in range(reps)]))}
+    out = {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps)}
+    if touch:
+        keep: list = []  # every repeat's buffers stay alive until the end (no repeat reuses pages another freed)
+        out["first_touch_s_per_byte"] = float(np.median([touch_cpu(32, keep) for _ in range(reps)]))
+    return out
+
+
+def speed_probe() -> dict[str, float]:
+    """The GEMM and elementwise probes, 5 repeats (~40 ms here): taken between cold runs."""
+    return probe(reps=5, touch=False)
+
+
+def run_speeds(reference: dict[str, float], around: list[dict[str, float]], key: str = "gemm_s"
+               ) -> list[float | None]:
+    """Host speed during each run relative to its calibration, from the probes taken around the runs (`around[k]`
+    before run k, `around[k + 1]` after it): the calibration's probe time / the mean of the two (1.0: as fast as
+    when calibrated; 0.7: the same kernel took 1.43x its calibrated CPU time). None where a probe is missing."""
+    ref = reference.get(key, 0.0)
+    out: list[float | None] = []
+    for a, b in zip(around, around[1:]):
+        ts = [p[key] for p in (a, b) if p.get(key)]
+        out.append(ref / float(np.mean(ts)) if ref > 0 and ts else None)
+    return out
 
 
 def drift_pct(reference: dict[str, float], now: list[dict[str, float]]) -> dict[str, float]:

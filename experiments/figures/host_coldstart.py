@@ -88,18 +88,26 @@ def _pct(v) -> str:
     return "" if v is None else f"{v:+.1f} %"
 
 
+def _speed(m: dict) -> str:
+    """The host speed during the runs vs its calibration (validate's GEMM probe around each run; older results
+    have none)."""
+    if m.get("host_speed") is None:
+        return ""
+    return f"{m['host_speed']:.2f} ({m['host_speed_min']:.2f}–{m['host_speed_max']:.2f})"
+
+
 def markdown(roots: list[Path] | None = None) -> str:
     """The README / docs tables of the host validate results under `roots` (newest run per configuration):
     predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
     ms = runs(roots)
     lines = ["| model | framework | bits | prompt | TTFT predicted s | TTFT measured s (min–max) | TTFT error | "
-             "load error | unpack error | prefill error |", "|" + "---|" * 10]
+             "load error | unpack error | prefill error | host speed (min–max) |", "|" + "---|" * 11]
     for m in ms:
         lines.append(f"| {m['model']} | {m['framework']} | {m['bits']} | {m['prompt_tokens']} | "
                      f"{m['predicted_ttft_s']:.3f} | {m['measured_ttft_s']:.3f} ({m['measured_ttft_min_s']:.3f}–"
                      f"{m['measured_ttft_max_s']:.3f}) | {_pct(m.get('ttft_error_pct'))} | "
                      f"{_pct(m.get('load_error_pct'))} | {_pct(m.get('unpack_error_pct'))} | "
-                     f"{_pct(m.get('prefill_error_pct'))} |")
+                     f"{_pct(m.get('prefill_error_pct'))} | {_speed(m)} |")
     ef = {(m["model"], m["bits"], m["prompt_tokens"]): m for m in ms if m["framework"] == "edgeflow"}
     sp = ["| model | baseline | prompt | EdgeFlow speed-up predicted | measured | error |", "|" + "---|" * 6]
     for m in ms:

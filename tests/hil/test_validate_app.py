@@ -54,6 +54,12 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     drift = {k for k in m if k.startswith("host_drift_")}        # the host now vs at calibration (hil.drift)
     assert drift == {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_first_touch_pct"}
     assert drift <= set(m["measured_keys"]) and "host since its calibration" in r.stdout
+    runs = list(csv.DictReader((run / "runs.csv").open()))      # per measured run, with the host speed around it
+    assert len(runs) == 2 and all(float(x["host_speed"]) > 0 for x in runs)
+    ttfts = sorted(float(x["measured_ttft_s"]) for x in runs)
+    assert m["measured_ttft_min_s"] == pytest.approx(ttfts[0], abs=1e-6)
+    assert m["host_speed_min"] <= m["host_speed"] <= m["host_speed_max"] and "host_speed" in m["measured_keys"]
+    assert "host speed during the runs" in r.stdout
     # where the time goes beyond the phases: core occupancy and blocking events, modelled and measured
     assert 0 < m["predicted_core_busy_pct"] <= 100.0 + 1e-9 and 0 < m["measured_core_busy_pct"] <= 101.0
     assert m["predicted_thread_waits"] >= 0 and m["measured_thread_waits"] > 0
@@ -70,6 +76,17 @@ def test_drift_is_the_change_of_the_median_probe_against_the_profile():
     got = drift_pct(ref, [{"gemm_s": 1.0, "elementwise_s": 1.5, "first_touch_s_per_byte": 1.0},
                           {"gemm_s": 3.0, "elementwise_s": 0.5}])
     assert got == pytest.approx({"gemm_s": 0.0, "elementwise_s": 0.0})
+
+
+def test_run_speed_is_the_calibration_probe_over_the_probes_around_each_run():
+    from hil.drift import run_speeds, speed_probe
+
+    now = speed_probe()
+    assert set(now) == {"gemm_s", "elementwise_s"} and all(v > 0 for v in now.values())
+    ref = {"gemm_s": 2.0}
+    around = [{"gemm_s": 2.0}, {"gemm_s": 4.0}, {"gemm_s": 1.0}, {}]
+    assert run_speeds(ref, around) == pytest.approx([2.0 / 3.0, 2.0 / 2.5, 2.0])   # the last run: one probe only
+    assert run_speeds({}, around) == [None, None, None]
 
 
 def test_validate_rejects_a_phone_device_in_one_line(tmp_path):
