@@ -24,3 +24,19 @@ def compose():
             return _compose(config_name=config_name, overrides=overrides or [])
 
     return _c
+
+
+def gemm_helper_tids() -> set[int]:
+    """Thread ids of this process's native GEMM-pool helpers (named "ef-gemm" by native/src/ef_pool.c): counted by
+    name, so a thread some other library starts meanwhile does not change the count."""
+    import os
+
+    out = set()
+    for t in os.listdir("/proc/self/task"):
+        try:
+            with open(f"/proc/self/task/{t}/comm") as f:
+                if f.read().strip() == "ef-gemm":
+                    out.add(int(t))
+        except OSError:                # the thread ended meanwhile
+            pass
+    return out

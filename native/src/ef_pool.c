@@ -28,6 +28,7 @@
 
 #define EF_POOL_MAX 64     /* helper threads at most */
 #define EF_POOL_SPIN 20000 /* polls of the caller before it sleeps (~20-100 us) */
+#define EF_POOL_THREAD_NAME "ef-gemm" /* name of every helper thread (at most 15 characters) */
 
 static inline void ef_pause(void) {
 #if defined(__x86_64__) || defined(__i386__)
@@ -166,6 +167,7 @@ struct ef_pool *ef_pool_create(int helpers) {
             free(a);
             break;
         }
+        pthread_setname_np(p->th[i], EF_POOL_THREAD_NAME);   /* /proc/<pid>/task/<tid>/comm: tests count them */
         p->started++;
     }
     if (p->started != helpers) {

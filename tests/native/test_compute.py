@@ -11,6 +11,7 @@ from native import compute as C
 from quant import ref_ops as R
 from quant.llama import rope_tables
 from quant.quantize import fake_quant_act
+from tests.conftest import gemm_helper_tids
 
 SIZES = (1, 3, 17, 63, 64, 65, 577)
 
@@ -93,11 +94,11 @@ def test_gemm_pool_splits_bit_exact(cisa, helpers, spin_us, pin):
     """The native pool's split (caller + persistent helpers) gives the one-call result on odd sizes, for every
     thread count (more threads than helpers or columns included), on column sub-ranges, and stops its threads —
     also with helpers that poll for the next job (spin_us) and helpers pinned away from the caller's CPU."""
-    import os
     rng = np.random.default_rng(3)
-    before = len(os.listdir("/proc/self/task"))
+    before = gemm_helper_tids()              # helpers of pools other tests left to the garbage collector may end
     with C.GemmPool(helpers, spin_us=spin_us, pin=pin) as pool:
-        assert len(os.listdir("/proc/self/task")) == before + helpers
+        ours = gemm_helper_tids() - before
+        assert len(ours) == helpers
         for M, K, N in ((1, 5, 1), (3, 33, 2), (17, 65, 37), (4, 577, 63)):
             x, w = i8(rng, M, K), i8(rng, N, K)
             want = R.gemm_i8_i32(x, w)
@@ -110,7 +111,7 @@ def test_gemm_pool_splits_bit_exact(cisa, helpers, spin_us, pin):
             pool.gemm(x, w, threads=0)
         with pytest.raises(ValueError, match="^w: shape"):
             pool.gemm(x, i8(rng, 3, K + 1))
-    assert len(os.listdir("/proc/self/task")) == before
+    assert not gemm_helper_tids() & ours
     with pytest.raises(ValueError, match="closed"):
         pool.gemm(x, w)
     with pytest.raises(ValueError, match="^helpers"):
@@ -138,10 +139,10 @@ def test_gemm_pool_pins_helpers_away_from_the_caller():
         pytest.skip("one CPU: nothing to pin away from")
     rng = np.random.default_rng(4)
     x, w = i8(rng, 4, 64), i8(rng, 40, 64)
-    before = set(os.listdir("/proc/self/task"))
+    before = gemm_helper_tids()
     for pin in (True, False):
         with C.GemmPool(2, pin=pin) as pool:
-            helpers = [int(t) for t in set(os.listdir("/proc/self/task")) - before]
+            helpers = sorted(gemm_helper_tids() - before)
             assert len(helpers) == 2
             me = threading.get_native_id()
             old = os.sched_getaffinity(me)
