@@ -59,9 +59,10 @@ def validate(cfg: DictConfig) -> Estimate:
         raise ConfigError(f"device.{extra[0]}: not a key of the measured host device; its values are measured")
     quick = strict_bool(cfg.quick, "quick")
     strict_bool(cfg.remeasure, "remeasure")
-    n = rounds_of(cfg)
+    from hil.calibrate import CalibrationSettings
+
+    n = CalibrationSettings.make(quick, rounds_of(cfg)).rounds
     est = EST[quick]
-    n = n if n is not None else (1 if quick else 3)
     return Estimate(est.seconds * n, est.bytes, est.key, f"{est.what}, rounds={n}")
 
 

@@ -633,9 +633,12 @@ def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, 
             reasons.append(why)
         why = "remeasure requested" if remeasure else next((w for w in reasons if w != "no stored profile"),
                                                            "no stored profile")
+        from hil.calibrate import CalibrationSettings
+
         prof, table, wall = measure_and_store(root, ident, quick, progress, rounds=rounds)
+        n = CalibrationSettings.make(quick, rounds).rounds
         log(f"host profile: measured this host ({why}; {'quick' if quick else 'full'} calibration, "
-            f"{_rounds_text(table.parent)}{wall:.1f} s) -> {table.parent}")
+            f"{f'{n} rounds merged, ' if n > 1 else ''}{wall:.1f} s) -> {table.parent}")
         return prof, table
 
 
@@ -664,12 +667,6 @@ def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
     if not isinstance(store, str):
         raise ValueError(f"device.store: must be a directory path or empty (got {store!r})")
     return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress, rounds=rounds)
-
-
-def _rounds_text(d: Path) -> str:
-    n = json.loads((d / "device.json").read_text()).get("rounds", 1)
-    return f"{n} rounds merged, " if n > 1 else ""
-
 
 
 # ================================================ report =============================================================
