@@ -4,6 +4,7 @@
     python -m experiments.calibrate device=host quick=true    # < 30 s, smaller files and grids
     python -m experiments.calibrate remeasure=false           # reuse this machine's stored profile if it exists
     python -m experiments.calibrate rounds=5                  # passes merged figure by figure (default 3; quick 1)
+    python -m experiments.calibrate host_memory=as_is         # leave the VM's free page reporting alone (hil.hostmem)
     python -m experiments.calibrate cluster=office_emu        # an emulated cluster's devices (calibrate_cluster.py)
 
 Runs `hil.host.host_from_marker` (measurements in `hil.calibrate`), which stores the profile under
@@ -59,11 +60,20 @@ def validate(cfg: DictConfig) -> Estimate:
         raise ConfigError(f"device.{extra[0]}: not a key of the measured host device; its values are measured")
     quick = strict_bool(cfg.quick, "quick")
     strict_bool(cfg.remeasure, "remeasure")
+    memory_of(cfg)
     from hil.calibrate import CalibrationSettings
 
     n = CalibrationSettings.make(quick, rounds_of(cfg)).rounds
     est = EST[quick]
     return Estimate(est.seconds * n, est.bytes, est.key, f"{est.what}, rounds={n}")
+
+
+def memory_of(cfg: DictConfig) -> str:
+    """`host_memory`: hold (the default) or as_is (hil.hostmem)."""
+    v = cfg.get("host_memory", "hold")
+    if v not in ("hold", "as_is"):
+        raise ConfigError(f"host_memory: must be hold or as_is (got {v!r})")
+    return str(v)
 
 
 def rounds_of(cfg: DictConfig) -> int | None:
@@ -132,6 +142,11 @@ def metrics_of(device_doc: dict, meas: dict, store: Path, table: Path) -> tuple[
     m["quick"] = float(device_doc["quick"])
     m["rounds"] = int(device_doc.get("rounds", 1))
     inputs.append("rounds")
+    mem = device_doc.get("host_memory") or {}
+    m["host_page_reporting"] = mem.get("state", "as is (profile from before hil.hostmem)")
+    if mem.get("reported_mib") is not None:
+        m["host_pages_reported_mib"] = mem["reported_mib"]
+        measured.append("host_pages_reported_mib")
     measured.append("calibration_wall_s")
     for i, span in enumerate(("1min", "5min", "15min")):          # other work on the shared host while measuring
         m[f"loadavg_{span}"] = device_doc.get("loadavg", [0.0] * 3)[i]
@@ -166,7 +181,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     try:
         prof, table = host_from_marker(dev, quick=bool(cfg.quick), remeasure=bool(cfg.remeasure),
-                                       progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg))
+                                       progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg),
+                                       memory=memory_of(cfg))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     store = table.parent

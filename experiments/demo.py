@@ -207,6 +207,10 @@ def _peer_installed() -> bool:
     return importlib.util.find_spec("llama_cpp") is not None
 
 
+def _exact(met: dict) -> str:
+    return {True: "yes", False: "NO"}.get(met.get("logits_native_exact"), "n/a")
+
+
 def _top1(met: dict) -> str:
     if met.get("logits_top1_match"):
         return "yes"
@@ -230,14 +234,15 @@ def _host_section(h: DemoHost, out: Path, summary: dict) -> list[str]:
         rows.append([f, met["predicted_ttft_s"], met["measured_ttft_s"],
                      f"{met['measured_ttft_min_s']:.3f}–{met['measured_ttft_max_s']:.3f}", met["ttft_error_pct"],
                      met["predicted_load_s"], met["measured_load_s"], met["predicted_prefill_s"],
-                     met["measured_prefill_s"], _top1(met)])
+                     met["measured_prefill_s"], _exact(met), _top1(met)])
     lines = ["## 4. Hardware in the loop: SmolLM2-135M cold start on this host, predicted vs measured", "",
              f"{h.bits}-bit EdgeFlow weights (baselines: per-channel INT8), {h.prompt_tokens}-token prompt, page cache "
              f"evicted before each of {h.repeats} cold runs. Predicted = simulator with the measured host profile "
              "(modelled); measured = median (min–max) of the runs; error = (predicted − measured) / measured. "
              "The 'NPU' of the plans is a CPU core on this host (docs/hil.md).", "",
              _md_table(["framework", "TTFT predicted s", "TTFT measured s", "measured min–max", "TTFT error %",
-                        "load pred s", "load meas s", "prefill pred s", "prefill meas s", "top-1 = reference"], rows),
+                        "load pred s", "load meas s", "prefill pred s", "prefill meas s",
+                        "logits = native-kernel forward", "top-1 = NumPy reference"], rows),
              ""]
     if "edgeflow" in ttft:
         e = ttft["edgeflow"]

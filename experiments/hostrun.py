@@ -34,18 +34,23 @@ LOGIT_NOISE_FACTOR = 3.0   # ... or this many times the reference's own 1-ulp no
 
 
 def logits_check(path: Path, spec: ModelSpec, tokens: np.ndarray, logits: np.ndarray, token: int) -> dict[str, Any]:
-    """Runner logits vs the NumPy reference forward on the same packed file (all measured): max |Δ|, the reference's
-    own noise (its logits with every RMSNorm output nudged by one float32 ulp), the tolerance, top-1 agreement and
-    whether the reference's top-1 survives its own noise (when it does not, top-1 is not decidable in float32)."""
+    """Runner logits vs the same forward computed op by op with the runner's native kernels (hil.native_forward:
+    must be bit-exact) and vs the NumPy reference on the same packed file (all measured): max |Δ|, the reference's
+    own noise (its logits with every quantized activation nudged by one float32 ulp), the tolerance, top-1 agreement
+    and whether the reference's top-1 survives its own noise (when it does not, top-1 is not decidable in float32)."""
+    from hil.native_forward import native_last_logits
     from quant.packed_forward import forward_last_logits, read_model
 
     pm = read_model(path)
+    nat = native_last_logits(pm, spec, tokens)
     ref = forward_last_logits(pm, spec, tokens)
     nudged = forward_last_logits(pm, spec, tokens, nudge=True)
     noise = float(np.abs(nudged - ref).max())
     diff = float(np.abs(ref - logits).max())
     tol = max(LOGIT_ATOL, LOGIT_NOISE_FACTOR * noise)
-    return {"logits_max_abs_diff": diff, "logits_ref_noise": noise, "logits_tolerance": tol,
+    return {"logits_native_max_abs_diff": float(np.abs(nat - logits).max()),
+            "logits_native_exact": bool(np.array_equal(nat, logits)),
+            "logits_max_abs_diff": diff, "logits_ref_noise": noise, "logits_tolerance": tol,
             "logits_within_tolerance": bool(diff <= tol), "logits_top1_match": bool(int(ref.argmax()) == token),
             "logits_ref_top1_stable": bool(int(ref.argmax()) == int(nudged.argmax()))}
 

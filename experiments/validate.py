@@ -64,6 +64,7 @@ class ValidateConfig:
     remeasure: bool = False
     quick_profile: bool = False
     write_trace: bool = True
+    host_memory: str = "hold"
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= 8:
@@ -78,6 +79,8 @@ class ValidateConfig:
             raise ValueError(f"peer must be none or llamacpp (got {self.peer!r})")
         if self.peer_gguf not in ("q4_1", "q8_0"):
             raise ValueError(f"peer_gguf must be q4_1 or q8_0 (got {self.peer_gguf!r})")
+        if self.host_memory not in ("hold", "as_is"):
+            raise ValueError(f"host_memory must be hold or as_is (got {self.host_memory!r})")
 
 
 def register() -> None:
@@ -92,18 +95,18 @@ register()
 GROUPS = {"model": None, "framework": None, "device": lambda: ["host"], "quant": None}
 
 
-def _host(cfg: DictConfig, remeasure: bool, quick: bool):
+def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str):
     from hil.host import host_from_marker
 
     doc = OmegaConf.to_container(cfg.device, resolve=True)
     try:
-        return host_from_marker(doc, quick=quick, remeasure=remeasure)
+        return host_from_marker(doc, quick=quick, remeasure=remeasure, memory=memory)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
 
 KEYS = ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits", "remeasure", "quick_profile",
-        "write_trace")
+        "write_trace", "host_memory")
 
 
 def settings(cfg: DictConfig) -> ValidateConfig:
@@ -157,46 +160,28 @@ def validate(cfg: DictConfig) -> Estimate:
 @resumable(expected=("measured_ttft_s",))
 @one_line_errors
 def run(cfg: DictConfig) -> dict[str, Any]:
-    from experiments.hostrun import compare, logits_check, merged_trace, per_op, run_host
+    from experiments.hostrun import compare, logits_check, merged_trace, per_op
     from hil.deploy import plan_summary
+    from hil.drift import drift_pct, run_speeds
     from quant.evaluate import eval_text_tokens
 
     watch_parent()
     c = settings(cfg)
     out = run_dir()
     prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "runs.csv", "config.yaml"])
-    dev, table = _host(cfg, c.remeasure, c.quick_profile)
     tokens = eval_text_tokens(c.model, c.prompt_tokens)
-    peer_runs: list = []
-    run_peer = None
+    gguf = None
     if c.peer == "llamacpp":
-        # llama.cpp runs once after each of our runs (its first run, after our warm-up, is its own warm-up): both see
-        # the same host conditions, which on this shared host drift by 10-30 % within an hour (docs/hil.md)
-        from hil.peer import llamacpp_cold_ttft
-
         gguf = peer_gguf(c.model, c.peer_gguf)
         os.sync()                                    # a fresh GGUF copy's writeback must not overlap the cold runs
+    from hil.hostmem import footprint_bytes, hold
 
-        def _peer(k: int) -> None:
-            r = llamacpp_cold_ttft(gguf, tokens, threads=dev.cpu_cores, repeats=1)
-            if k >= c.warmup:
-                peer_runs.append(r)
-        run_peer = _peer
-    from hil.drift import drift_pct, probe, run_speeds, speed_probe
-
-    probes = [probe()]                                   # the host now vs when its profile was measured
-    around = [probes[0]]                                 # speed probes around the runs: [k] before run k
-
-    def between(k: int) -> None:
-        around.append(speed_probe())                     # right after run k, before anything else
-        if run_peer is not None:
-            run_peer(k)
-
-    run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
-                    progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
-                    between=between)
-    probes.append(probe())
-    print(file=sys.stderr)
+    # guest free page reporting held during the profile and the runs (hil.hostmem; docs/hil.md "Host memory")
+    with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits,
+                                             gguf.stat().st_size if gguf else 0)) as mem:
+        dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory)
+        run_, probes, around, peer_runs = _measure(c, dev, table, tokens, gguf)
+        memory = mem.metrics()
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
                          "bits": c.bits, "prompt_tokens": c.prompt_tokens, "repeats": c.repeats,
                          "packed_file": run_.packed_path.name, "packed_file_bytes": run_.packed_path.stat().st_size}
@@ -208,6 +193,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
     speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
     m.update(speed_summary(speeds))
+    m.update(memory)
     if c.check_logits:
         m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
     if peer_runs:
@@ -236,12 +222,46 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
     inputs = ["bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
-              "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes"]
+              "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes", "host_prefault_bytes"]
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
     _print(m, out)
     return m
+
+
+def _measure(c: ValidateConfig, dev, table, tokens, gguf):
+    """The cold runs (`c.warmup` + `c.repeats`), a speed probe after each, llama.cpp's run after each when `gguf`;
+    (HostRun, host probes before / after, speed probes around the runs, the peer's measured runs)."""
+    from experiments.hostrun import run_host
+    from hil.drift import probe, speed_probe
+
+    peer_runs: list = []
+    run_peer = None
+    if gguf is not None:
+        # llama.cpp runs once after each of our runs (its first run, after our warm-up, is its own warm-up): both see
+        # the same host conditions, which on this shared host drift by 10-30 % within an hour (docs/hil.md)
+        from hil.peer import llamacpp_cold_ttft
+
+        def _peer(k: int) -> None:
+            r = llamacpp_cold_ttft(gguf, tokens, threads=dev.cpu_cores, repeats=1)
+            if k >= c.warmup:
+                peer_runs.append(r)
+        run_peer = _peer
+    probes = [probe()]                                   # the host now vs when its profile was measured
+    around = [probes[0]]                                 # speed probes around the runs: [k] before run k
+
+    def between(k: int) -> None:
+        around.append(speed_probe())                     # right after run k, before anything else
+        if run_peer is not None:
+            run_peer(k)
+
+    run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
+                    progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
+                    between=between)
+    probes.append(probe())
+    print(file=sys.stderr)
+    return run_, probes, around, peer_runs
 
 
 def speed_summary(speeds: list[float | None]) -> dict[str, float]:
@@ -292,6 +312,10 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"{m['measured_core_busy_pct']:.0f} %; threads blocked and woken: predicted "
               f"{m['predicted_thread_waits']} (idle workers + interpreter-lock hand-offs), measured "
               f"{m['measured_thread_waits']:.0f} (voluntary context switches)")
+    if "logits_native_exact" in m:
+        print(f"  logits vs the same forward op by op with the native kernels: "
+              f"{'bit-exact' if m['logits_native_exact'] else 'DIFFER'} "
+              f"(max |Δ| {m['logits_native_max_abs_diff']:.3g})")
     if "logits_max_abs_diff" in m:
         print(f"  logits vs NumPy reference: top-1 {'match' if m['logits_top1_match'] else 'MISMATCH'}"
               f"{'' if m['logits_ref_top1_stable'] else ' (the reference flips its own top-1 under 1-ulp noise)'}, "
@@ -307,6 +331,11 @@ def _print(m: dict[str, Any], out: Path) -> None:
         print(f"  host speed during the runs vs its calibration (measured, GEMM probe around each run; 1.00 = as "
               f"calibrated): {m['host_speed']:.2f} ({m['host_speed_min']:.2f}-{m['host_speed_max']:.2f}), per run "
               f"in runs.csv")
+    if "host_page_reporting" in m:
+        mib = m.get("host_pages_reported_mib")
+        print(f"  guest free page reporting: {m['host_page_reporting']}"
+              f"{'' if mib is None else f', {mib:.0f} MiB reported during the runs (measured)'}; "
+              f"{m['host_prefault_bytes'] / 2**30:.2f} GiB prefaulted in {m['host_prefault_s']:.1f} s")
     if "peer_ttft_s" in m:
         print(f"  llama.cpp ({m['peer_weight_type']}) cold TTFT {m['peer_ttft_s']:.3f} s -> ours "
               f"{m.get('speedup_vs_peer', float('nan')):.2f}x faster (measured, same run)")

@@ -5,11 +5,13 @@ about, total RAM (GiB) and kernel release — hashed into an id. The store `outp
 calibration: `<id-hash>-quick/`, so it never replaces a full one) holds
 - `identity.json`: the identity the profile was measured on;
 - `device.json`: `{"profile": <SocProfile fields>, "sources": {field: "measured: how" | "assumed: why" | ...},
-  "spread": {field: (max - min) / median of the repeats}, "quick", "measured_at", "identity_hash", "wall_s"}`;
+  "spread": {field: (max - min) / median of the repeats}, "quick", "measured_at", "identity_hash", "wall_s",
+  "host_memory": {"mode", "state", "reported_mib"} (guest free page reporting during the calibration, hil.hostmem)}`;
 - `cost_table.json`: the table the `table` cost model loads (`planner.cost.table`);
 - `measurements.json`: the raw curves (read bandwidth per request size / threads, GEMM per shape, ...);
 all written atomically (`quant.atomic`). `host_device()` loads the stored profile when its identity equals this
-machine's, else measures (`hil.calibrate`): a profile from another machine is re-measured, never used. A quick profile
+machine's and it was measured with the asked `memory` mode, else measures (`hil.calibrate`): a profile from another
+machine is re-measured, never used. A quick profile
 (`quick=True`, < 30 s, smaller grids) only serves quick requests; a full one serves both (and is preferred).
 
 The mapping of the measurements onto the phone-shaped `SocProfile` (EdgeFlow §3 components) is `build_profile`:
@@ -551,8 +553,9 @@ def load_device_json(path: str | os.PathLike) -> SocProfile:
                          ) from None
 
 
-def _stored(d: Path, ident: HostIdentity, need_full: bool) -> tuple[SocProfile | None, str]:
-    """(profile, "") when `d` holds a usable profile for `ident`, else (None, why not)."""
+def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold") -> tuple[SocProfile | None, str]:
+    """(profile, "") when `d` holds a usable profile for `ident` measured with `memory` (hil.hostmem), else (None,
+    why not)."""
     if not (d / "device.json").is_file():
         return None, "no stored profile"
     try:
@@ -573,6 +576,9 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool) -> tuple[SocProfile |
         return None, "stored profile is a quick calibration and a full one was asked for"
     if not (d / "cost_table.json").is_file():
         return None, "stored cost table missing"
+    stored_memory = (doc.get("host_memory") or {}).get("mode", "as_is")      # profiles from before hil.hostmem: as is
+    if stored_memory != memory:
+        return None, f"stored profile was measured with host_memory={stored_memory} (asked: {memory})"
     return prof, ""
 
 
@@ -582,19 +588,26 @@ def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None 
     return Path(root or DEFAULT_ROOT) / ((ident or host_identity()).id_hash() + ("-quick" if quick else ""))
 
 
+CALIBRATION_PREFAULT = {False: 2 << 30, True: 512 << 20}   # B touched before a calibration (hil.hostmem.prefault):
+#                                                            its scratch file's page cache, read buffers, probes
+
+
 def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
-                      log: Callable[[str], None] = lambda m: None, rounds: int | None = None
+                      log: Callable[[str], None] = lambda m: None, rounds: int | None = None, memory: str = "hold"
                       ) -> tuple[SocProfile, Path, float]:
-    """Calibrate this host (`rounds` passes merged, None: the settings' default) and write its store directory;
-    (profile, cost table path, wall s)."""
+    """Calibrate this host (`rounds` passes merged, None: the settings' default; guest free page reporting held or
+    not by `memory`, hil.hostmem) and write its store directory; (profile, cost table path, wall s)."""
     from hil.calibrate import CalibrationSettings
     from hil.calibrate_merge import measure_rounds
+    from hil.hostmem import hold
 
     d = store_dir(root, ident, quick)
     ghz, how = nominal_ghz()
-    t0 = time.perf_counter()
-    meas, per_round = measure_rounds(root / "scratch", CalibrationSettings.make(quick, rounds), log)
-    wall = time.perf_counter() - t0
+    with hold(memory, CALIBRATION_PREFAULT[quick]) as mem:
+        t0 = time.perf_counter()
+        meas, per_round = measure_rounds(root / "scratch", CalibrationSettings.make(quick, rounds), log)
+        wall = time.perf_counter() - t0
+        host_memory = {"mode": memory, "state": mem.describe(), "reported_mib": mem.reported_mib()}
     prof, src, spr = build_profile(meas, ident, ghz, how)
     table = cost_table(meas)
     d.mkdir(parents=True, exist_ok=True)
@@ -607,6 +620,7 @@ def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
     _write_json(d / "device.json", dict(version=STORE_VERSION, identity_hash=ident.id_hash(), quick=quick,
                                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                         wall_s=wall, rounds=len(per_round), loadavg=meas.loadavg,
+                                        host_memory=host_memory,
                                         profile=asdict(prof), sources=src,
                                         spread=spr))
     return prof, d / "cost_table.json", wall
@@ -614,10 +628,11 @@ def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
 
 def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, quick: bool = False,
                 log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
-                rounds: int | None = None) -> tuple[SocProfile, Path]:
-    """(SocProfile, cost table path) of this machine: the stored full profile when its identity matches (with
-    `quick`, else the stored quick one), otherwise measured now (a quick calibration with `quick`; `rounds` passes,
-    None: 3 full, 1 quick) and stored. Prints one line (`log`) saying which."""
+                rounds: int | None = None, memory: str = "hold") -> tuple[SocProfile, Path]:
+    """(SocProfile, cost table path) of this machine: the stored full profile when its identity and `memory` mode
+    match (with `quick`, else the stored quick one), otherwise measured now (a quick calibration with `quick`;
+    `rounds` passes, None: 3 full, 1 quick; free page reporting held or not by `memory`, hil.hostmem) and stored.
+    Prints one line (`log`) saying which."""
     root = Path(root or DEFAULT_ROOT)
     ident = host_identity()
     root.mkdir(parents=True, exist_ok=True)
@@ -626,7 +641,7 @@ def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, 
         reasons = []
         for q in ((False, True) if quick else (False,)):
             d = store_dir(root, ident, q)
-            prof, why = _stored(d, ident, need_full=not q)
+            prof, why = _stored(d, ident, need_full=not q, memory=memory)
             if prof is not None and not remeasure:
                 log(f"host profile: loaded {d} (identity {ident.id_hash()} matches this machine)")
                 return prof, d / "cost_table.json"
@@ -635,7 +650,7 @@ def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, 
                                                            "no stored profile")
         from hil.calibrate import CalibrationSettings
 
-        prof, table, wall = measure_and_store(root, ident, quick, progress, rounds=rounds)
+        prof, table, wall = measure_and_store(root, ident, quick, progress, rounds=rounds, memory=memory)
         n = CalibrationSettings.make(quick, rounds).rounds
         log(f"host profile: measured this host ({why}; {'quick' if quick else 'full'} calibration, "
             f"{f'{n} rounds merged, ' if n > 1 else ''}{wall:.1f} s) -> {table.parent}")
@@ -654,9 +669,9 @@ def is_host_marker(device: dict) -> bool:
 
 def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
                      log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
-                     rounds: int | None = None) -> tuple[SocProfile, Path]:
+                     rounds: int | None = None, memory: str = "hold") -> tuple[SocProfile, Path]:
     """(SocProfile, cost table path) for a `device=host` marker dict (keys: name, measured, store); ValueError
-    naming the key for anything else."""
+    naming the key for anything else. `memory`: hil.hostmem mode of a calibration (and of a stored profile)."""
     extra = sorted(set(device) - MARKER_KEYS)
     if extra:
         raise ValueError(f"device.{extra[0]}: not a key of the measured host device (keys: "
@@ -666,7 +681,8 @@ def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
     store = device.get("store") or ""
     if not isinstance(store, str):
         raise ValueError(f"device.store: must be a directory path or empty (got {store!r})")
-    return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress, rounds=rounds)
+    return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress, rounds=rounds,
+                       memory=memory)
 
 
 # ================================================ report =============================================================

@@ -93,9 +93,12 @@ def lm_head(pm: PackedModel, h: np.ndarray) -> np.ndarray:
 def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens, nudge: bool = False) -> np.ndarray:
     """Logits (vocab,) float32 of the last token of `tokens` (T,) after a causal W8A8 forward over the prompt.
 
-    nudge: move every RMSNorm output up by one float32 ulp — the reference's own float-rounding noise. Static INT8
-    activations make the forward chaotic under such noise (a value crossing a rounding boundary changes an INT8 code);
-    the difference of the two runs is the scale on which another float32 implementation (the runner) can be judged."""
+    nudge: move every float input of an INT8 quantization (the RMSNorm outputs, the attention output, the SwiGLU
+    product) up by one float32 ulp — the reference's own float-rounding noise. Static INT8 activations make the
+    forward chaotic under such noise (a value crossing a rounding boundary changes an INT8 code); the difference of
+    the two runs is the scale on which another float32 implementation (the runner) can be judged. (Nudging only the
+    RMSNorm outputs missed the crossings another attention kernel's ~1e-6 differences cause: on one SmolLM2 prompt
+    it gave 4e-6 while the runner, exact in every integer step, differed by 2.0 from a crossing in layer 12.)"""
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.ndim != 1 or tokens.size == 0:
         raise ValueError(f"tokens must be a non-empty 1-D array (got shape {tokens.shape})")
@@ -106,9 +109,12 @@ def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens, nudge: bool = 
     T, H, KV, hd, eps = tokens.size, spec.n_heads, spec.n_kv_heads, spec.head_dim, spec.norm_eps
     group = H // KV
 
-    def rms_norm(x, g, eps):                                                    # float32, optionally nudged
-        y = _rms_norm(x, g, eps).astype(np.float32)
+    def nudged(y):                                                              # float32, optionally one ulp up
+        y = y.astype(np.float32)
         return np.nextafter(y, np.float32(np.inf)) if nudge else y
+
+    def rms_norm(x, g, eps):
+        return nudged(_rms_norm(x, g, eps))
 
     x = embed(pm, tokens)                                                        # (T, d)
     cos, sin = rope_tables(T, hd, spec.rope_base)                                # (T, hd/2)
@@ -125,11 +131,11 @@ def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens, nudge: bool = 
         att = np.exp(att - att.max(axis=-1, keepdims=True))
         att /= att.sum(axis=-1, keepdims=True)
         o = att.reshape(KV, group * T, T) @ v.transpose(1, 0, 2)                 # (KV, group*T, hd)
-        o = o.reshape(KV, group, T, hd).transpose(2, 0, 1, 3).reshape(T, H * hd).astype(np.float32)
+        o = nudged(o.reshape(KV, group, T, hd).transpose(2, 0, 1, 3).reshape(T, H * hd))
         x = x + linear(pm, p + "attn_output.weight", o)
         h = rms_norm(x, pm.floats[p + "ffn_norm.weight"], eps).astype(np.float32)
         g = linear(pm, p + "ffn_gate.weight", h)                                 # (T, f)
         u = linear(pm, p + "ffn_up.weight", h)
-        x = x + linear(pm, p + "ffn_down.weight", (silu(g) * u).astype(np.float32))
+        x = x + linear(pm, p + "ffn_down.weight", nudged(silu(g) * u))
     h = rms_norm(x[-1:], pm.floats["output_norm.weight"], eps).astype(np.float32)  # (1, d), last token
     return lm_head(pm, h)

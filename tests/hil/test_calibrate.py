@@ -117,7 +117,7 @@ def test_a_full_profile_serves_quick_requests_and_is_preferred(quick_store, monk
 
 
 def _spy(calls, prof, table):
-    def measure(root, ident, quick, log=None, rounds=None):
+    def measure(root, ident, quick, log=None, rounds=None, memory="hold"):
         calls.append((ident, quick))
         return prof, table, 0.0
     return measure
@@ -140,6 +140,25 @@ def test_profile_of_another_machine_is_remeasured(quick_store, monkeypatch, tmp_
     monkeypatch.setattr(host, "host_identity", lambda: dataclasses.replace(real, kernel_release="0.0-test"))
     host.host_device(root, quick=True, log=lines.append)
     assert len(calls) == 2 and "no stored profile" in lines[1]
+
+
+def test_profile_measured_with_another_memory_mode_is_remeasured(quick_store, monkeypatch, tmp_path):
+    _root, prof, table, _ = quick_store
+    stored = json.loads((table.parent / "device.json").read_text())["host_memory"]
+    assert stored["mode"] == "hold" and stored["state"]          # what hil.hostmem did during the calibration
+    root = tmp_path / "store"
+    d = root / table.parent.name
+    shutil.copytree(table.parent, d)
+    calls: list = []
+    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    lines: list[str] = []
+    host.host_device(root, quick=True, log=lines.append, memory="as_is")
+    assert len(calls) == 1 and "host_memory=hold (asked: as_is)" in lines[0]
+    doc = json.loads((d / "device.json").read_text())
+    del doc["host_memory"]                                       # a profile from before hil.hostmem: as is
+    (d / "device.json").write_text(json.dumps(doc))
+    host.host_device(root, quick=True, log=lines.append, memory="as_is")
+    assert len(calls) == 1 and "loaded" in lines[1]
 
 
 def test_quick_profile_does_not_serve_a_full_request(quick_store, monkeypatch):

@@ -116,3 +116,9 @@ def test_calibrate_app_refuses_bad_rounds():
         r = subprocess.run([sys.executable, "-m", "experiments.calibrate", bad], cwd=REPO, capture_output=True,
                            text=True, timeout=120)
         assert r.returncode == 2 and "rounds" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr
+
+
+def test_calibrate_app_refuses_a_bad_host_memory_mode():
+    r = subprocess.run([sys.executable, "-m", "experiments.calibrate", "host_memory=keep"], cwd=REPO,
+                       capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "host_memory" in r.stderr and r.stderr.strip().count("\n") == 0, r.stderr

@@ -39,7 +39,11 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
         assert f"predicted_{ph}" in m["modelled_keys"] and f"measured_{ph}" in m["measured_keys"]
         want = 100 * (m[f"predicted_{ph}"] - m[f"measured_{ph}"]) / m[f"measured_{ph}"]
         assert m[f"{name}_error_pct"] == pytest.approx(want)
-    assert m["logits_top1_match"] is True and m["logits_within_tolerance"] is True
+    assert m["logits_native_exact"] is True and m["logits_native_max_abs_diff"] == 0.0   # hil.native_forward
+    assert m["logits_within_tolerance"] is True
+    # same top-1 wherever the reference's own top-1 survives its 1-ulp nudge (docs/hil.md "Logits": static INT8
+    # activations make the float32 forward chaotic; on this host's 2026-12-02 INT8 file at 16 tokens it flips)
+    assert m["logits_top1_match"] is True or m["logits_ref_top1_stable"] is False
     assert m["logits_max_abs_diff"] <= m["logits_tolerance"] and "logits_ref_noise" in m["measured_keys"]
     assert m["device"] == "host" and m["repeats"] == 2
     trace = json.loads((run / "trace.json").read_text())
@@ -60,6 +64,8 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert m["measured_ttft_min_s"] == pytest.approx(ttfts[0], abs=1e-6)
     assert m["host_speed_min"] <= m["host_speed"] <= m["host_speed_max"] and "host_speed" in m["measured_keys"]
     assert "host speed during the runs" in r.stdout
+    assert m["host_page_reporting"] and "guest free page reporting" in r.stdout      # hil.hostmem, what it did
+    assert "host_prefault_s" in m["measured_keys"]
     # where the time goes beyond the phases: core occupancy and blocking events, modelled and measured
     assert 0 < m["predicted_core_busy_pct"] <= 100.0 + 1e-9 and 0 < m["measured_core_busy_pct"] <= 101.0
     assert m["predicted_thread_waits"] >= 0 and m["measured_thread_waits"] > 0
@@ -87,6 +93,12 @@ def test_run_speed_is_the_calibration_probe_over_the_probes_around_each_run():
     around = [{"gemm_s": 2.0}, {"gemm_s": 4.0}, {"gemm_s": 1.0}, {}]
     assert run_speeds(ref, around) == pytest.approx([2.0 / 3.0, 2.0 / 2.5, 2.0])   # the last run: one probe only
     assert run_speeds({}, around) == [None, None, None]
+
+
+def test_validate_rejects_a_bad_host_memory_mode_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "experiments.validate", "host_memory=keep",
+                        f"hydra.run.dir={tmp_path / 'r'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "host_memory" in r.stderr, r.stderr
 
 
 def test_validate_rejects_a_phone_device_in_one_line(tmp_path):

@@ -1,0 +1,240 @@
+"""Host memory during hardware-in-the-loop runs: hold the guest's free page reporting (docs/hil.md "Host memory").
+
+This host is a virtual machine whose virtio-balloon reports free memory (VIRTIO_BALLOON_F_REPORTING, feature bit 5):
+the guest kernel tells the hypervisor about free blocks of >= 2^`page_reporting_order` pages, and the hypervisor takes
+their backing away. The next first touch of such a page costs a hypervisor fault on top of the guest's own fault and
+zeroing. Measured here (2026-12-02; a C loop writing one byte per 4 KiB page of a fresh 1 GiB anonymous mapping, 4-5
+repeats, the previous 1 GiB freed just before):
+
+| next touch | reported meanwhile | first touch |
+|---|---|---|
+| right away | 0-8 MiB | 0.48-0.51 ns/B |
+| 3 s later | 270-500 MiB | 2.1-2.8 ns/B |
+| 3 s later, reporting held (order 11) | 0 MiB | 0.42-0.51 ns/B |
+
+So a cold run's fresh tensors (the unpack phase) and page-cache pages (the load phase) cost 1x or ~5x depending on how
+long ago memory was freed — by the previous run, by llama.cpp's run, by an eviction — which is what made the 1B
+model's unpack phase take 0.51-0.57 s in one session and 1.34-1.53 s in another. A phone has no hypervisor: its fresh
+pages cost the kernel's fault and zeroing only, which is the held state here.
+
+`hold(mode, prefault_bytes)` is a context manager:
+- "hold": sets `page_reporting_order` to the largest value the kernel accepts (11 on this kernel, whose largest free
+  block is order 10: nothing new is reported), touches and frees `prefault_bytes` of anonymous memory (so the free
+  blocks the runs are given next are backed), and on exit restores the order found by the first holder. Holders in
+  several processes share one state file (their pids; the last one out restores; a dead holder is pruned, so a killed
+  process's hold ends with the next holder's exit).
+- "as_is": changes nothing (measure the VM as it is).
+Without the parameter (no reporting balloon, or another kernel) both change nothing; without permission to write it,
+"hold" says so once and measures as is. `HostMemory.metrics()` says which, with the MiB the guest reported during the
+hold (measured: this kernel's `reported_kib` counter; None on kernels without it) and the prefault's time.
+"""
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import json
+import mmap
+import os
+import sys
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Iterator
+
+PARAMS = Path("/sys/module/page_reporting/parameters")
+STATE = Path(tempfile.gettempdir()) / "edgellm-page-reporting.json"
+MODES = ("hold", "as_is")
+MAX_ORDER_TRIED = 16            # orders tried from here down: the first one the kernel accepts holds reporting
+GIB = 1 << 30
+
+
+@dataclass
+class HostMemory:
+    """What `hold` did (module doc). `state`: "held", "as is", "absent" or "not held: <why>"."""
+    mode: str
+    state: str
+    order_before: int | None = None
+    order_held: int | None = None
+    reported_kib_start: int | None = None
+    prefault_bytes: int = 0
+    prefault_s: float = 0.0
+    params: Path = PARAMS
+
+    def reported_mib(self) -> float | None:
+        """MiB the guest reported to the hypervisor since the hold began (measured; None without the counter)."""
+        now = _read_int(self.params / "reported_kib")
+        if now is None or self.reported_kib_start is None:
+            return None
+        return (now - self.reported_kib_start) / 1024.0
+
+    def describe(self) -> str:
+        if self.state == "held":
+            return f"held (page_reporting_order {self.order_before} -> {self.order_held})"
+        if self.state == "as is" and self.order_before is not None:
+            return f"as is (page_reporting_order {self.order_before})"
+        return self.state
+
+    def metrics(self) -> dict[str, object]:
+        """host_page_reporting (what was done), host_pages_reported_mib (measured), host_prefault_s / _bytes."""
+        m: dict[str, object] = {"host_page_reporting": self.describe(), "host_prefault_bytes": self.prefault_bytes,
+                                "host_prefault_s": self.prefault_s}
+        mib = self.reported_mib()
+        if mib is not None:
+            m["host_pages_reported_mib"] = mib
+        return m
+
+
+_current: HostMemory | None = None      # this process's hold (nested holds share it)
+_depth = 0
+
+
+@contextlib.contextmanager
+def hold(mode: str = "hold", prefault_bytes: int = 0, params: Path = PARAMS, state_file: Path = STATE,
+         log=lambda msg: print(msg, file=sys.stderr)) -> Iterator[HostMemory]:
+    """Hold free page reporting (or not: `mode="as_is"`) for the body; see the module doc."""
+    global _current, _depth
+    if mode not in MODES:
+        raise ValueError(f"host_memory: must be one of {', '.join(MODES)} (got {mode!r})")
+    if _current is not None and _current.params == params:       # nested: one hold per process
+        _depth += 1
+        try:
+            if _current.state == "held" and prefault_bytes > _current.prefault_bytes:
+                _current.prefault_s += prefault(prefault_bytes)
+                _current.prefault_bytes = prefault_bytes
+            yield _current
+        finally:
+            _depth -= 1
+        return
+    mem = _enter(mode, params, state_file, log)
+    _current, _depth = mem, 1
+    try:
+        if mem.state == "held" and prefault_bytes > 0:
+            mem.prefault_s, mem.prefault_bytes = prefault(prefault_bytes), prefault_bytes
+        yield mem
+    finally:
+        _current, _depth = None, 0
+        if mem.state == "held":
+            _leave(params, state_file)
+
+
+def prefault(nbytes: int) -> float:
+    """Touch `nbytes` of fresh anonymous memory (one write per page) and free it; wall seconds taken."""
+    import numpy as np
+
+    t0 = time.perf_counter()
+    m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+    try:
+        a = np.frombuffer(m, dtype=np.uint8)
+        a[::mmap.PAGESIZE] = 1
+        del a
+    finally:
+        m.close()
+    return time.perf_counter() - t0
+
+
+def footprint_bytes(params: int, bits: int, extra_bytes: int = 0, floor: int = 256 << 20) -> int:
+    """Memory a host run touches, for `prefault`: twice (packed file's page cache at `bits` + INT8 tensors + margin)
+    plus `extra_bytes` (the peer's GGUF), at least `floor`, at most half the memory available now."""
+    want = max(floor, int(2 * params * (1 + bits / 8)) + extra_bytes)
+    return min(want, _available_bytes() // 2)
+
+
+def _available_bytes() -> int:
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 4 * GIB
+
+
+def _read_int(p: Path) -> int | None:
+    try:
+        return int(p.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+@contextlib.contextmanager
+def _locked_state(state_file: Path) -> Iterator[dict]:
+    """The shared state ({"order_before", "holders"}; {} when nobody holds) under an exclusive lock; the dict as
+    left by the body is written back (deleted when empty)."""
+    with open(state_file.with_suffix(".lock"), "a") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        try:
+            st = json.loads(state_file.read_text())
+            if not isinstance(st, dict):
+                st = {}
+        except (OSError, ValueError):
+            st = {}
+        yield st
+        if st.get("holders"):
+            tmp = state_file.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_text(json.dumps(st))
+            os.replace(tmp, state_file)
+        else:
+            with contextlib.suppress(FileNotFoundError):
+                state_file.unlink()
+
+
+def _write_order(p: Path, value: int) -> None:
+    with open(p, "w") as f:
+        f.write(f"{value}\n")
+
+
+def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
+    order_p = params / "page_reporting_order"
+    now = _read_int(order_p)
+    if now is None:
+        return HostMemory(mode, "absent", params=params)
+    start = _read_int(params / "reported_kib")
+    if mode == "as_is":
+        return HostMemory(mode, "as is", order_before=now, reported_kib_start=start, params=params)
+    with _locked_state(state_file) as st:
+        holders = [p for p in st.get("holders", []) if isinstance(p, int) and _alive(p)]
+        before = st.get("order_before") if isinstance(st.get("order_before"), int) else now
+        held, why = None, ""
+        for v in range(MAX_ORDER_TRIED, before, -1):
+            try:
+                _write_order(order_p, v)
+            except OSError as e:
+                if e.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+                    why = f"no permission to write {order_p} ({e.strerror})"
+                    break
+                continue                                    # EINVAL: above the kernel's largest order
+            held = v
+            break
+        if held is None:
+            why = why or f"{order_p} accepts no order above {before}"
+            log(f"host memory: free page reporting not held: {why}; measuring the VM as it is")
+            st.update(order_before=before, holders=holders) if holders else st.clear()
+            return HostMemory(mode, f"not held: {why}", order_before=before, reported_kib_start=start,
+                              params=params)
+        st.update(order_before=before, holders=holders + [os.getpid()])
+    return HostMemory(mode, "held", order_before=before, order_held=held, reported_kib_start=start, params=params)
+
+
+def _leave(params: Path, state_file: Path) -> None:
+    with _locked_state(state_file) as st:
+        holders = [p for p in st.get("holders", []) if isinstance(p, int) and p != os.getpid() and _alive(p)]
+        if holders:
+            st["holders"] = holders
+            return
+        before = st.get("order_before")
+        st.clear()
+        if isinstance(before, int):
+            with contextlib.suppress(OSError):
+                _write_order(params / "page_reporting_order", before)
