@@ -55,8 +55,13 @@ build/ef_profile-aarch64: $(RUNNER_SRC) $(wildcard native/src/*.h)
 demo: setup
 	$(PY) -m experiments.demo
 
+# The golden-data tests compare deterministic float results (perplexity of a fixed W8A8 forward), which depend on the
+# OpenBLAS kernel the CPU selects (Haswell / Zen vs SkylakeX kernels: toy perplexity 230 vs 192): pin the AVX2 kernel
+# on x86 machines that have AVX2 (tests/conftest.py does the same for a plain `pytest`).
+BLAS_CORE := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo Haswell)
+
 test: setup cross-tools
-	$(PY) -m pytest -q -m "not bench and not hil" $(PYTEST_ARGS)
+	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(PY) -m pytest -q -m "not bench and not hil" $(PYTEST_ARGS)
 
 bench: setup cross-tools
 	$(PY) -m pytest -q -s -m bench tests/bench $(PYTEST_ARGS)

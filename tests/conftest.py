@@ -1,9 +1,24 @@
 """Shared fixtures: the repo's conf/ directory composed with Hydra's compose API (as the apps see it)."""
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
-import pytest
+
+def _pin_blas_kernel() -> None:
+    """Golden tests compare deterministic float results that depend on the OpenBLAS kernel the CPU selects: pin the
+    AVX2 (Haswell) one where the CPU has AVX2, unless the caller chose (the Makefile's `test` sets it the same way).
+    Effective for NumPy imported after this and for every subprocess a test starts."""
+    try:
+        if "OPENBLAS_CORETYPE" not in os.environ and " avx2" in Path("/proc/cpuinfo").read_text():
+            os.environ["OPENBLAS_CORETYPE"] = "Haswell"
+    except OSError:
+        pass
+
+
+_pin_blas_kernel()
+
+import pytest  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
