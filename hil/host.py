@@ -582,10 +582,14 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold")
     return prof, ""
 
 
-def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None = None, quick: bool = False) -> Path:
+def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None = None, quick: bool = False,
+              memory: str = "hold") -> Path:
     """`<root>/<identity hash>` (full calibration) or `<root>/<identity hash>-quick` (quick calibration: kept apart,
-    so a quick run never replaces a full profile)."""
-    return Path(root or DEFAULT_ROOT) / ((ident or host_identity()).id_hash() + ("-quick" if quick else ""))
+    so a quick run never replaces a full profile); `-as_is` appended for a profile measured with free page reporting
+    left alone (hil.hostmem), so the two modes never replace each other's profile."""
+    name = (ident or host_identity()).id_hash() + ("-quick" if quick else "")
+    name += "" if memory == "hold" else f"-{memory}"
+    return Path(root or DEFAULT_ROOT) / name
 
 
 CALIBRATION_PREFAULT = {False: 2 << 30, True: 512 << 20}   # B touched before a calibration (hil.hostmem.prefault):
@@ -601,7 +605,7 @@ def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
     from hil.calibrate_merge import measure_rounds
     from hil.hostmem import hold
 
-    d = store_dir(root, ident, quick)
+    d = store_dir(root, ident, quick, memory)
     ghz, how = nominal_ghz()
     with hold(memory, CALIBRATION_PREFAULT[quick]) as mem:
         t0 = time.perf_counter()
@@ -640,7 +644,7 @@ def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, 
         fcntl.flock(lk, fcntl.LOCK_EX)
         reasons = []
         for q in ((False, True) if quick else (False,)):
-            d = store_dir(root, ident, q)
+            d = store_dir(root, ident, q, memory)
             prof, why = _stored(d, ident, need_full=not q, memory=memory)
             if prof is not None and not remeasure:
                 log(f"host profile: loaded {d} (identity {ident.id_hash()} matches this machine)")

@@ -147,8 +147,9 @@ def test_profile_measured_with_another_memory_mode_is_remeasured(quick_store, mo
     stored = json.loads((table.parent / "device.json").read_text())["host_memory"]
     assert stored["mode"] == "hold" and stored["state"]          # what hil.hostmem did during the calibration
     root = tmp_path / "store"
-    d = root / table.parent.name
-    shutil.copytree(table.parent, d)
+    assert host.store_dir(root, quick=True, memory="as_is").name == table.parent.name + "-as_is"   # kept apart
+    d = host.store_dir(root, quick=True, memory="as_is")
+    shutil.copytree(table.parent, d)                             # a held profile where an as-is one belongs
     calls: list = []
     monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
     lines: list[str] = []
