@@ -216,7 +216,7 @@ def scratch_file(directory: Path, nbytes: int) -> Iterator[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     for old in directory.glob("read-*.bin"):
         pid = old.stem.split("-")[-1]
-        if pid.isdigit() and not _alive(int(pid)):
+        if pid.isdigit() and not pid_alive(int(pid)):
             with contextlib.suppress(FileNotFoundError):
                 old.unlink()
     path = directory / f"read-{os.getpid()}.bin"
@@ -244,7 +244,8 @@ def scratch_file(directory: Path, nbytes: int) -> Iterator[Path]:
             signal.signal(signal.SIGTERM, prev)
 
 
-def _alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process `pid` exists (signal 0; a process of another user counts as alive)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

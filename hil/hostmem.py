@@ -158,16 +158,6 @@ def _read_int(p: Path) -> int | None:
         return None
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
 @contextlib.contextmanager
 def _locked_state(state_file: Path) -> Iterator[dict]:
     """The shared state ({"order_before", "holders"}; {} when nobody holds) under an exclusive lock; the dict as
@@ -196,6 +186,8 @@ def _write_order(p: Path, value: int) -> None:
 
 
 def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
+    from hil.calibrate import pid_alive
+
     order_p = params / "page_reporting_order"
     now = _read_int(order_p)
     if now is None:
@@ -204,7 +196,7 @@ def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
     if mode == "as_is":
         return HostMemory(mode, "as is", order_before=now, reported_kib_start=start, params=params)
     with _locked_state(state_file) as st:
-        holders = [p for p in st.get("holders", []) if isinstance(p, int) and _alive(p)]
+        holders = [p for p in st.get("holders", []) if isinstance(p, int) and pid_alive(p)]
         before = st.get("order_before") if isinstance(st.get("order_before"), int) else now
         held, why = None, ""
         for v in range(MAX_ORDER_TRIED, before, -1):
@@ -228,8 +220,10 @@ def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
 
 
 def _leave(params: Path, state_file: Path) -> None:
+    from hil.calibrate import pid_alive
+
     with _locked_state(state_file) as st:
-        holders = [p for p in st.get("holders", []) if isinstance(p, int) and p != os.getpid() and _alive(p)]
+        holders = [p for p in st.get("holders", []) if isinstance(p, int) and p != os.getpid() and pid_alive(p)]
         if holders:
             st["holders"] = holders
             return
