@@ -70,9 +70,11 @@ def validate(cfg: DictConfig) -> Estimate:
 
 def memory_of(cfg: DictConfig) -> str:
     """`host_memory`: hold (the default) or as_is (hil.hostmem)."""
+    from hil.hostmem import MODES
+
     v = cfg.get("host_memory", "hold")
-    if v not in ("hold", "as_is"):
-        raise ConfigError(f"host_memory: must be hold or as_is (got {v!r})")
+    if v not in MODES:
+        raise ConfigError(f"host_memory: must be {' or '.join(MODES)} (got {v!r})")
     return str(v)
 
 

@@ -39,6 +39,7 @@ from experiments.common import (
     write_run_outputs,
 )
 from experiments.resume import resumable
+from hil.hostmem import MODES as HOST_MEMORY_MODES
 from planner.framework import FrameworkSpec
 from quant.arch import ModelSpec, WeightSource
 from quant.atomic import atomic_write_json, atomic_write_text
@@ -79,8 +80,8 @@ class ValidateConfig:
             raise ValueError(f"peer must be none or llamacpp (got {self.peer!r})")
         if self.peer_gguf not in ("q4_1", "q8_0"):
             raise ValueError(f"peer_gguf must be q4_1 or q8_0 (got {self.peer_gguf!r})")
-        if self.host_memory not in ("hold", "as_is"):
-            raise ValueError(f"host_memory must be hold or as_is (got {self.host_memory!r})")
+        if self.host_memory not in HOST_MEMORY_MODES:
+            raise ValueError(f"host_memory must be {' or '.join(HOST_MEMORY_MODES)} (got {self.host_memory!r})")
 
 
 def register() -> None:

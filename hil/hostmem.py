@@ -43,6 +43,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from quant.atomic import atomic_write_json
+
 PARAMS = Path("/sys/module/page_reporting/parameters")
 STATE = Path(tempfile.gettempdir()) / "edgellm-page-reporting.json"
 MODES = ("hold", "as_is")
@@ -87,34 +89,29 @@ class HostMemory:
 
 
 _current: HostMemory | None = None      # this process's hold (nested holds share it)
-_depth = 0
 
 
 @contextlib.contextmanager
 def hold(mode: str = "hold", prefault_bytes: int = 0, params: Path = PARAMS, state_file: Path = STATE,
          log=lambda msg: print(msg, file=sys.stderr)) -> Iterator[HostMemory]:
     """Hold free page reporting (or not: `mode="as_is"`) for the body; see the module doc."""
-    global _current, _depth
+    global _current
     if mode not in MODES:
         raise ValueError(f"host_memory: must be one of {', '.join(MODES)} (got {mode!r})")
-    if _current is not None and _current.params == params:       # nested: one hold per process
-        _depth += 1
-        try:
-            if _current.state == "held" and prefault_bytes > _current.prefault_bytes:
-                _current.prefault_s += prefault(prefault_bytes)
-                _current.prefault_bytes = prefault_bytes
-            yield _current
-        finally:
-            _depth -= 1
+    if _current is not None and _current.params == params:       # nested: one hold per process, the outer one's
+        if _current.state == "held" and prefault_bytes > _current.prefault_bytes:
+            _current.prefault_s += prefault(prefault_bytes)
+            _current.prefault_bytes = prefault_bytes
+        yield _current
         return
     mem = _enter(mode, params, state_file, log)
-    _current, _depth = mem, 1
+    _current = mem
     try:
         if mem.state == "held" and prefault_bytes > 0:
             mem.prefault_s, mem.prefault_bytes = prefault(prefault_bytes), prefault_bytes
         yield mem
     finally:
-        _current, _depth = None, 0
+        _current = None
         if mem.state == "held":
             _leave(params, state_file)
 
@@ -172,12 +169,17 @@ def _locked_state(state_file: Path) -> Iterator[dict]:
             st = {}
         yield st
         if st.get("holders"):
-            tmp = state_file.with_suffix(f".{os.getpid()}.tmp")
-            tmp.write_text(json.dumps(st))
-            os.replace(tmp, state_file)
+            atomic_write_json(state_file, st)
         else:
             with contextlib.suppress(FileNotFoundError):
                 state_file.unlink()
+
+
+def _live_holders(st: dict, but: int | None = None) -> list[int]:
+    """The state's holder pids that still run (other than `but`)."""
+    from hil.calibrate import pid_alive
+
+    return [p for p in st.get("holders", []) if isinstance(p, int) and p != but and pid_alive(p)]
 
 
 def _write_order(p: Path, value: int) -> None:
@@ -186,8 +188,6 @@ def _write_order(p: Path, value: int) -> None:
 
 
 def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
-    from hil.calibrate import pid_alive
-
     order_p = params / "page_reporting_order"
     now = _read_int(order_p)
     if now is None:
@@ -196,7 +196,7 @@ def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
     if mode == "as_is":
         return HostMemory(mode, "as is", order_before=now, reported_kib_start=start, params=params)
     with _locked_state(state_file) as st:
-        holders = [p for p in st.get("holders", []) if isinstance(p, int) and pid_alive(p)]
+        holders = _live_holders(st)
         before = st.get("order_before") if isinstance(st.get("order_before"), int) else now
         held, why = None, ""
         for v in range(MAX_ORDER_TRIED, before, -1):
@@ -212,7 +212,7 @@ def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
         if held is None:
             why = why or f"{order_p} accepts no order above {before}"
             log(f"host memory: free page reporting not held: {why}; measuring the VM as it is")
-            st.update(order_before=before, holders=holders) if holders else st.clear()
+            st.update(order_before=before, holders=holders)     # no live holder left: the state file goes
             return HostMemory(mode, f"not held: {why}", order_before=before, reported_kib_start=start,
                               params=params)
         st.update(order_before=before, holders=holders + [os.getpid()])
@@ -220,10 +220,8 @@ def _enter(mode: str, params: Path, state_file: Path, log) -> HostMemory:
 
 
 def _leave(params: Path, state_file: Path) -> None:
-    from hil.calibrate import pid_alive
-
     with _locked_state(state_file) as st:
-        holders = [p for p in st.get("holders", []) if isinstance(p, int) and p != os.getpid() and pid_alive(p)]
+        holders = _live_holders(st, but=os.getpid())
         if holders:
             st["holders"] = holders
             return

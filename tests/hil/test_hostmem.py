@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -29,7 +30,7 @@ def test_hold_sets_the_largest_order_and_restores(fake):
     with hostmem.hold("hold", params=params, state_file=state) as m:
         assert m.state == "held" and m.order_before == 5 and m.order_held == hostmem.MAX_ORDER_TRIED
         assert order(params) == hostmem.MAX_ORDER_TRIED
-        assert json.loads(state.read_text())["holders"] == [__import__("os").getpid()]
+        assert json.loads(state.read_text())["holders"] == [os.getpid()]
         (params / "reported_kib").write_text("3048\n")
         assert m.metrics()["host_pages_reported_mib"] == pytest.approx(2.0)
         assert "5 -> 16" in m.describe()
