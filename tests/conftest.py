@@ -55,3 +55,17 @@ def gemm_helper_tids() -> set[int]:
         except OSError:                # the thread ended meanwhile
             pass
     return out
+
+
+def gemm_helpers_gone(tids: set[int], timeout_s: float = 5.0) -> bool:
+    """Whether none of `tids` is a GEMM-pool helper any more, waiting up to `timeout_s`: a joined thread's
+    /proc/self/task entry outlives pthread_join by a moment (the kernel wakes the joiner when it clears the thread's
+    tid, before it releases the task), which one clean-clone run caught with its name still "ef-gemm"."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while gemm_helper_tids() & tids:
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True

@@ -11,7 +11,7 @@ from native import compute as C
 from quant import ref_ops as R
 from quant.llama import rope_tables
 from quant.quantize import fake_quant_act
-from tests.conftest import gemm_helper_tids
+from tests.conftest import gemm_helper_tids, gemm_helpers_gone
 
 SIZES = (1, 3, 17, 63, 64, 65, 577)
 
@@ -111,7 +111,7 @@ def test_gemm_pool_splits_bit_exact(cisa, helpers, spin_us, pin):
             pool.gemm(x, w, threads=0)
         with pytest.raises(ValueError, match="^w: shape"):
             pool.gemm(x, i8(rng, 3, K + 1))
-    assert not gemm_helper_tids() & ours
+    assert gemm_helpers_gone(ours)
     with pytest.raises(ValueError, match="closed"):
         pool.gemm(x, w)
     with pytest.raises(ValueError, match="^helpers"):
@@ -154,6 +154,7 @@ def test_gemm_pool_pins_helpers_away_from_the_caller():
                     assert (len(a) == 1 and min(cpus) not in a) if pin else a == cpus
             finally:
                 os.sched_setaffinity(me, old)
+        assert gemm_helpers_gone(set(helpers))          # before the next pool's helpers are counted
 
 
 def test_gemm_empty_and_bad_input():
