@@ -102,11 +102,30 @@ def _metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
     return {**coldstart_metrics(tl, dev), **core_metrics(tl, dev)}
 
 
-def predict(plan: Plan, dev: SocProfile, cost_table: str) -> tuple[Timeline, dict[str, Any]]:
+def predict(plan: Plan, dev: SocProfile, cost_table: str, speeds: dict[str, float] | None = None
+            ) -> tuple[Timeline, dict[str, Any]]:
+    """The simulator's timeline and metrics for `plan` with the host's cost table; `speeds` (per kernel class, e.g.
+    {"gemm": 0.8}): the kernels at that measured speed of the host instead of the calibrated one
+    (`planner.cost.scaled`; docs/hil.md "Prediction at the run-time host speed")."""
+    from planner.cost.scaled import ScaledCostModel
     from sim.executor import simulate
 
-    tl = simulate(plan, dev, make_cost_model("table", dev, cost_table))
+    cost = make_cost_model("table", dev, cost_table)
+    tl = simulate(plan, dev, ScaledCostModel(cost, speeds) if speeds else cost)
     return tl, _metrics(tl, dev)
+
+
+def compare_at_speed(run: HostRun, m_pred: dict[str, Any], tag: str = "at_host_speed") -> dict[str, Any]:
+    """predicted_<tag>_<phase> (modelled with the measured host speed) and <phase>_error_<tag>_pct against the
+    measured medians of `run` (TTFT and the three phases)."""
+    out: dict[str, Any] = {}
+    for ph in ("ttft_s", "load_s", "unpack_s", "prefill_s"):
+        name = ph[:-2]
+        vals = [m[ph] for m in run.meas_metrics if m.get(ph) is not None]
+        p = m_pred.get(ph)
+        out[f"predicted_{tag}_{name}_s"] = p
+        out[f"{name}_error_{tag}_pct"] = _err(p, statistics.median(vals) if vals else None)
+    return out
 
 
 def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int, tokens: np.ndarray,

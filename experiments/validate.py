@@ -66,6 +66,7 @@ class ValidateConfig:
     quick_profile: bool = False
     write_trace: bool = True
     host_memory: str = "hold"
+    sched_trace: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= 8:
@@ -107,7 +108,7 @@ def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str):
 
 
 KEYS = ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits", "remeasure", "quick_profile",
-        "write_trace", "host_memory")
+        "write_trace", "host_memory", "sched_trace")
 
 
 def settings(cfg: DictConfig) -> ValidateConfig:
@@ -130,6 +131,11 @@ def settings(cfg: DictConfig) -> ValidateConfig:
 
         if not available():                                 # one line naming the install command, before any work
             raise ConfigError(f"peer: {INSTALL_HINT}")
+    if c.sched_trace:
+        from hil.schedtrace import available as tracefs_missing
+
+        if (why := tracefs_missing()) is not None:
+            raise ConfigError(f"sched_trace: {why}")
     return c
 
 
@@ -182,6 +188,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                                              gguf.stat().st_size if gguf else 0)) as mem:
         dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory)
         run_, probes, around, peer_runs = _measure(c, dev, table, tokens, gguf)
+        sched = _sched_trace(run_, tokens, c.model, dev.cpu_cores) if c.sched_trace else None
         memory = mem.metrics()
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
                          "bits": c.bits, "prompt_tokens": c.prompt_tokens, "repeats": c.repeats,
@@ -194,7 +201,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
     speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
     m.update(speed_summary(speeds))
+    m.update(_at_host_speed(run_, dev, table, speeds, run_speeds(reference, around, "elementwise_s")[c.warmup:]))
     m.update(memory)
+    if sched is not None:
+        m.update({f"measured_sched_{k}": v for k, v in sched.items() if not isinstance(v, dict)})
+        atomic_write_json(out / "sched.json", sched)
     if c.check_logits:
         m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
     if peer_runs:
@@ -265,12 +276,40 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
     return run_, probes, around, peer_runs
 
 
+def _sched_trace(run_, tokens, spec, ncpu: int) -> dict[str, Any]:
+    """One more cold run, after the measured ones and not counted in their medians, with the kernel's scheduler
+    events traced: where its core time went (measured; hil.schedtrace, docs/hil.md "Scheduler trace")."""
+    from hil.runner import run_plan
+    from hil.schedtrace import SchedTrace, breakdown, monotonic_t0, parse
+
+    with SchedTrace() as tr:
+        res = run_plan(run_.plan, run_.packed_path, tokens, spec=spec)
+    out = breakdown(parse(tr.text), monotonic_t0(res.info["t0_monotonic"]), res.timeline.end_s,
+                    res.info["thread_ids"], ncpu)
+    return {"ttft_s": res.timeline.end_s, "events_lost": tr.lost, **out}
+
+
 def speed_summary(speeds: list[float | None]) -> dict[str, float]:
     """host_speed (median), host_speed_min / _max over the measured runs (measured; hil.drift.run_speeds)."""
     vals = [v for v in speeds if v is not None]
     if not vals:
         return {}
     return {"host_speed": float(statistics.median(vals)), "host_speed_min": min(vals), "host_speed_max": max(vals)}
+
+
+def _at_host_speed(run_, dev, table, gemm: list[float | None], elementwise: list[float | None]) -> dict[str, Any]:
+    """The plan re-simulated with its kernels at the host speed measured around the runs (median over the measured
+    runs of each probe's speed; planner.cost.scaled): modelled, conditioned on that measurement — the calibrated
+    prediction's error minus this one's is the host's drift (docs/hil.md "Prediction at the run-time host speed")."""
+    from experiments.hostrun import compare_at_speed, predict
+
+    speeds = {cls: float(statistics.median(v)) for cls, vals in (("gemm", gemm), ("elementwise", elementwise))
+              if (v := [x for x in vals if x is not None])}
+    if not speeds:
+        return {}
+    _tl, pm = predict(run_.plan, dev, str(table), speeds)
+    out: dict[str, Any] = {"host_speed_elementwise": speeds.get("elementwise")} if "elementwise" in speeds else {}
+    return out | compare_at_speed(run_, pm)
 
 
 def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], peer_runs: list[dict]) -> str:
@@ -332,6 +371,20 @@ def _print(m: dict[str, Any], out: Path) -> None:
         print(f"  host speed during the runs vs its calibration (measured, GEMM probe around each run; 1.00 = as "
               f"calibrated): {m['host_speed']:.2f} ({m['host_speed_min']:.2f}-{m['host_speed_max']:.2f}), per run "
               f"in runs.csv")
+    if m.get("predicted_at_host_speed_ttft_s") is not None:
+        e = m.get("ttft_error_at_host_speed_pct")
+        print(f"  predicted with the kernels at that measured speed (GEMM {m['host_speed']:.2f}, elementwise "
+              f"{m.get('host_speed_elementwise', 1.0):.2f}; modelled): TTFT {m['predicted_at_host_speed_ttft_s']:.3f} s"
+              f"{'' if e is None else f', error {e:+.1f} %'} (the calibrated prediction above is the one judged)")
+    if "measured_sched_running_pct" in m:
+        g = lambda k: m[f"measured_sched_{k}"]  # noqa: E731
+        print(f"  one more cold run with the kernel's scheduler traced (measured, not in the medians; TTFT "
+              f"{g('ttft_s'):.3f} s), core time: running {g('running_pct'):.1f} %, idle while a thread of the run "
+              f"waits in the other core's queue {g('queued_pct'):.1f} %, idle until a woken thread starts "
+              f"{g('waking_pct'):.1f} %, idle with nothing runnable {g('no_work_pct'):.1f} %, other processes "
+              f"{g('other_pct'):.1f} %; {100 * g('packed_share'):.0f} % of {g('wakes_other_core_idle'):.0f} wake-ups "
+              f"that found the other core idle were put on the waker's busy core (the simulator gives a runnable "
+              f"thread any free core)")
     if "host_page_reporting" in m:
         mib = m.get("host_pages_reported_mib")
         print(f"  guest free page reporting: {m['host_page_reporting']}"

@@ -125,6 +125,7 @@ class _Run:
         self.local = threading.local()                     # per-thread file descriptor (see _read)
         self.fds: list[int] = []
         self.t0 = 0.0
+        self.thread_ids: dict[int, str] = {}             # kernel thread id -> worker ("load0", "cpu0", ...)
         self.ru_start: resource.struct_rusage | None = None   # process rusage at t0 and when the last task ended:
         self.ru_end: resource.struct_rusage | None = None     # Timeline.core_busy_s (user + system) and .waits
 
@@ -166,6 +167,7 @@ class _Run:
         memory): the runner's own cost per task, and its contention between five threads, stay small."""
         task = None
         done: tuple | None = None                    # (task, start, end, unit, stolen, cpu_s) just run by this thread
+        self.thread_ids[threading.get_native_id()] = f"{resource}{idx}"   # the kernel's id (hil.schedtrace)
         self.go.wait()
         try:
             while True:
@@ -441,5 +443,8 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
         run.close()                                    # the native GEMM helpers stop on every exit path
     logits = run.rs.logits[0].copy()
     info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
-            "faulted_bytes": run.faulted_bytes, "isa": isa or "best", "staging_reused": run.ws.staging_reused}
+            "faulted_bytes": run.faulted_bytes, "isa": isa or "best", "staging_reused": run.ws.staging_reused,
+            # for a scheduler trace of the run (hil.schedtrace): t0 on CLOCK_MONOTONIC (time.perf_counter on Linux,
+            # the trace's "mono" clock) and the kernel ids of its threads (the caller's thread drove the run)
+            "t0_monotonic": run.t0, "thread_ids": {**run.thread_ids, threading.get_native_id(): "main"}}
     return RunResult(tl, logits, int(np.argmax(logits)), resident, info)

@@ -28,8 +28,11 @@ def _validate(store, run, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("framework", ["edgeflow", "llamacpp"])
 def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
+    from hil.schedtrace import available as tracefs_missing
+
     run = tmp_path / "run"
-    r = _validate(store, run, f"framework={framework}")
+    traced = framework == "edgeflow" and tracefs_missing() is None    # root with tracefs (CI, this host)
+    r = _validate(store, run, f"framework={framework}", f"sched_trace={str(traced).lower()}")
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads((run / "metrics.json").read_text())
     for ph in ("ttft_s", "load_s", "prefill_s"):
@@ -71,6 +74,16 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert m["predicted_thread_waits"] >= 0 and m["measured_thread_waits"] > 0
     assert "predicted_core_busy_pct" in m["modelled_keys"] and "measured_thread_waits" in m["measured_keys"]
     assert "cores busy until the first token" in r.stdout
+    # the same plan re-simulated with its kernels at the host speed measured around the runs (planner.cost.scaled)
+    assert m["predicted_at_host_speed_ttft_s"] > 0 and "predicted_at_host_speed_ttft_s" in m["modelled_keys"]
+    want = 100 * (m["predicted_at_host_speed_ttft_s"] - m["measured_ttft_s"]) / m["measured_ttft_s"]
+    assert m["ttft_error_at_host_speed_pct"] == pytest.approx(want)
+    if traced:                      # one more cold run with the kernel's scheduler traced (hil.schedtrace)
+        pcts = [m[f"measured_sched_{k}_pct"] for k in ("running", "queued", "waking", "no_work", "other")]
+        assert sum(pcts) == pytest.approx(100.0) and m["measured_sched_running_pct"] > 0
+        assert m["measured_sched_wakes"] > 0 and m["measured_sched_events_lost"] == 0
+        assert "measured_sched_queued_pct" in m["measured_keys"] and (run / "sched.json").is_file()
+        assert "scheduler traced" in r.stdout
 
 
 def test_drift_is_the_change_of_the_median_probe_against_the_profile():
