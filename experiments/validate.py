@@ -201,7 +201,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
     speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
     m.update(speed_summary(speeds))
-    m.update(_at_host_speed(run_, dev, table, speeds, run_speeds(reference, around, "elementwise_s")[c.warmup:]))
+    m.update(_at_host_speed(run_, dev, table, speeds, run_speeds(reference, around, "elementwise_s")[c.warmup:],
+                            run_speeds(reference, around, "unpack_s")[c.warmup:]))
     m.update(memory)
     if sched is not None:
         m.update({f"measured_sched_{k}": v for k, v in sched.items() if not isinstance(v, dict)})
@@ -297,18 +298,20 @@ def speed_summary(speeds: list[float | None]) -> dict[str, float]:
     return {"host_speed": float(statistics.median(vals)), "host_speed_min": min(vals), "host_speed_max": max(vals)}
 
 
-def _at_host_speed(run_, dev, table, gemm: list[float | None], elementwise: list[float | None]) -> dict[str, Any]:
+def _at_host_speed(run_, dev, table, gemm: list[float | None], elementwise: list[float | None],
+                   unpack: list[float | None]) -> dict[str, Any]:
     """The plan re-simulated with its kernels at the host speed measured around the runs (median over the measured
     runs of each probe's speed; planner.cost.scaled): modelled, conditioned on that measurement — the calibrated
     prediction's error minus this one's is the host's drift (docs/hil.md "Prediction at the run-time host speed")."""
     from experiments.hostrun import compare_at_speed, predict
 
-    speeds = {cls: float(statistics.median(v)) for cls, vals in (("gemm", gemm), ("elementwise", elementwise))
+    speeds = {cls: float(statistics.median(v)) for cls, vals in (("gemm", gemm), ("elementwise", elementwise),
+                                                                 ("unpack", unpack))
               if (v := [x for x in vals if x is not None])}
     if not speeds:
         return {}
     _tl, pm = predict(run_.plan, dev, str(table), speeds)
-    out: dict[str, Any] = {"host_speed_elementwise": speeds.get("elementwise")} if "elementwise" in speeds else {}
+    out: dict[str, Any] = {f"host_speed_{k}": v for k, v in speeds.items() if k != "gemm"}
     return out | compare_at_speed(run_, pm)
 
 
@@ -373,8 +376,10 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"in runs.csv")
     if m.get("predicted_at_host_speed_ttft_s") is not None:
         e = m.get("ttft_error_at_host_speed_pct")
-        print(f"  predicted with the kernels at that measured speed (GEMM {m['host_speed']:.2f}, elementwise "
-              f"{m.get('host_speed_elementwise', 1.0):.2f}; modelled): TTFT {m['predicted_at_host_speed_ttft_s']:.3f} s"
+        other = "".join(f", {k} {m[f'host_speed_{k}']:.2f}" for k in ("elementwise", "unpack")
+                        if f"host_speed_{k}" in m)
+        print(f"  predicted with the kernels at that measured speed (GEMM {m['host_speed']:.2f}{other}; modelled): "
+              f"TTFT {m['predicted_at_host_speed_ttft_s']:.3f} s"
               f"{'' if e is None else f', error {e:+.1f} %'} (the calibrated prediction above is the one judged)")
     if "measured_sched_running_pct" in m:
         g = lambda k: m[f"measured_sched_{k}"]  # noqa: E731

@@ -11,8 +11,9 @@ per probe, how far the host moved since the calibration (`host_drift_pct`, measu
 itself may account for.
 
 Probes (each the median of `reps` timings, thread CPU time so other processes' load does not enter): one INT8 GEMM
-at a SmolLM2 FFN shape (16 x 576 x 1536, 1 thread), one set of the float32 elementwise ops at 16 x 576, and first
-touch of 32 fresh 1 MiB mappings (`hil.runner_state.fresh_empty`, as the runner allocates its tensors).
+at a SmolLM2 FFN shape (16 x 576 x 1536, 1 thread), one set of the float32 elementwise ops at 16 x 576, one
+weightlet unpack of a 1536 x 576 tensor at 5 bits into a touched output, and first touch of 32 fresh 1 MiB mappings
+(`hil.runner_state.fresh_empty`, as the runner allocates its tensors).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import numpy as np
 
 from hil.calibrate import Kernels, touch_cpu
 
-PROBES = ("gemm_s", "elementwise_s", "first_touch_s_per_byte")
+PROBES = ("gemm_s", "elementwise_s", "unpack_s", "first_touch_s_per_byte")
 
 
 def _cpu_median(fn, calls: int, reps: int) -> float:
@@ -34,6 +35,19 @@ def _cpu_median(fn, calls: int, reps: int) -> float:
             fn()
         vals.append((time.thread_time() - c0) / calls)
     return float(np.median(vals))
+
+
+def unpack_call(rng: np.random.Generator, C: int = 1536, D: int = 576, bits: int = 5):
+    """One native weightlet unpack of a (C, D) tensor at `bits` into an already touched INT8 output."""
+    from quant.pack import pack_bits3
+    from quant.pack.formats import get_format
+
+    f = get_format("weightlet")
+    b = np.full(C, bits, dtype=np.int64)
+    codes = rng.integers(-(1 << (bits - 1)), 1 << (bits - 1), (C, D)).astype(np.int8)
+    payload = np.ascontiguousarray(f.pack(codes, b, 128, "drift probe"))
+    b3, out = pack_bits3(b), np.full((C, D), 1, dtype=np.int8)
+    return lambda: f.unpack_native(payload, b3, C, D, 128, out=out)
 
 
 def probe(reps: int = 9, touch: bool = True) -> dict[str, float]:
@@ -48,7 +62,8 @@ def probe(reps: int = 9, touch: bool = True) -> dict[str, float]:
         for c in ew:
             c()
 
-    out = {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps)}
+    out = {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps),
+           "unpack_s": _cpu_median(unpack_call(rng), 20, reps)}
     if touch:
         keep: list = []  # every repeat's buffers stay alive until the end (no repeat reuses pages another freed)
         out["first_touch_s_per_byte"] = float(np.median([touch_cpu(32, keep) for _ in range(reps)]))
@@ -56,7 +71,7 @@ def probe(reps: int = 9, touch: bool = True) -> dict[str, float]:
 
 
 def speed_probe() -> dict[str, float]:
-    """The GEMM and elementwise probes, 5 repeats (~40 ms here): taken between cold runs."""
+    """The GEMM, elementwise and unpack probes, 5 repeats (~50 ms here): taken between cold runs."""
     return probe(reps=5, touch=False)
 
 

@@ -9,10 +9,10 @@ host's part of the error, the rest is the model's. The plain (calibrated) predic
 on; this one is labelled as conditioned on the measured speed.
 
 `speeds[cls]` = calibrated probe time / probe time now (1.0: as calibrated; 0.8: kernels take 1.25x). Classes are
-those the probes measure: `gemm` (matmul, lm_head) and `elementwise` (the elementwise ops and attention, the
-elementwise probe's class in `sim.executor.KIND_CLASS`). Unpack, copies and memory costs are left as calibrated: no
-probe measures them around the runs. The runtime's fixed per-op cost (`overhead_time`) is not a kernel and is left
-as well.
+those the probes measure: `gemm` (matmul, lm_head), `elementwise` (the elementwise ops and attention, the
+elementwise probe's class in `sim.executor.KIND_CLASS`) and `unpack` (the unpack kernels). Copies, reads and first
+touch are left as calibrated: no probe measures them around the runs. The runtime's fixed per-op cost
+(`overhead_time`) is not a kernel and is left as well.
 """
 from __future__ import annotations
 
@@ -21,8 +21,9 @@ import math
 from planner.cost.base import CostModel
 from planner.plan import OpWork
 
-CLASS_OF_KIND = {"matmul": "gemm", "lm_head": "gemm", "elementwise": "elementwise", "attention": "elementwise"}
-SPEED_CLASSES = ("gemm", "elementwise")
+CLASS_OF_KIND = {"matmul": "gemm", "lm_head": "gemm", "elementwise": "elementwise", "attention": "elementwise",
+                 "unpack": "unpack"}
+SPEED_CLASSES = ("gemm", "elementwise", "unpack")
 
 
 class ScaledCostModel(CostModel):

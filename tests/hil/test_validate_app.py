@@ -59,7 +59,8 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     loads = [r for r in ops if r["op"].startswith("load:")]
     assert loads and all(float(r["predicted_cpu_s"]) > 0 and float(r["measured_cpu_s"]) > 0 for r in loads)
     drift = {k for k in m if k.startswith("host_drift_")}        # the host now vs at calibration (hil.drift)
-    assert drift == {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_first_touch_pct"}
+    assert drift == {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_unpack_pct",
+                     "host_drift_first_touch_pct"}
     assert drift <= set(m["measured_keys"]) and "host since its calibration" in r.stdout
     runs = list(csv.DictReader((run / "runs.csv").open()))      # per measured run, with the host speed around it
     assert len(runs) == 2 and all(float(x["host_speed"]) > 0 for x in runs)
@@ -78,6 +79,7 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert m["predicted_at_host_speed_ttft_s"] > 0 and "predicted_at_host_speed_ttft_s" in m["modelled_keys"]
     want = 100 * (m["predicted_at_host_speed_ttft_s"] - m["measured_ttft_s"]) / m["measured_ttft_s"]
     assert m["ttft_error_at_host_speed_pct"] == pytest.approx(want)
+    assert m["host_speed_elementwise"] > 0 and m["host_speed_unpack"] > 0
     if traced:                      # one more cold run with the kernel's scheduler traced (hil.schedtrace)
         pcts = [m[f"measured_sched_{k}_pct"] for k in ("running", "queued", "waking", "no_work", "other")]
         assert sum(pcts) == pytest.approx(100.0) and m["measured_sched_running_pct"] > 0
@@ -101,7 +103,7 @@ def test_run_speed_is_the_calibration_probe_over_the_probes_around_each_run():
     from hil.drift import run_speeds, speed_probe
 
     now = speed_probe()
-    assert set(now) == {"gemm_s", "elementwise_s"} and all(v > 0 for v in now.values())
+    assert set(now) == {"gemm_s", "elementwise_s", "unpack_s"} and all(v > 0 for v in now.values())
     ref = {"gemm_s": 2.0}
     around = [{"gemm_s": 2.0}, {"gemm_s": 4.0}, {"gemm_s": 1.0}, {}]
     assert run_speeds(ref, around) == pytest.approx([2.0 / 3.0, 2.0 / 2.5, 2.0])   # the last run: one probe only

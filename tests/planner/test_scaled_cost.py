@@ -25,13 +25,14 @@ def test_kernels_take_longer_at_a_lower_speed_overhead_does_not():
     mm, ew, un = OpWork("matmul", m=4, k=8, n=8), OpWork("elementwise", nbytes=64), OpWork("unpack", nbytes=64)
     assert c.op_time(mm, "cpu") == pytest.approx(1e-4 + 9e-4 / 0.5)
     assert c.op_time(ew, "cpu") == pytest.approx(1e-4 + 9e-4 / 2.0)
-    assert c.op_time(un, "cpu") == pytest.approx(1e-3)          # no probe measures unpack around the runs
+    assert c.op_time(un, "cpu") == pytest.approx(1e-3)          # no unpack speed given: as calibrated
+    assert ScaledCostModel(_Fixed(), {"unpack": 0.8}).op_time(un, "cpu") == pytest.approx(1e-4 + 9e-4 / 0.8)
     assert c.op_time(OpWork("attention", m=1, ctx=4, heads=1, head_dim=8), "cpu") == pytest.approx(1e-4 + 9e-4 / 2)
     assert c.copy_time(1000) == pytest.approx(1e-6) and c.dram_bytes(mm, "cpu") == _Fixed().dram_bytes(mm, "cpu")
     assert ScaledCostModel(_Fixed(), {}).op_time(mm, "cpu") == pytest.approx(1e-3)
 
 
-@pytest.mark.parametrize("speeds", [{"gemm": 0.0}, {"gemm": -1.0}, {"unpack": 1.0}, {"gemm": True},
+@pytest.mark.parametrize("speeds", [{"gemm": 0.0}, {"gemm": -1.0}, {"copy": 1.0}, {"gemm": True},
                                     {"elementwise": float("inf")}])
 def test_bad_speeds_are_refused(speeds):
     with pytest.raises(ValueError, match="speed"):
