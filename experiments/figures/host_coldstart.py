@@ -101,13 +101,25 @@ def markdown(roots: list[Path] | None = None) -> str:
     predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
     ms = runs(roots)
     lines = ["| model | framework | bits | prompt | TTFT predicted s | TTFT measured s (min–max) | TTFT error | "
-             "load error | unpack error | prefill error | host speed (min–max) |", "|" + "---|" * 11]
+             "load error | unpack error | prefill error | host speed (min–max) | TTFT error at that speed |",
+             "|" + "---|" * 12]
     for m in ms:
         lines.append(f"| {m['model']} | {m['framework']} | {m['bits']} | {m['prompt_tokens']} | "
                      f"{m['predicted_ttft_s']:.3f} | {m['measured_ttft_s']:.3f} ({m['measured_ttft_min_s']:.3f}–"
                      f"{m['measured_ttft_max_s']:.3f}) | {_pct(m.get('ttft_error_pct'))} | "
                      f"{_pct(m.get('load_error_pct'))} | {_pct(m.get('unpack_error_pct'))} | "
-                     f"{_pct(m.get('prefill_error_pct'))} | {_speed(m)} |")
+                     f"{_pct(m.get('prefill_error_pct'))} | {_speed(m)} | "
+                     f"{_pct(m.get('ttft_error_at_host_speed_pct'))} |")
+    sched = ["| model | framework | bits | prompt | cores busy predicted | traced run: running | idle, queued behind "
+             "the other core | idle, waking | idle, no work | wake-ups packed |", "|" + "---|" * 10]
+    for m in ms:
+        if m.get("measured_sched_running_pct") is None:
+            continue
+        g = lambda k: m[f"measured_sched_{k}"]  # noqa: E731
+        sched.append(f"| {m['model']} | {m['framework']} | {m['bits']} | {m['prompt_tokens']} | "
+                     f"{m.get('predicted_core_busy_pct', float('nan')):.0f} % | {g('running_pct'):.1f} % | "
+                     f"{g('queued_pct'):.1f} % | {g('waking_pct'):.1f} % | {g('no_work_pct'):.1f} % | "
+                     f"{100 * g('packed_share'):.0f} % of {g('wakes_other_core_idle'):.0f} |")
     ef = {(m["model"], m["bits"], m["prompt_tokens"]): m for m in ms if m["framework"] == "edgeflow"}
     sp = ["| model | baseline | prompt | EdgeFlow speed-up predicted | measured | error |", "|" + "---|" * 6]
     for m in ms:
@@ -126,6 +138,7 @@ def markdown(roots: list[Path] | None = None) -> str:
                         f"{m['peer_weight_type']} | {m['peer_ttft_s']:.3f} ({m['peer_ttft_min_s']:.3f}–"
                         f"{m['peer_ttft_max_s']:.3f}) | {m['speedup_vs_peer']:.2f}× |")
     out = "\n".join(lines) + "\n\n" + ("\n".join(sp) if len(sp) > 2 else "")
+    out += "\n\n" + "\n".join(sched) if len(sched) > 2 else ""
     return out + ("\n\n" + "\n".join(peer) if len(peer) > 2 else "")
 
 
