@@ -285,7 +285,7 @@ def _sched_trace(run_, tokens, spec, ncpu: int) -> dict[str, Any]:
 
     with SchedTrace() as tr:
         res = run_plan(run_.plan, run_.packed_path, tokens, spec=spec)
-    out = breakdown(parse(tr.text), monotonic_t0(res.info["t0_monotonic"]), res.timeline.end_s,
+    out = breakdown(parse(tr.text), monotonic_t0(res.info["t0_perf_counter"]), res.timeline.end_s,
                     res.info["thread_ids"], ncpu)
     return {"ttft_s": res.timeline.end_s, "events_lost": tr.lost, **out}
 

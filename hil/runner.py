@@ -444,7 +444,7 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     logits = run.rs.logits[0].copy()
     info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
             "faulted_bytes": run.faulted_bytes, "isa": isa or "best", "staging_reused": run.ws.staging_reused,
-            # for a scheduler trace of the run (hil.schedtrace): t0 on CLOCK_MONOTONIC (time.perf_counter on Linux,
+            # for a scheduler trace of the run (hil.schedtrace): t0 (time.perf_counter; CLOCK_MONOTONIC on Linux,
             # the trace's "mono" clock) and the kernel ids of its threads (the caller's thread drove the run)
-            "t0_monotonic": run.t0, "thread_ids": {**run.thread_ids, threading.get_native_id(): "main"}}
+            "t0_perf_counter": run.t0, "thread_ids": {**run.thread_ids, threading.get_native_id(): "main"}}
     return RunResult(tl, logits, int(np.argmax(logits)), resident, info)

@@ -8,7 +8,8 @@ This module measures that, so the part of a prediction error that is the OS sche
 
     with SchedTrace() as tr:          # tracefs: sched_switch / sched_waking / sched_wakeup / sched_migrate_task
         res = run_plan(...)
-    b = breakdown(parse(tr.text), res.info["t0_monotonic"], res.timeline.end_s, res.info["thread_ids"], ncpu)
+    b = breakdown(parse(tr.text), monotonic_t0(res.info["t0_perf_counter"]), res.timeline.end_s,
+                  res.info["thread_ids"], ncpu)
 
 `breakdown` replays the events per CPU over the run's window [t0, t0 + TTFT] and splits every core-second into:
   running  - a thread of the run runs (per worker in `running_by_thread`);

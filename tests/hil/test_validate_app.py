@@ -129,3 +129,17 @@ def test_speedup_table_pairs_edgeflow_with_each_baseline():
     assert t[0][:2] == ["baseline", "model"]
     body = {r[0]: r for r in t[1:]}
     assert body["llamacpp"][4:] == [3.0, 2.5, 20.0] and body["mnn"][4:] == [2.0, 2.0, 0.0]
+
+
+def test_sched_trace_without_tracefs_is_a_config_error_before_any_work(monkeypatch, tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    import experiments.validate as v
+    from experiments.common import ConfigError
+    from hil import schedtrace
+
+    monkeypatch.setattr(schedtrace, "TRACEFS", (str(tmp_path / "none"),))
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
+        cfg = compose("validate", overrides=["sched_trace=true"])
+    with pytest.raises(ConfigError, match="sched_trace: no tracefs"):
+        v.settings(cfg)
