@@ -165,9 +165,8 @@ def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int
     of the run's threads (native helpers are recognised by name)."""
     role = {int(k): v for k, v in threads.items()}
     for ev in events:
-        for key in ("pid", "next_pid", "prev_pid"):
-            comm = ev.fields.get({"pid": "comm", "next_pid": "next_comm", "prev_pid": "prev_comm"}[key], "")
-            if key in ev.fields and comm.startswith(OUR_COMMS):
+        for key, comm in (("pid", "comm"), ("next_pid", "next_comm"), ("prev_pid", "prev_comm")):
+            if key in ev.fields and ev.fields.get(comm, "").startswith(OUR_COMMS):
                 role.setdefault(int(ev.fields[key]), "gemm-helper")
         if ev.comm.startswith(OUR_COMMS) and ev.pid:
             role.setdefault(ev.pid, "gemm-helper")
@@ -202,7 +201,7 @@ def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int
         for c in cur:
             account(c, t)
 
-    def starts(p: int, c: int, t: float) -> None:
+    def starts(p: int, t: float) -> None:
         if p in queued:
             del queued[p]
             if p in woken_at:
@@ -216,7 +215,7 @@ def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int
         if ev.pid and cur[ev.cpu] != ev.pid:          # a switch-in the trace did not show (module doc)
             t_in = min(max(wakeup_at.get(ev.pid, ev.t), last[ev.cpu] or ev.t), ev.t)
             account_all(t_in)
-            starts(ev.pid, ev.cpu, t_in)
+            starts(ev.pid, t_in)
             cur[ev.cpu] = ev.pid
         if ev.name == "sched_switch":
             account_all(ev.t)
@@ -228,7 +227,7 @@ def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int
                     queued.pop(prev, None)
                     woken_at.pop(prev, None)
             if nxt:
-                starts(nxt, ev.cpu, ev.t)
+                starts(nxt, ev.t)
             cur[ev.cpu] = nxt or None
         elif ev.name == "sched_waking":
             p = _pid(ev, "pid")
