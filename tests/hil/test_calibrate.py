@@ -54,7 +54,9 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     assert model.op_time(OpWork("unpack", weights=1 << 20, fmt="weightlet", bits_weights=bw), "cpu") > 0
     assert model.copy_time(1 << 20) > 0
     # the runner's per-op cost and its wake-ups, the read overlap and the first-touch curve are measured
-    assert 0 < prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
+    # a clamped difference (runner cycle minus the bare kernel calls, which carry ~5 us of wrapper Python each):
+    # 0 on hosts where the runner's compiled step is as cheap as the checked wrapper (as unpack_tensor_s below)
+    assert 0 <= prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
     assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
     assert 0 <= prof.read_cpu_overlap_multi <= 1                 # measured with two readers (not the -1 default)
     assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0 and prof.interpreter_lock
