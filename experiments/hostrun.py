@@ -128,6 +128,38 @@ def compare_at_speed(run: HostRun, m_pred: dict[str, Any], tag: str = "at_host_s
     return out
 
 
+def compare_per_run(run: HostRun, dev: SocProfile, cost_table: str, speeds: list[dict[str, float]],
+                    tag: str = "at_run_speed") -> tuple[dict[str, Any], list[float | None]]:
+    """Each measured run against the plan re-simulated at the kernel speeds measured right before that run
+    (`speeds[k]`, hil.drift.speeds_before; modelled, conditioned on a measurement taken before the run, so still a
+    prediction). predicted_<tag>_<phase>_s: median over runs of the per-run predictions; <phase>_error_<tag>_pct:
+    median over runs of each run's (predicted - measured) / measured; ttft_error_<tag>_min_pct / _max_pct. Also the
+    per-run predicted TTFTs (None where a run has no speeds)."""
+    cache: dict[tuple, dict[str, Any]] = {}
+    preds: list[dict[str, Any] | None] = []
+    for k in range(len(run.meas_metrics)):
+        sp = speeds[k] if k < len(speeds) else {}
+        if not sp:
+            preds.append(None)
+            continue
+        key = tuple(sorted(sp.items()))
+        if key not in cache:
+            cache[key] = predict(run.plan, dev, cost_table, dict(key))[1]
+        preds.append(cache[key])
+    out: dict[str, Any] = {}
+    for ph in ("ttft_s", "load_s", "unpack_s", "prefill_s"):
+        name = ph[:-2]
+        pairs = [(p[ph], m[ph]) for p, m in zip(preds, run.meas_metrics)
+                 if p is not None and p.get(ph) is not None and m.get(ph)]
+        errs = [e for p, m in pairs if (e := _err(p, m)) is not None]
+        out[f"predicted_{tag}_{name}_s"] = statistics.median(p for p, _ in pairs) if pairs else None
+        out[f"{name}_error_{tag}_pct"] = statistics.median(errs) if errs else None
+        if ph == "ttft_s":
+            out[f"ttft_error_{tag}_min_pct"] = min(errs) if errs else None
+            out[f"ttft_error_{tag}_max_pct"] = max(errs) if errs else None
+    return out, [p["ttft_s"] if p else None for p in preds]
+
+
 def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int, tokens: np.ndarray,
              qs: QuantSettings, repeats: int, warmup: int = 1, progress=None, between=None) -> HostRun:
     """Predict the plan, then run it `warmup` + `repeats` times cold (the first `warmup` runs not counted).

@@ -167,9 +167,9 @@ def validate(cfg: DictConfig) -> Estimate:
 @resumable(expected=("measured_ttft_s",))
 @one_line_errors
 def run(cfg: DictConfig) -> dict[str, Any]:
-    from experiments.hostrun import compare, logits_check, merged_trace, per_op
+    from experiments.hostrun import compare, compare_per_run, logits_check, merged_trace, per_op
     from hil.deploy import plan_summary
-    from hil.drift import drift_pct, run_speeds
+    from hil.drift import drift_pct, run_speeds, speeds_before
     from quant.evaluate import eval_text_tokens
 
     watch_parent()
@@ -187,7 +187,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits,
                                              gguf.stat().st_size if gguf else 0)) as mem:
         dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory)
-        run_, probes, around, peer_runs = _measure(c, dev, table, tokens, gguf)
+        run_, probes, around, before, peer_runs = _measure(c, dev, table, tokens, gguf)
         sched = _sched_trace(run_, tokens, c.model, dev.cpu_cores) if c.sched_trace else None
         memory = mem.metrics()
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
@@ -203,6 +203,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     m.update(speed_summary(speeds))
     m.update(_at_host_speed(run_, dev, table, speeds, run_speeds(reference, around, "elementwise_s")[c.warmup:],
                             run_speeds(reference, around, "unpack_s")[c.warmup:]))
+    at_run, pred_runs = compare_per_run(run_, dev, str(table), speeds_before(reference, before)[c.warmup:])
+    m.update(at_run)
     m.update(memory)
     if sched is not None:
         m.update({f"measured_sched_{k}": v for k, v in sched.items() if not isinstance(v, dict)})
@@ -222,7 +224,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         if m.get("peer_ttft_s") and m.get("measured_ttft_s"):
             m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
     atomic_write_text(out / "plan.json", run_.plan.to_json())
-    atomic_write_text(out / "runs.csv", runs_csv(run_.meas_metrics, speeds, peer_runs))
+    atomic_write_text(out / "runs.csv", runs_csv(run_.meas_metrics, speeds, peer_runs, pred_runs))
     rows = per_op(run_)
     def pct(v: float | None) -> str:
         return "" if v is None else str(round(v, 1))
@@ -245,7 +247,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
 def _measure(c: ValidateConfig, dev, table, tokens, gguf):
     """The cold runs (`c.warmup` + `c.repeats`), a speed probe after each, llama.cpp's run after each when `gguf`;
-    (HostRun, host probes before / after, speed probes around the runs, the peer's measured runs)."""
+    (HostRun, host probes before / after, speed probes around the runs, the probe right before each run, the peer's
+    measured runs)."""
     from experiments.hostrun import run_host
     from hil.drift import probe, speed_probe
 
@@ -263,18 +266,22 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
         run_peer = _peer
     probes = [probe()]                                   # the host now vs when its profile was measured
     around = [probes[0]]                                 # speed probes around the runs: [k] before run k
+    before = [probes[0]]                                 # [k]: the last probe before run k started
 
     def between(k: int) -> None:
         around.append(speed_probe())                     # right after run k, before anything else
         if run_peer is not None:
             run_peer(k)
+            before.append(speed_probe())                 # the peer ran since: probe again, right before run k + 1
+        else:
+            before.append(around[-1])
 
     run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
                     progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
                     between=between)
     probes.append(probe())
     print(file=sys.stderr)
-    return run_, probes, around, peer_runs
+    return run_, probes, around, before, peer_runs
 
 
 def _sched_trace(run_, tokens, spec, ncpu: int) -> dict[str, Any]:
@@ -315,17 +322,22 @@ def _at_host_speed(run_, dev, table, gemm: list[float | None], elementwise: list
     return out | compare_at_speed(run_, pm)
 
 
-def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], peer_runs: list[dict]) -> str:
-    """One row per measured run (all measured): its TTFT and phases, the host speed around it, llama.cpp's TTFT
-    in the run after it (when the peer ran)."""
+def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], peer_runs: list[dict],
+             predicted_at_run_speed: list[float | None] | None = None) -> str:
+    """One row per measured run: its TTFT and phases, the host speed around it, llama.cpp's TTFT in the run
+    after it (when the peer ran) — all measured — and the TTFT predicted at the speed probed right before it
+    (modelled)."""
     def f(v) -> str:
         return "" if v is None else f"{v:.6f}"
 
-    rows = ["run,measured_ttft_s,measured_load_s,measured_unpack_s,measured_prefill_s,host_speed,peer_ttft_s"]
+    pr = predicted_at_run_speed or []
+    rows = ["run,measured_ttft_s,measured_load_s,measured_unpack_s,measured_prefill_s,host_speed,peer_ttft_s,"
+            "predicted_at_run_speed_ttft_s"]
     for k, mm in enumerate(meas_metrics):
         peer = peer_runs[k]["ttft_s"]["runs"][0] if k < len(peer_runs) else None
         rows.append(",".join([str(k), f(mm.get("ttft_s")), f(mm.get("load_s")), f(mm.get("unpack_s")),
-                              f(mm.get("prefill_s")), f(speeds[k] if k < len(speeds) else None), f(peer)]))
+                              f(mm.get("prefill_s")), f(speeds[k] if k < len(speeds) else None), f(peer),
+                              f(pr[k] if k < len(pr) else None)]))
     return "\n".join(rows) + "\n"
 
 
@@ -381,6 +393,11 @@ def _print(m: dict[str, Any], out: Path) -> None:
         print(f"  predicted with the kernels at that measured speed (GEMM {m['host_speed']:.2f}{other}; modelled): "
               f"TTFT {m['predicted_at_host_speed_ttft_s']:.3f} s"
               f"{'' if e is None else f', error {e:+.1f} %'} (the calibrated prediction above is the one judged)")
+    if m.get("predicted_at_run_speed_ttft_s") is not None:
+        print(f"  predicted per run at the kernel speeds probed right before it (modelled, a prediction: nothing of "
+              f"the run had happened): TTFT {m['predicted_at_run_speed_ttft_s']:.3f} s (median), error "
+              f"{m['ttft_error_at_run_speed_pct']:+.1f} % (median of the runs' errors, "
+              f"{m['ttft_error_at_run_speed_min_pct']:+.1f} ... {m['ttft_error_at_run_speed_max_pct']:+.1f} %)")
     if "measured_sched_running_pct" in m:
         g = lambda k: m[f"measured_sched_{k}"]  # noqa: E731
         print(f"  one more cold run with the kernel's scheduler traced (measured, not in the medians; TTFT "

@@ -7,8 +7,9 @@ no model of the plan can know. The calibration runs `probe()` first and stores t
 (`host_probe`); `experiments.validate` runs the same probe right before and right after its cold runs and reports,
 per probe, how far the host moved since the calibration (`host_drift_pct`, measured), and a short speed probe
 (GEMM + elementwise, `speed_probe`) after every cold run gives each run's host speed relative to the calibration
-(`run_speeds`; validate's `runs.csv`). Nothing here changes a prediction: it says how much of an error the host
-itself may account for.
+(`run_speeds`; validate's `runs.csv`). The probe right before each run alone (`speeds_before`) is the device state
+a prediction for that run may use (validate's "at the pre-run speed" prediction); the calibrated prediction uses
+none of it.
 
 Probes (each the median of `reps` timings, thread CPU time so other processes' load does not enter): one INT8 GEMM
 at a SmolLM2 FFN shape (16 x 576 x 1536, 1 thread), one set of the float32 elementwise ops at 16 x 576, one
@@ -85,6 +86,20 @@ def run_speeds(reference: dict[str, float], around: list[dict[str, float]], key:
     for a, b in zip(around, around[1:]):
         ts = [p[key] for p in (a, b) if p.get(key)]
         out.append(ref / float(np.mean(ts)) if ref > 0 and ts else None)
+    return out
+
+
+SPEED_KEYS = {"gemm": "gemm_s", "elementwise": "elementwise_s", "unpack": "unpack_s"}
+
+
+def speeds_before(reference: dict[str, float], before: list[dict[str, float]]) -> list[dict[str, float]]:
+    """Per run, each kernel class's speed from the probe taken right before it alone (`before[k]`: nothing of run
+    k had happened yet, so a prediction from it is a prediction): {"gemm": ref / probe, "elementwise": ...,
+    "unpack": ...}, classes without a reference or a probe value left out (planner.cost.scaled's classes)."""
+    out = []
+    for p in before:
+        out.append({cls: reference[key] / p[key] for cls, key in SPEED_KEYS.items()
+                    if reference.get(key, 0.0) > 0 and p.get(key, 0.0) > 0})
     return out
 
 

@@ -96,20 +96,29 @@ def _speed(m: dict) -> str:
     return f"{m['host_speed']:.2f} ({m['host_speed_min']:.2f}–{m['host_speed_max']:.2f})"
 
 
+def _per_run(m: dict) -> str:
+    """Median of the runs' errors against their pre-run-speed predictions, with their range (older results: none)."""
+    if m.get("ttft_error_at_run_speed_pct") is None:
+        return ""
+    return (f"{_pct(m['ttft_error_at_run_speed_pct'])} ({m['ttft_error_at_run_speed_min_pct']:+.1f} … "
+            f"{m['ttft_error_at_run_speed_max_pct']:+.1f})")
+
+
 def markdown(roots: list[Path] | None = None) -> str:
     """The README / docs tables of the host validate results under `roots` (newest run per configuration):
     predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
     ms = runs(roots)
     lines = ["| model | framework | bits | prompt | TTFT predicted s | TTFT measured s (min–max) | TTFT error | "
-             "load error | unpack error | prefill error | host speed (min–max) | TTFT error at that speed |",
-             "|" + "---|" * 12]
+             "load error | unpack error | prefill error | host speed (min–max) | TTFT error at that speed | "
+             "TTFT error at the pre-run speed (min … max) |",
+             "|" + "---|" * 13]
     for m in ms:
         lines.append(f"| {m['model']} | {m['framework']} | {m['bits']} | {m['prompt_tokens']} | "
                      f"{m['predicted_ttft_s']:.3f} | {m['measured_ttft_s']:.3f} ({m['measured_ttft_min_s']:.3f}–"
                      f"{m['measured_ttft_max_s']:.3f}) | {_pct(m.get('ttft_error_pct'))} | "
                      f"{_pct(m.get('load_error_pct'))} | {_pct(m.get('unpack_error_pct'))} | "
                      f"{_pct(m.get('prefill_error_pct'))} | {_speed(m)} | "
-                     f"{_pct(m.get('ttft_error_at_host_speed_pct'))} |")
+                     f"{_pct(m.get('ttft_error_at_host_speed_pct'))} | {_per_run(m)} |")
     sched = ["| model | framework | bits | prompt | cores busy predicted | traced run: running | idle, queued behind "
              "the other core | idle, waking | idle, no work | wake-ups packed |", "|" + "---|" * 10]
     for m in ms:

@@ -31,13 +31,16 @@ def test_markdown_tables_carry_the_run_time_speed_error_and_the_scheduler_breakd
     m = {"framework": "edgeflow", "model": "smollm2_135m", "bits": 5, "prompt_tokens": 16, "repeats": 5,
          "predicted_ttft_s": 0.12, "measured_ttft_s": 0.15, "measured_ttft_min_s": 0.14, "measured_ttft_max_s": 0.16,
          "ttft_error_pct": -20.0, "host_speed": 0.9, "host_speed_min": 0.8, "host_speed_max": 1.0,
-         "ttft_error_at_host_speed_pct": -12.5, "predicted_core_busy_pct": 96.0, "measured_sched_running_pct": 70.6,
+         "ttft_error_at_host_speed_pct": -12.5, "ttft_error_at_run_speed_pct": -7.25,
+         "ttft_error_at_run_speed_min_pct": -11.0, "ttft_error_at_run_speed_max_pct": 3.0,
+         "predicted_core_busy_pct": 96.0, "measured_sched_running_pct": 70.6,
          "measured_sched_queued_pct": 17.6, "measured_sched_waking_pct": 3.9, "measured_sched_no_work_pct": 7.6,
          "measured_sched_other_pct": 0.3, "measured_sched_packed_share": 0.4, "measured_sched_wakes_other_core_idle": 462}
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "metrics.json").write_text(json.dumps(m))
     md = host_coldstart.markdown([tmp_path])
     assert "| TTFT error at that speed |" in md and "| -12.5 % |" in md
+    assert "| -7.2 % (-11.0 … +3.0) |" in md
     assert "| 96 % | 70.6 % | 17.6 % | 3.9 % | 7.6 % | 40 % of 462 |" in md
     del m["measured_sched_running_pct"]
     (tmp_path / "r" / "metrics.json").write_text(json.dumps(m))

@@ -80,6 +80,12 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     want = 100 * (m["predicted_at_host_speed_ttft_s"] - m["measured_ttft_s"]) / m["measured_ttft_s"]
     assert m["ttft_error_at_host_speed_pct"] == pytest.approx(want)
     assert m["host_speed_elementwise"] > 0 and m["host_speed_unpack"] > 0
+    # each run against the plan re-simulated at the speeds probed right before it: the median of the runs' errors
+    pr = [float(x["predicted_at_run_speed_ttft_s"]) for x in runs]
+    errs = sorted(100 * (p - float(x["measured_ttft_s"])) / float(x["measured_ttft_s"]) for p, x in zip(pr, runs))
+    assert m["ttft_error_at_run_speed_pct"] == pytest.approx((errs[0] + errs[1]) / 2, abs=1e-3)
+    assert m["ttft_error_at_run_speed_min_pct"] == pytest.approx(errs[0], abs=1e-3)
+    assert "predicted_at_run_speed_ttft_s" in m["modelled_keys"] and "at the kernel speeds probed" in r.stdout
     if traced:                      # one more cold run with the kernel's scheduler traced (hil.schedtrace)
         pcts = [m[f"measured_sched_{k}_pct"] for k in ("running", "queued", "waking", "no_work", "other")]
         assert sum(pcts) == pytest.approx(100.0) and m["measured_sched_running_pct"] > 0
@@ -143,3 +149,11 @@ def test_sched_trace_without_tracefs_is_a_config_error_before_any_work(monkeypat
         cfg = compose("validate", overrides=["sched_trace=true"])
     with pytest.raises(ConfigError, match="sched_trace: no tracefs"):
         v.settings(cfg)
+
+
+def test_speeds_before_use_only_the_probe_before_each_run():
+    from hil.drift import speeds_before
+
+    ref = {"gemm_s": 1.0, "elementwise_s": 2.0, "unpack_s": 0.0}          # no unpack reference: class left out
+    got = speeds_before(ref, [{"gemm_s": 2.0, "elementwise_s": 2.0, "unpack_s": 1.0}, {"gemm_s": 0.5}])
+    assert got == [{"gemm": 0.5, "elementwise": 1.0}, {"gemm": 2.0}]
