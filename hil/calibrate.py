@@ -6,7 +6,9 @@ throughput per format, INT8 matmul roofline, dispatch overheads); here the same 
 - cold read bandwidth vs request size (64 KiB ... 16 MiB) and reader threads (1, 2, 4) on a scratch file whose pages are
   evicted (`hil.pagecache.evict`, fsync + POSIX_FADV_DONTNEED) before every cold measurement -> flash_peak_gbps,
   flash_reader_gbps and flash_request_latency_s (fit of `SocProfile.reader_rate` to the 1-reader curve),
-  flash_bulk_request_bytes; mmap_readahead_bytes = pages made resident by one page fault on an evicted file (mincore);
+  flash_bulk_request_bytes; flash_stream_start_s = the time a cold sequential read into fresh buffers takes beyond its
+  steady rate (intercept of time vs bytes over its buffers; the rate fit uses the rows less it);
+  mmap_readahead_bytes = pages made resident by one page fault on an evicted file (mincore);
 - warm read (page cache -> user buffer, the CPU part of a read) -> read_cpu_gbps; native memcpy 1 / 2 threads ->
   cpu_copy_gbps / dram_gbps;
 - native unpack per format (weightlet R=128, mixed, kquant) x bit width 1..8 x threads -> seconds per weight;
@@ -318,12 +320,16 @@ def measure_cold_reads(path: Path, s: CalibrationSettings) -> ReadCurve:
     return curve
 
 
-def fit_reader(curve: ReadCurve) -> tuple[float, float]:
+def fit_reader(curve: ReadCurve, start_s: float = 0.0, size: int = 0) -> tuple[float, float]:
     """Fit `SocProfile.reader_rate` (request / (latency + request / reader_bw)) to the 1-reader rows: seconds per byte
-    = latency x (1 / request) + 1 / reader_bw, least squares with latency >= 0. Returns (latency s, reader GB/s)."""
+    = latency x (1 / request) + 1 / reader_bw, least squares with latency >= 0. Returns (latency s, reader GB/s).
+    `start_s` > 0: each row (one whole read of a `size`-byte file) less that stream start-up first
+    (`flash_stream_start_s`, which the simulator adds once per stream), so the rate is the steady one."""
     one = [r for r in curve.rows if r["threads"] == 1]
     x = np.array([1.0 / r["request_bytes"] for r in one])       # 1/B
     y = np.array([1.0 / (r["gbps"] * 1e9) for r in one])        # s/B
+    if start_s > 0 and size > 0:
+        y = np.maximum(y - start_s / size, 0.25 * y)            # (never below a quarter of the row's time per byte)
     if len(one) >= 2 and np.ptp(x) > 0:
         lat, inv_bw = np.polyfit(x, y, 1)
         if lat < 0 or inv_bw <= 0:
@@ -386,6 +392,60 @@ def pread_readahead(path: Path, request: int, reps: int, chunks: int = 12, pause
     finally:
         os.close(fd)
     return Stat.of(vals)
+
+
+def stream_start(path: Path, request: int, blob: int = 0) -> float:
+    """Seconds one cold sequential read of `path` takes beyond its steady rate, read as the runner's loads read: into
+    fresh `blob`-byte buffers that stay alive (`hil.runner_state.fresh_empty`; 0 = one reused buffer) in preads of at
+    most `request` bytes. The completion time of every buffer is recorded, the steady rate is the second half's
+    (bytes / seconds), and the result is the total time minus size / that rate — the intercept of time vs bytes read
+    (the first request waits for a synchronous read and the kernel's readahead window ramps up). Measured here
+    (2026-12-03, 7 repeats): 3.2 ms (0.7-5.0) into fresh 2 MiB buffers; into one reused buffer 0-11 ms, bimodal
+    (~2.5 or ~10 ms), so the fresh pattern, the runner's, is the one calibrated. >= 0."""
+    from hil.runner_state import fresh_empty
+
+    evict(path)
+    size = path.stat().st_size
+    chunk = blob if blob > 0 else request
+    reused = None if blob > 0 else memoryview(bytearray(request))
+    keep: list[np.ndarray] = []
+    ends: list[tuple[int, float]] = []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        off = 0
+        t0 = time.perf_counter()
+        while off < size:
+            n = min(chunk, size - off)
+            if reused is None:
+                buf = fresh_empty(n)
+                keep.append(buf)
+                mv = memoryview(buf)
+            else:
+                mv = reused[:n]
+            got = 0
+            while got < n:
+                k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
+                if k <= 0:
+                    raise OSError(f"short read at {off + got} of {path}")
+                got += k
+            off += n
+            ends.append((off, time.perf_counter() - t0))
+    finally:
+        os.close(fd)
+    if len(ends) < 4:
+        raise ValueError(f"stream_start: {path} holds fewer than 4 pieces of {chunk} B")
+    (b_mid, t_mid), (b_end, t_end) = ends[len(ends) // 2 - 1], ends[-1]
+    if t_end <= t_mid:
+        return 0.0
+    rate = (b_end - b_mid) / (t_end - t_mid)
+    return max(0.0, t_end - b_end / rate)
+
+
+def measure_stream_start(path: Path, request: int, blob: int, reps: int) -> Stat:
+    """`stream_start` into fresh `blob`-byte buffers, one untimed read first (a fresh process's first fresh pages
+    fault in slower, see `measure_read_fresh`), then `reps` times (the file evicted before each): Stat of seconds."""
+    stream_start(path, request, blob)
+    return Stat.of([stream_start(path, request, blob) for _ in range(max(3, reps))])
 
 
 def measure_random_read(path: Path, reps: int, n: int = 64) -> Stat:
@@ -1007,6 +1067,7 @@ class Measurements:
     host_probe: dict[str, float] = field(default_factory=dict)   # hil.drift.probe() at the start (s per probe)
     pread_readahead: Stat | None = None   # B resident ahead of a paused sequential pread stream
     pool_wake: Stat | None = None         # s a 2-thread GEMM takes longer when its helper sleeps (measure_pool_wake)
+    stream_start: Stat | None = None      # s a cold sequential read takes beyond its steady rate (stream_start)
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -1037,6 +1098,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, req))
         pread_ra = step("pread_readahead", lambda: pread_readahead(path, req, s.reps))
         cold = step("read_fresh", lambda: measure_read_fresh(path, s, req))
+        sstart = step("stream_start", lambda: measure_stream_start(path, req, s.overlap_blob_bytes, s.reps_noisy))
         touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
         touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
         from hil.calibrate_corun import measure_corun  # these run hil.runner (not needed by this module)
@@ -1044,7 +1106,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
 
         with TinyRun(scratch_dir) as tiny:
             corun = step("corun", lambda: measure_corun(s, path, tiny.cycle))
-    lat, rbw = fit_reader(reads)
+    lat, rbw = fit_reader(reads, sstart.median, s.scratch_bytes)
     copy = step("copy", lambda: measure_copy(s))
     unpack = step("unpack", lambda: measure_unpack(s))
     k = Kernels()
@@ -1061,4 +1123,4 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
-                        load, host_probe, pread_ra, pool_wake)
+                        load, host_probe, pread_ra, pool_wake, sstart)

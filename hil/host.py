@@ -47,7 +47,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 5
+STORE_VERSION = 6
 
 
 # ================================================ identity ===========================================================
@@ -251,6 +251,11 @@ def put_flash_reads(f: ProfileFields, m: Measurements) -> None:
           max(r["spread"] for r in one))
     f.put("flash_request_latency_s", m.reader_latency_s, "measured: latency term of the same fit (kernel readahead "
           "hides most of it for sequential preads)")
+    if m.stream_start is not None:
+        f.put("flash_stream_start_s", m.stream_start.median, f"measured: a cold 1-reader sequential read of the "
+              f"scratch file into fresh {m.settings.overlap_blob_bytes >> 20} MiB buffers in "
+              f"{m.bulk_request_bytes >> 10} KiB preads, total time minus size / its second half's rate "
+              f"(hil.calibrate.stream_start); the reader fit above uses the rows less it", m.stream_start.spread)
     f.put("flash_bulk_request_bytes", int(m.bulk_request_bytes), "measured: smallest request size within 5 % of the "
           "best cold read rate while other threads occupy every core (each request waits flash_request_busy_s for a "
           "time slice: the loaders run beside the unpack and compute threads)")
@@ -491,7 +496,7 @@ def cost_table(m) -> dict:
                                 spread=r["spread"], op=r["op"]))
             for r in m.attention:
                 pts.append(dict(unit=unit, kind="attention", threads=th, work=r["flops"], seconds=r["seconds"],
-                                spread=r["spread"]))
+                                rows=r["m"] * r["heads"], spread=r["spread"]))
     unpack = [dict(fmt=r["fmt"], bits=r["bits"], threads=r["threads"], s_per_weight=r["s_per_weight"],
                    s_per_channel=r.get("s_per_channel", 0.0), spread=r["spread"]) for r in m.unpack]
     matmul = [dict(unit="cpu", threads=r["threads"], m=r["m"], k=r["k"], n=r["n"], seconds=r["seconds"],

@@ -35,6 +35,9 @@ class SocProfile:
     flash_peak_gbps: float = 0.0              # GB/s, aggregate read bandwidth with several readers
     flash_reader_gbps: float = 0.0            # GB/s, one reader's streaming cap at large requests
     flash_request_latency_s: float = 0.0      # s, fixed cost of one read request (command + FTL lookup)
+    flash_stream_start_s: float = 0.0         # s a reader waits once when it starts a sequential stream on a cold
+    #                                           file (its first request is read synchronously, the kernel's readahead
+    #                                           window ramps up) beyond its steady rate; 0 = folded into the rate
     flash_random_read_s: float = 0.0          # s per read at a random offset (no readahead; 0 = the sequential model)
     flash_random_read_busy_s: float = 0.0     # s per random read while sequential reads stream (queued behind their
     #                                           readahead; 0 = as flash_random_read_s)

@@ -13,7 +13,8 @@ Durations come from the
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works — unpack
 and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for sequential reads
 overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`, readahead keeps the device busy; after
-it otherwise; bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`),
+it otherwise; bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`;
+a loader that starts a new sequential stream waits `flash_stream_start_s` first),
 copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a runtime's
 fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls, bookkeeping; with
 `interpreter_lock`, these and each op's dispatch cost run under one process-wide mutex, a Python runtime's GIL, held
@@ -103,6 +104,7 @@ class PlanExecutor:
         # per loader thread (its own file descriptor, as the runner's: its own readahead state): (end of the file
         # range its last sequential load streamed, when that read call returned)
         self.ra: dict[object, tuple[int, float]] = {}
+        self.stream_end: dict[object, int] = {}      # loader thread -> end of the file range its stream reached
         self.pool_spin: dict = {}             # worker -> core job of its GEMM helpers polling after the last GEMM
         self.pool_wakes = 0                   # multi-threaded GEMMs whose helpers had to be woken
 
@@ -140,6 +142,21 @@ class PlanExecutor:
             return 0, hi
         frontier = base + min(self.dev.read_ahead_bytes, int(self.flash.idle_since(t_end)))
         return min(nread, max(0, min(hi, frontier) - lo)), hi
+
+    def _starts_stream(self, t, owner: object) -> bool:
+        """Whether sequential load `t` starts a new stream of its loader thread, which waits `flash_stream_start_s`
+        before its transfer (the first request is read synchronously and the kernel's readahead window ramps up;
+        measured on the host, docs/hil.md "Loads"): the thread's first sequential read of the run or, bound to file
+        ranges, one that starts before the end of its last stream. A forward skip continues the stream, as in
+        `_read_ahead` (the bytes in between are another loader's)."""
+        if self.dev.flash_stream_start_s <= 0 or t.random_reads or t.read_bytes <= 0:
+            return False
+        bound = bool(t.tensors) and all(r.nbytes > 0 for r in t.tensors)
+        lo, hi = _stream_extent(t) if bound else (0, 0)
+        end = self.stream_end.get(owner)
+        new = end is None or lo < end
+        self.stream_end[owner] = hi if new else max(hi, end)
+        return new
 
     def _after(self, wake: list[str], joins: list[int]) -> None:
         for j in joins:
@@ -292,6 +309,8 @@ class PlanExecutor:
                 if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
                     cpu_s += setup
                     yield env.all_of(self._runtime(setup, owner=me))
+                if nread > 0 and self._starts_stream(t, me):     # a new sequential stream: its start-up latency
+                    yield env.timeout(self.dev.flash_stream_start_s)
                 ahead, hi = self._read_ahead(t, nread, me)     # already in the page cache: copied, not transferred
                 transfer = self.flash.read(nread - ahead, t.request_bytes, t.random_reads, owner=me)
                 t_start, t_end = env.now, [env.now]

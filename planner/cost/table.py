@@ -4,7 +4,10 @@ A table is JSON with up to four sections; only `points` is required (the origina
 - `points`: `[{"unit": "cpu", "kind": "matmul", "work": 1.2e9, "seconds": 0.004, "threads": 4}, ...]` (`threads`
   defaults to 1; extra keys are ignored). Per (unit, kind, threads) a linear fit `seconds = a + b * work`, least
   squares in relative error with a, b >= 0 (a = the fixed cost of a call, what a small op costs), where `work` is the
-  op's natural size: FLOPs for matmul/attention, bytes for elementwise/copy, weights for unpack.
+  op's natural size: FLOPs for matmul/attention, bytes for elementwise/copy, weights for unpack. Attention points
+  that also carry `rows` (query rows = m tokens x heads) are fitted as `seconds = a + r * rows + b * FLOPs` (same
+  weighting, all >= 0): a causal prefill's rows have few keys each and cost per row, not per FLOP (measured on the
+  host: 16 new tokens x 9 heads took 98 us where one decode token over 128 keys, the same FLOPs, took 31 us).
 - `unpack`: `[{"fmt": "weightlet", "bits": 5, "threads": 1, "s_per_weight": 1.1e-10}, ...]`: an unpack op with a
   per-bit-width histogram (`OpWork.bits_weights`) costs `sum_b bits_weights[b] * s_per_weight(fmt, b, threads)`, plus
   `sum_b bits_channels[b] * s_per_channel(fmt, b, threads)` where rows carry the optional per-channel cost (short
@@ -63,6 +66,17 @@ class _Curve:
         return float(np.interp(m, self.m, self.s))
 
 
+def _fit_rows(rows: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[float, float, float]:
+    """(a, r, b) >= 0 of seconds ≈ a + r · rows + b · work, least squares in relative error (as `_fit_line`)."""
+    from scipy.optimize import nnls
+
+    w = 1.0 / np.maximum(y, 1e-12)
+    sr, sx = max(float(rows.max()), 1e-30), max(float(x.max()), 1e-30)
+    A = np.stack([np.ones_like(x), rows / sr, x / sx], axis=1) * w[:, None]
+    (a, r, b), _ = nnls(A, y * w)
+    return float(a), float(r / sr), float(b / sx)
+
+
 def _fit_line(x: np.ndarray, y: np.ndarray) -> tuple[float, float]:
     """(a, b) >= 0 of seconds ≈ a + b · work, least squares in relative error (weights 1 / seconds): the measured
     sizes span orders of magnitude, and an unweighted fit lets the largest sizes set the intercept — the fixed cost
@@ -83,18 +97,21 @@ class TableCostModel(CostModel):
                  matmul: list[dict] | None = None, op_overhead_s: dict | None = None) -> None:
         self.fallback = fallback
         self.fits: dict[tuple[str, str, int], tuple[float, float]] = {}   # (unit, kind, threads) -> (s, s per work)
-        groups: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
+        self.row_fits: dict[tuple[str, str, int], tuple[float, float, float]] = {}   # attention: (s, s/row, s/FLOP)
+        groups: dict[tuple[str, str, int], list[tuple[float, float, float]]] = {}
         for i, p in enumerate(points):
             try:
                 key = (str(p["unit"]), str(p["kind"]), int(p.get("threads", 1)))
-                w, s = float(p["work"]), float(p["seconds"])
+                w, s, r = float(p["work"]), float(p["seconds"]), float(p.get("rows", -1))
             except (KeyError, TypeError, ValueError, AttributeError) as e:
                 raise ValueError(f"cost table point {i}: needs unit, kind, work, seconds ({e})") from None
             if w < 0 or s < 0 or key[2] < 1:
                 raise ValueError(f"cost table point {i}: work and seconds must be >= 0, threads >= 1")
-            groups.setdefault(key, []).append((w, s))
+            groups.setdefault(key, []).append((w, s, r))
         for key, pts in groups.items():
-            x, y = np.array(pts).T                                    # (P,), (P,)
+            x, y, rows = np.array(pts).T                              # (P,), (P,), (P,)
+            if key[1] == "attention" and len(pts) >= 3 and rows.min() >= 0 and np.ptp(rows) > 0:
+                self.row_fits[key] = _fit_rows(rows, x, y)
             if len(pts) == 1 or np.ptp(x) == 0:
                 self.fits[key] = (0.0, float(y.mean() / max(x.mean(), 1e-30)))
                 continue
@@ -218,6 +235,9 @@ class TableCostModel(CostModel):
                 raise KeyError(f"no measured profile for {unit}/{work.kind} on {threads} thread(s) and no fallback "
                                f"cost model")
             return self.fallback.op_time(work, unit, threads, first_core)
+        rf = self.row_fits.get((unit, work.kind, threads))
+        if rf is not None:
+            return rf[0] + rf[1] * work.m * work.heads + rf[2] * _work_size(work) + over
         a, b = fit
         return a + b * _work_size(work) + over
 

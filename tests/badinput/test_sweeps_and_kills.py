@@ -90,7 +90,8 @@ from joblib import Parallel, delayed
 def job(i):
     from experiments.common import watch_parent
     watch_parent(poll_s=0.1)
-    print(os.getpid(), flush=True)
+    sys.stdout.write(f"{{os.getpid()}}\\n")      # one write: two workers' lines never interleave in the pipe
+    sys.stdout.flush()
     time.sleep(600)
 
 Parallel(n_jobs=2)(delayed(job)(i) for i in range(2))

@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -209,6 +210,25 @@ def test_reader_fit_recovers_latency_and_bandwidth():
     got_lat, got_bw = cal.fit_reader(curve)
     assert got_lat == pytest.approx(lat, rel=1e-6) and got_bw == pytest.approx(bw, rel=1e-6)
     assert cal.bulk_request(curve) == 16 << 20
+    # rows of a 64 MiB file that each include a 10 ms stream start-up: less it, the same steady fit
+    size, start = 64 << 20, 0.01
+    slow = cal.ReadCurve([dict(r, gbps=size / (size / (r["gbps"] * 1e9) + start) / 1e9) for r in rows])
+    assert cal.fit_reader(slow)[1] < 0.9 * bw
+    got_lat, got_bw = cal.fit_reader(slow, start, size)
+    assert got_lat == pytest.approx(lat, rel=1e-6) and got_bw == pytest.approx(bw, rel=1e-6)
+
+
+def test_stream_start_is_the_intercept_of_a_cold_read(tmp_path):
+    """A real cold read of a 16 MiB scratch file: a start-up >= 0 shorter than the read itself."""
+    with cal.scratch_file(tmp_path, 16 * cal.MIB) as p:
+        st = cal.measure_stream_start(p, 1 * cal.MIB, 2 * cal.MIB, 3)
+        reused = cal.stream_start(p, 1 * cal.MIB)
+        t0 = time.perf_counter()
+        cal.read_rate(p, 1 * cal.MIB, 1, cold=True)
+        whole = time.perf_counter() - t0
+    assert st.n == 3 and 0 <= st.median < whole and 0 <= reused < whole
+    with pytest.raises(ValueError, match="fewer than 4 pieces"), cal.scratch_file(tmp_path, 16 * cal.MIB) as p:
+        cal.stream_start(p, 8 * cal.MIB)
 
 
 # ---- table cost model ------------------------------------------------------------------------------------------------
@@ -270,6 +290,25 @@ def test_table_matmul_grid_grows_with_m_and_kn():
     assert t2.op_time(w, "npu", 2) == fb.op_time(w, "npu", 2)
     kq = OpWork("matmul", m=16, k=576, n=576, wfmt="kquant")
     assert t2.op_time(kq, "npu") == fb.op_time(kq, "npu")
+
+
+def test_table_attention_costs_per_query_row_where_rows_are_given():
+    """Attention points with `rows` (m x heads) fit seconds = a + r rows + b FLOPs: a 16-token prefill (144 rows, few
+    keys each) and a decode token over 128 keys (9 rows) of equal FLOPs cost what was measured, not the same."""
+    a, r, b = 14e-6, 0.45e-6, 4e-11
+    shapes = [(1, 128, 9), (16, 0, 9), (128, 0, 9), (128, 128, 9), (16, 0, 32)]
+
+    def work(m, past, H):
+        return OpWork("attention", m=m, ctx=past + (m + 1) // 2, heads=H, head_dim=64)
+    pts = [dict(unit="cpu", kind="attention", work=work(*sh).flops, seconds=a + r * sh[0] * sh[2] + b * work(*sh).flops,
+                rows=sh[0] * sh[2]) for sh in shapes]
+    model = TableCostModel(pts)
+    for sh in shapes + [(64, 0, 9)]:
+        assert model.op_time(work(*sh), "cpu") == pytest.approx(a + r * sh[0] * sh[2] + b * work(*sh).flops, rel=1e-6)
+    dec, pre = model.op_time(work(1, 128, 9), "cpu"), model.op_time(work(16, 0, 9), "cpu")
+    assert pre > 2 * dec
+    flat = TableCostModel([{k: v for k, v in p.items() if k != "rows"} for p in pts])   # old tables: FLOPs only
+    assert flat.op_time(work(16, 0, 9), "cpu") < 0.7 * pre
 
 
 def test_table_noisy_curve_is_made_monotonic():

@@ -124,6 +124,27 @@ def test_readahead_fills_the_page_cache_while_the_device_is_idle():
     assert simulate(plan(False), ra, FakeCost()).end_s == pytest.approx(0.02)     # no idle time: nothing ahead
 
 
+def test_a_new_sequential_stream_waits_its_start_up_once():
+    """flash_stream_start_s (measured on the host): a loader's first sequential read waits it, the reads that continue
+    its stream do not, one that goes back before the end of its stream starts a new one; random reads never do.
+    Two 10 MB loads on a 1 GB/s device: 20 ms + 5 ms in file order, + 10 ms when the second goes back."""
+    def plan(back: bool, random: bool = False) -> Plan:
+        b = PlanBuilder()
+        mb = 10**6
+        offs = (20 * mb, 0) if back else (0, 10 * mb)
+        for k, off in enumerate(offs):
+            b.add(f"l{k}", "load", deps=[k - 1] if k else [], read_bytes=10 * mb, request_bytes=1 << 20,
+                  tensors=[TensorRef(f"t{k}", off, 10 * mb)], random_reads=random)
+        return Plan("t", "m", "d", 1, 0, b.tasks)
+    dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0,
+                 flash_stream_start_s=0.005)
+    assert simulate(plan(False), dev, FakeCost()).end_s == pytest.approx(0.025)
+    assert simulate(plan(True), dev, FakeCost()).end_s == pytest.approx(0.030)
+    assert simulate(plan(False, random=True), dev, FakeCost()).end_s == pytest.approx(0.020)
+    assert simulate(plan(False), dataclasses.replace(dev, flash_stream_start_s=0.0), FakeCost()).end_s == \
+        pytest.approx(0.020)
+
+
 def test_page_faults_of_threads_run_in_parallel_on_their_cores():
     """Two threads first-touching 1 GB each fault in parallel (measured on the host: each spends the CPU per byte of
     one alone), so they take as long as one when each has a core and twice as long on one core."""
