@@ -394,6 +394,16 @@ def pread_readahead(path: Path, request: int, reps: int, chunks: int = 12, pause
     return Stat.of(vals)
 
 
+def _fill(fd: int, mv: memoryview, off: int, request: int, path: Path) -> None:
+    """Fill `mv` from file offset `off` in preads of at most `request` bytes (OSError on a short read)."""
+    n, got = len(mv), 0
+    while got < n:
+        k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
+        if k <= 0:
+            raise OSError(f"short read at {off + got} of {path}")
+        got += k
+
+
 def stream_start(path: Path, request: int, blob: int = 0) -> float:
     """Seconds one cold sequential read of `path` takes beyond its steady rate, read as the runner's loads read: into
     fresh `blob`-byte buffers that stay alive (`hil.runner_state.fresh_empty`; 0 = one reused buffer) in preads of at
@@ -422,12 +432,7 @@ def stream_start(path: Path, request: int, blob: int = 0) -> float:
                 mv = memoryview(buf)
             else:
                 mv = reused[:n]
-            got = 0
-            while got < n:
-                k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
-                if k <= 0:
-                    raise OSError(f"short read at {off + got} of {path}")
-                got += k
+            _fill(fd, mv, off, request, path)
             off += n
             ends.append((off, time.perf_counter() - t0))
     finally:
@@ -605,12 +610,7 @@ def cold_read(path: Path, request: int, blob: int, fresh: bool, threads: int = 1
                 n = min(blob, hi - off)
                 buf = fresh_empty(n) if fresh else reused[:n]
                 mv = memoryview(buf)
-                got = 0
-                while got < n:
-                    k = os.preadv(fd, [mv[got:min(n, got + request)]], off + got)
-                    if k <= 0:
-                        raise OSError(f"short read at {off + got} of {path}")
-                    got += k
+                _fill(fd, mv, off, request, path)
                 del mv
                 if fresh:
                     keep.append(buf)
