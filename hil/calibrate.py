@@ -43,6 +43,7 @@ if TYPE_CHECKING:
 
 KIB, MIB = 1 << 10, 1 << 20
 LARGE_ALLOC = 16 * MIB        # B, the large allocation size of the first-touch curve
+UNPACK_TOUCH_D = 2048         # row length of the unpack first-touch outputs (C x 2048 INT8: 512 rows = 1 MiB)
 
 
 # ================================================ settings ===========================================================
@@ -718,6 +719,42 @@ def measure_first_touch(s: CalibrationSettings, n: int = MIB, total: int = 64 * 
     return Stat(med, float((max(vals) - min(vals)) / med), len(vals))
 
 
+def measure_unpack_touch(s: CalibrationSettings, C: int, D: int, total: int = 64 * MIB,
+                         evicted: Path | None = None) -> Stat:
+    """Thread CPU seconds per byte of an unpack kernel's first touch of its fresh (C, D) INT8 output, the runner's
+    unpack (hil.runner_state: weightlet at 5 bits into a `fresh_empty` output, all kept alive): unpacks of `total`
+    bytes of outputs into fresh buffers minus the same unpacks again. The writer matters: the same fresh 16 MiB
+    buffers measured 0.20 ns/B written by the unpack kernel and 0.30 by memcpy (`measure_first_touch`), 1 MiB ones
+    0.22 and 0.27 (2026-12-03), so the unpack's first touch is measured through the unpack kernel. `evicted` as in
+    `measure_first_touch`."""
+    from hil.runner_state import fresh_empty
+    from quant.pack import pack_bits3
+    from quant.pack.formats import get_format
+
+    f = get_format("weightlet")
+    bits = np.full(C, 5, dtype=np.int64)
+    payload = np.ascontiguousarray(f.pack(_codes(5, (C, D), np.random.default_rng(4)), bits, 128, "calibration"))
+    b3 = pack_bits3(bits)
+    k = max(1, total // (C * D))
+    f.unpack_native(payload, b3, C, D, 128, out=np.ones((C, D), dtype=np.int8))    # code paths warm
+    keep, vals = [], []
+    for _ in range(max(3, s.reps_noisy)):
+        if evicted is not None:
+            _read_and_evict(evicted)
+        outs = [fresh_empty(C * D).view(np.int8).reshape(C, D) for _ in range(k)]
+        c0 = time.thread_time()
+        for o in outs:
+            f.unpack_native(payload, b3, C, D, 128, out=o)
+        c1 = time.thread_time()
+        for o in outs:
+            f.unpack_native(payload, b3, C, D, 128, out=o)
+        c2 = time.thread_time()
+        vals.append(max((c1 - c0) - (c2 - c1), 1e-9) / (C * D * k))
+        keep.append(outs)
+    del keep
+    return Stat.of(vals)
+
+
 # ================================================ unpack =============================================================
 def _codes(bits: int, shape: tuple[int, int], rng: np.random.Generator) -> np.ndarray:
     lo = -(1 << (bits - 1))
@@ -1068,6 +1105,8 @@ class Measurements:
     pread_readahead: Stat | None = None   # B resident ahead of a paused sequential pread stream
     pool_wake: Stat | None = None         # s a 2-thread GEMM takes longer when its helper sleeps (measure_pool_wake)
     stream_start: Stat | None = None      # s a cold sequential read takes beyond its steady rate (stream_start)
+    unpack_touch: Stat | None = None      # s per B of an unpack kernel's first touch of fresh 1 MiB outputs
+    unpack_touch_large: Stat | None = None  # the same, fresh 16 MiB outputs
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -1101,6 +1140,10 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         sstart = step("stream_start", lambda: measure_stream_start(path, req, s.overlap_blob_bytes, s.reps_noisy))
         touch = step("first_touch", lambda: measure_first_touch(s, MIB, evicted=path))
         touch_large = step("first_touch_large", lambda: measure_first_touch(s, LARGE_ALLOC, evicted=path))
+        utouch = step("unpack_touch", lambda: measure_unpack_touch(s, MIB // UNPACK_TOUCH_D, UNPACK_TOUCH_D,
+                                                                   evicted=path))
+        utouch_large = step("unpack_touch_large", lambda: measure_unpack_touch(
+            s, LARGE_ALLOC // UNPACK_TOUCH_D, UNPACK_TOUCH_D, evicted=path))
         from hil.calibrate_corun import measure_corun  # these run hil.runner (not needed by this module)
         from hil.calibrate_runner import TinyRun, measure_runner_cost
 
@@ -1119,8 +1162,8 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     wake = Stat(wake_cpu[0] if wake_cpu else 0.0, disp.spread, disp.n)   # one mean over every hand-off of the run
     with TinyRun(scratch_dir) as tiny:     # last: away from the scratch file's writeback and the page-cache churn
         runner = step("runner", lambda: measure_runner_cost(tiny, s.runner_runs, s.reps, cold.fresh_cpu.median,
-                                                            touch.median))
+                                                            utouch.median))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
-                        load, host_probe, pread_ra, pool_wake, sstart)
+                        load, host_probe, pread_ra, pool_wake, sstart, utouch, utouch_large)

@@ -9,12 +9,17 @@ thread faulting fresh pages (three runs of 5-9 alternating sets, 2026-12-01); el
 loop, 1.06-1.10x beside first touch. A plan's loaders run side by side and beside the unpacker's first touch.
 
 So each class of work the simulator charges to the cores is timed here in thread CPU time alone, with one CPU-bound
-compute thread on the other core (`hil.calibrate.busy_cores`, a Python loop of native GEMM calls, as the runner's
-workers are) and with one memory-system thread there (`MemoryWork`: first touch of fresh mappings, what the runner's
-loaders and unpacker mostly spend their CPU on), alternately. Per class the ratio busy / alone, per busy core (the
-excess divided by the co-runner's CPU utilisation over the window), is `SocProfile.corun_<class>` (beside compute)
-and `corun_<class>_mem` (beside memory work); the simulator (`sim.sharing.Cores`) slows a job of that class by them
-while other threads' compute or memory work occupies the other cores.
+compute co-runner on the other core (a loop of native GEMM calls, as the runner's workers run) and with one
+memory-system co-runner there (first touch of fresh mappings, what the runner's loaders and unpacker mostly spend
+their CPU on), alternately (`CoRunner`). The compute co-runner runs in another process: beside a co-runner thread of
+this process the probes also paid the interpreter lock's hand-offs (unpack 1.42x, GEMM 1.18x; 1.03x and 0.99x beside
+the same work in another process), which the simulator models apart (`SocProfile.interpreter_lock`). The memory
+co-runner is a thread of this process: its page faults contend with the probe's on the process's address space, as
+the runner's threads' do (unpack 1.34x, touch 1.20x; ~1.0x from another process). Per class the ratio
+busy / alone, per busy core (the excess divided by the co-runner's CPU utilisation over the window), is
+`SocProfile.corun_<class>` (beside compute) and `corun_<class>_mem` (beside memory work); the simulator
+(`sim.sharing.Cores`) slows a job of that class by them while other threads' compute or memory work occupies the
+other cores.
 
 Classes: `gemm` (INT8 GEMM, 16 x 576 x 1536, 1 thread, weights just copied into fresh pages), `elementwise` (the
 float32 ops at 16 x 576: activations, cache-resident in a run too), `unpack` (5-bit weightlet unpack of a freshly
@@ -24,15 +29,15 @@ op, load and unpack cycles, hil.calibrate_runner).
 """
 from __future__ import annotations
 
-import threading
+import contextlib
 import time
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Iterator
 
 import numpy as np
 
 import native
-from hil.calibrate import MIB, CalibrationSettings, Kernels, Stat, busy_cores, cold_read, touch_cpu
+from hil.calibrate import MIB, CalibrationSettings, Kernels, Stat, cold_read, touch_cpu
 from hil.runner_state import fresh_empty
 from planner.device import CORUN_CLASSES as CLASSES
 
@@ -115,46 +120,116 @@ def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) ->
             "read": (read, 0), "runtime": (runtime, 0)}
 
 
-class MemoryWork:
-    """A thread faulting in fresh memory while the block runs: copies into fresh 1 MiB mappings
-    (`hil.runner_state.fresh_empty`, as the runner's buffers), kept until 256 MiB are held, then released — what a
-    plan's loaders (a read() into a fresh buffer faults it in inside the kernel's copy) and its unpacker (first touch
-    of each INT8 output) spend most of their CPU time on. CPU-bound: a cold reader as the co-runner waits for the disk
-    part of the time and its co-run ratios varied 1.0-1.5x between calibrations. `utilisation()`: its thread CPU time
-    / wall time."""
+def _corunner_main(kind: str, go, stop, ready, idle, cpu, wall) -> None:
+    """The co-runner (`CoRunner`, a process or a thread): while `go` is set, `kind` work in a loop ("compute": the
+    16 x 576 x 576 INT8 GEMM of `hil.calibrate.busy_cores`; "memory": copies into fresh 1 MiB mappings, 256 MiB held
+    then released); adds each busy window's CPU and wall seconds to `cpu` / `wall`, sets `idle` after."""
+    import time as _time
 
-    def __init__(self, hold_bytes: int = 256 * MIB) -> None:
-        self.hold = max(1, hold_bytes // MIB)
-        self.stop = threading.Event()
-        self.cpu = 0.0
-        self.wall = 0.0
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
+    if kind == "compute":
+        call = Kernels().gemm_call(16, 576, 576, 1, np.random.default_rng(7))
+    else:
         src = np.ones(MIB, dtype=np.uint8)
-        c0 = time.thread_time()
         keep: list[np.ndarray] = []
-        while not self.stop.is_set():
+
+        def call() -> None:
             buf = fresh_empty(MIB)
             native.memcpy(buf, src)
             keep.append(buf)
-            if len(keep) >= self.hold:
-                keep = []
-        self.cpu = time.thread_time() - c0
+            if len(keep) >= 256:
+                keep.clear()
+    call()
+    ready.set()
+    while not stop.is_set():
+        if not go.wait(0.05):
+            continue
+        idle.clear()
+        c0, t0 = _time.thread_time(), _time.perf_counter()
+        while go.is_set():
+            call()
+        cpu.value += _time.thread_time() - c0
+        wall.value += _time.perf_counter() - t0
+        idle.set()
 
-    def __enter__(self) -> "MemoryWork":
-        self.t0 = time.perf_counter()
-        self.thread.start()
-        time.sleep(0.02)
+
+class _Value:
+    """A float with `.value`, as multiprocessing.Value has (the in-process co-runner's counters)."""
+
+    def __init__(self) -> None:
+        self.value = 0.0
+
+
+class CoRunner:
+    """CPU-bound work on the other core, switched on for the blocks of `busy()`: "compute" (a loop of native INT8
+    GEMM calls, as the runner's workers run), from another process, or "memory" (first touch of fresh mappings, what
+    a plan's loaders and unpacker mostly spend their CPU on), from a thread of this process.
+
+    Compute from another process: a co-runner thread in this process takes the interpreter lock around each of its
+    native calls, and the probe thread re-taking it after its own call pays the hand-off in its CPU time. Measured
+    here (2026-12-03, 7 alternating sets): beside a co-runner thread the GEMM probe took 1.18x its CPU alone, the
+    unpack 1.42x, elementwise 1.28x; beside the same loop in another process 0.99x, 1.03x, 1.00x; beside a thread
+    making one 30 ms GEMM call per lock hand-off 1.06x, 1.04-1.08x, 1.0x. So what a co-runner thread adds is the
+    interpreter lock's hand-offs, which the simulator models on their own (`SocProfile.interpreter_lock`,
+    `thread_wake_cpu_s`), and the two are not counted twice.
+    Memory work from this process: page faults and new mappings of threads of one process contend on its address
+    space (the mm's locks and page tables), as the runner's loaders and unpacker do, and another process does not
+    share them: beside the same first-touch loop the probes took unpack 1.34x, touch 1.20x, cold read 1.16x from a
+    thread of this process and 0.97x, 1.00x, 1.00x from another process (5 alternating sets). Its interpreter-lock
+    traffic is one hand-off per 1 MiB copy (~0.3 ms). `utilisation()`: the co-runner's CPU / wall time over the busy
+    blocks."""
+
+    def __init__(self, kind: str) -> None:
+        if kind not in ("compute", "memory"):
+            raise ValueError(f"CoRunner: kind must be compute or memory (got {kind!r})")
+        import multiprocessing as mp
+        import threading
+
+        if kind == "compute":
+            ctx = mp.get_context("spawn")              # no fork of a threaded process
+            self.go, self.stop, self.ready, self.idle = ctx.Event(), ctx.Event(), ctx.Event(), ctx.Event()
+            self.cpu, self.wall = ctx.Value("d", 0.0), ctx.Value("d", 0.0)
+            make = ctx.Process
+        else:
+            self.go, self.stop, self.ready, self.idle = (threading.Event() for _ in range(4))
+            self.cpu, self.wall = _Value(), _Value()
+            make = threading.Thread
+        self.proc = make(target=_corunner_main, name=f"corun-{kind}", daemon=True,
+                         args=(kind, self.go, self.stop, self.ready, self.idle, self.cpu, self.wall))
+
+    def __enter__(self) -> "CoRunner":
+        self.proc.start()
+        try:
+            if not self.ready.wait(60.0):
+                raise RuntimeError("calibrate: the co-runner process did not start within 60 s")
+        except BaseException:
+            self._end()
+            raise
         return self
 
     def __exit__(self, *exc) -> None:
+        self._end()
+
+    def _end(self) -> None:
+        self.go.clear()
         self.stop.set()
-        self.thread.join()
-        self.wall = time.perf_counter() - self.t0
+        self.proc.join(5.0)
+        if self.proc.is_alive() and hasattr(self.proc, "terminate"):
+            self.proc.terminate()
+            self.proc.join(5.0)
+
+    @contextlib.contextmanager
+    def busy(self) -> Iterator[None]:
+        self.idle.clear()
+        self.go.set()
+        time.sleep(0.02)                               # under way on its core
+        try:
+            yield
+        finally:
+            self.go.clear()
+            self.idle.wait(5.0)
 
     def utilisation(self) -> float:
-        return self.cpu / self.wall if self.wall > 0 else 1.0
+        return self.cpu.value / self.wall.value if self.wall.value > 0 else 1.0
 
 
 def _per_busy_core(ratio: float, util: float) -> float:
@@ -168,14 +243,17 @@ def measure_corun(s: CalibrationSettings, path: Path, runtime: Callable[[], floa
     file to read cold; `runtime`: returns the runner's per-task time of one tiny-model run."""
     probes = _probes(s, path, runtime)
     ratios: dict[str, list[float]] = {k: [] for c in CLASSES for k in (c, f"{c}_mem")}
-    for _ in range(max(3, s.reps_noisy)):
-        alone = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
-        with busy_cores(1):
-            busy = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
-        with MemoryWork() as mem:
-            busy_mem = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
-        for c in CLASSES:
-            if alone[c] > 0:
-                ratios[c].append(busy[c] / alone[c])
-                ratios[f"{c}_mem"].append(_per_busy_core(busy_mem[c] / alone[c], mem.utilisation()))
+    with CoRunner("compute") as comp, CoRunner("memory") as mem:
+        for _ in range(max(3, s.reps_noisy)):
+            alone = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
+            with comp.busy():
+                busy = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
+            w0, c0 = mem.wall.value, mem.cpu.value
+            with mem.busy():
+                busy_mem = {c: _cpu(fn, n) for c, (fn, n) in probes.items()}
+            util = (mem.cpu.value - c0) / max(mem.wall.value - w0, 1e-9)
+            for c in CLASSES:
+                if alone[c] > 0:
+                    ratios[c].append(busy[c] / alone[c])
+                    ratios[f"{c}_mem"].append(_per_busy_core(busy_mem[c] / alone[c], util))
     return {k: Stat.of(v or [1.0]) for k, v in ratios.items()}

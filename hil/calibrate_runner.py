@@ -15,7 +15,11 @@ tensor, then one unpacker unpacks every packed tensor, then the CPU worker runs 
 one op per task. Phases do not overlap (no two Python threads compete for the interpreter lock), so each worker's
 cycle — start of one task to the start of its next — is the cost of one task on an otherwise idle machine. Per task
 kind, the median cycle minus the median time of the same kernels called bare at the same tiny shapes is the
-runner's overhead the simulator adds per task (`RunnerCost`).
+runner's overhead the simulator adds per task (`RunnerCost`). The bare calls go through the checked wrappers, the
+runner's steps through raw ctypes calls, so that overhead is the right total per op but not the runner's Python per
+op: the gap between two op spans (the worker loop: finish, pop, notify, under the GIL) is measured apart,
+`RunnerCost.op_python` -> `SocProfile.cpu_op_python_s`, the share of each op the simulator holds the interpreter
+lock for (6-7 us here against the ~1 us overhead).
 """
 from __future__ import annotations
 
@@ -48,6 +52,7 @@ class RunnerCost:
     unpack_tensor: Stat     # per tensor an unpack task unpacks: loop, output mapping, scale copy, beyond the kernel
     bare_op: Stat           # the bare kernel calls at the tiny shapes (subtracted from the op cycles)
     bare_unpack: Stat       # the bare unpack calls of the tiny tensors (subtracted from the unpack cycles)
+    op_python: Stat | None = None   # per compute op: the worker loop between two op spans (Python under the GIL)
 
 
 def sequential_plan(ix: FileIndex, spec: ModelSpec, prompt: int) -> Plan:
@@ -158,7 +163,8 @@ def measure_runner_cost(tiny: TinyRun, runs: int, reps: int, read_s_per_byte: fl
     """Run the tiny model's sequential plan `runs` times and derive `RunnerCost`.
 
     What the simulator already charges per byte is taken out of each cycle: a load's bytes at `read_s_per_byte`
-    (a read into fresh buffers, CPU), an unpack's fresh INT8 output at `touch_s_per_byte` (first touch)."""
+    (a read into fresh buffers, CPU), an unpack's fresh INT8 output at `touch_s_per_byte` (the unpack kernel's first
+    touch)."""
     plan, spec = tiny.plan, tiny.spec
     is_op = {t.id for t in plan.tasks if t.resource == "cpu" and t.layer < spec.n_layers}
     size = {t.id: t.read_bytes for t in plan.tasks if t.resource == "load"}
@@ -166,9 +172,12 @@ def measure_runner_cost(tiny: TinyRun, runs: int, reps: int, read_s_per_byte: fl
     ops: list[list[float]] = []                # per run: the cycles of that run
     loads: list[list[float]] = []
     unpacks: list[list[float]] = []
+    gaps: list[list[float]] = []               # per run: end of one op's span to the start of the next
     for _ in range(max(1, runs)):
         tl = tiny.run()
         ops.append([c for _, c in _cycles(tl.spans, lambda s: s.task in is_op)])
+        sp = sorted((s for s in tl.spans if s.task in is_op), key=lambda s: s.start)
+        gaps.append([b.start - a.end for a, b in zip(sp, sp[1:])])
         loads.append([c - size[t] * read_s_per_byte
                       for t, c in _cycles(tl.spans, lambda s: s.resource == "load" and s.task != 0)])
         unpacks.append([c - out[t] * touch_s_per_byte
@@ -185,4 +194,4 @@ def measure_runner_cost(tiny: TinyRun, runs: int, reps: int, read_s_per_byte: fl
         return Stat(max(0.0, med), spread, sum(len(r) for r in per_run))
 
     return RunnerCost(less(ops, bare_op.median), less(loads, 0.0), less(unpacks, bare_unpack.median), bare_op,
-                      bare_unpack)
+                      bare_unpack, less(gaps, 0.0))

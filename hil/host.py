@@ -47,7 +47,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 6
+STORE_VERSION = 9
 
 
 # ================================================ identity ===========================================================
@@ -310,6 +310,12 @@ def put_memory_touch(f: ProfileFields, m: Measurements) -> None:
     from hil.calibrate import LARGE_ALLOC
 
     f.put("mem_fault_large_bytes", LARGE_ALLOC, "measurement size of mem_fault_large_gbps")
+    for key, st, what in (("unpack_fault_gbps", m.unpack_touch, "64 x 1 MiB"),
+                          ("unpack_fault_large_gbps", m.unpack_touch_large, "4 x 16 MiB")):
+        if st is not None:
+            f.put(key, 1.0 / st.median / 1e9, f"measured: thread CPU time of the weightlet unpack kernel (5 bits) "
+                  f"into {what} fresh_empty outputs, as the runner's unpacks, minus the same unpacks again "
+                  "(its stores fault the pages in; the same buffers cost more through memcpy)", st.spread)
     cr = m.cold_read
     blob_mib = m.settings.overlap_blob_bytes >> 20
     f.put("read_cpu_gbps", 1.0 / cr.reused_cpu.median / 1e9, "measured: thread CPU time of a cold sequential pread "
@@ -401,6 +407,11 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
           f"({r.op.median + r.bare_op.median:.2e} s) minus the bare kernel calls at the same shapes "
           f"({r.bare_op.median:.2e} s): worker loop + the op's Python path; a worker that waited is charged "
           "thread_wake_s on top", r.op.spread)
+    if r.op_python is not None:
+        f.put("cpu_op_python_s", r.op_python.median, "measured: the same run's median gap between two compute ops' "
+              "spans (the worker loop: finish, pop, notify, under the GIL), the share of each op's cost the simulator "
+              "holds the interpreter lock for (the cycle above is the total: its bare calls went through checked "
+              "wrappers, ~5 us of Python counted as kernel time)", r.op_python.spread)
     from hil.runner_state import POOL_SPIN_US
 
     f.put("cpu_split_gemm_only", True, "by construction: the runner splits only GEMMs over the CPU unit's threads "
@@ -415,9 +426,11 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
           "(worker loop, op path, buffer set-up: cpu_op_overhead_s, load_tensor_s, unpack_tensor_s) holds the GIL, "
           "the kernels and reads release it")
     for key, st in m.corun.items():
-        beside = ("one thread on the other core faulting in fresh memory (hil.calibrate_corun.MemoryWork), per busy "
-                  "core (excess / its CPU utilisation)" if key.endswith("_mem") else
-                  "one CPU-bound thread on the other core (a Python loop of native GEMM calls)")
+        beside = ("another thread of this process on the other core faulting in fresh memory (its address space "
+                  "shared, as the runner's threads share it; hil.calibrate_corun.CoRunner), per busy core (excess / "
+                  "its CPU utilisation)" if key.endswith("_mem") else
+                  "another process on the other core looping native GEMM calls (hil.calibrate_corun.CoRunner: "
+                  "hardware sharing only, the interpreter lock's hand-offs are modelled apart)")
         f.put(f"corun_{key}", max(1.0, st.median), "measured: thread CPU time of this class of work "
               f"(hil.calibrate_corun) with {beside} / alone, median of alternating runs ({st.median:.3f}; below 1 = "
               "noise, taken as 1)", st.spread)
@@ -520,7 +533,7 @@ def measurements_json(m) -> dict:
                 warm_read_s_per_byte={str(k): stat(v) for k, v in m.warm_read.items()},
                 copy_s_per_byte={str(k): stat(v) for k, v in m.copy.items()}, unpack=m.unpack, gemm=m.gemm,
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
-                runner_s={k: stat(v) for k, v in vars(m.runner).items()},
+                runner_s={k: stat(v) for k, v in vars(m.runner).items() if v is not None},
                 dispatch_worker_cpu_s=stat(m.dispatch_worker_cpu),
                 corun={k: stat(v) for k, v in m.corun.items()}, dispatch_busy_s=stat(m.dispatch_busy),
                 first_touch_s_per_byte=stat(m.first_touch),
@@ -530,7 +543,10 @@ def measurements_json(m) -> dict:
                 random_read_busy_s=stat(m.random_read_busy), wall_s=m.wall_s,
                 loadavg=m.loadavg, host_probe=m.host_probe,
                 pread_readahead_bytes=stat(m.pread_readahead) if m.pread_readahead is not None else None,
-                pool_wake_s=stat(m.pool_wake) if m.pool_wake is not None else None)
+                pool_wake_s=stat(m.pool_wake) if m.pool_wake is not None else None,
+                unpack_touch_s_per_byte=stat(m.unpack_touch) if m.unpack_touch is not None else None,
+                unpack_touch_large_s_per_byte=stat(m.unpack_touch_large) if m.unpack_touch_large is not None
+                else None)
 
 
 # ================================================ store ==============================================================

@@ -67,6 +67,11 @@ class SocProfile:
     mem_fault_large_gbps: float = 0.0         # GB/s, first touch of allocations of mem_fault_large_bytes and more
     #                                           (0 = mem_fault_gbps at every size); log-interpolated in between
     mem_fault_large_bytes: int = 0            # B
+    unpack_fault_gbps: float = 0.0            # GB/s per thread, first touch of a fresh unpack output by the unpack
+    #                                           kernel writing it, allocations up to mem_fault_small_bytes (its stores
+    #                                           fault the pages in; 0 = mem_fault_gbps)
+    unpack_fault_large_gbps: float = 0.0      # GB/s, the same for allocations of mem_fault_large_bytes and more
+    #                                           (0 = unpack_fault_gbps at every size); log-interpolated in between
     read_irq_gbps: float = 0.0                # GB/s, core time of a cold read's interrupt and block-completion work,
     #                                           charged to whichever thread runs (0 = not modelled)
     read_fault_gbps: float = 0.0              # GB/s per thread, first touch of a fresh buffer by a read() into it
@@ -115,6 +120,10 @@ class SocProfile:
     cpu_kquant_gemm_slowdown: float = 1.0     # x, K-quant dot products (dequant in kernel) vs INT8 GEMM
     cpu_fp16_gflops_per_ghz: float = 0.0      # GFLOP/s per core per GHz, FP16 attention (QK^T, PV)
     cpu_elementwise_gbps_per_core: float = 0.0  # GB/s per core, memory-bound FP16 elementwise ops
+    cpu_op_python_s: float = 0.0              # s of each compute op's cost that the runtime's own code spends under
+    #                                           its interpreter lock (interpreter_lock; the HIL runner's loop between
+    #                                           two ops: a share of the op's cost, not added to it; 0 = the cost
+    #                                           model's overhead_time)
     cpu_op_overhead_s: float = 0.0            # s, fixed cost of launching one CPU op on the thread pool
     kquant_unpack_cycles_per_weight: float = 0.0  # cycles per weight, K-quant bit-split -> INT8 (scalar-heavy)
     # ---- NPU ----------------------------------------------------------------------------------------------------
@@ -166,13 +175,25 @@ class SocProfile:
     # ---- derived ------------------------------------------------------------------------------------------------
     def fault_s_per_byte(self, alloc_bytes: float) -> float:
         """s per byte of first-touching an allocation of `alloc_bytes` (0 when first touch is not modelled)."""
-        if self.mem_fault_gbps <= 0:
+        return self._fault_curve(self.mem_fault_gbps, self.mem_fault_large_gbps, alloc_bytes)
+
+    def unpack_fault_s_per_byte(self, alloc_bytes: float) -> float:
+        """s per byte of an unpack kernel's first touch of its fresh `alloc_bytes` output (`fault_s_per_byte` when
+        `unpack_fault_gbps` is 0)."""
+        if self.unpack_fault_gbps <= 0:
+            return self.fault_s_per_byte(alloc_bytes)
+        return self._fault_curve(self.unpack_fault_gbps, self.unpack_fault_large_gbps, alloc_bytes)
+
+    def _fault_curve(self, small_gbps: float, large_gbps: float, alloc_bytes: float) -> float:
+        """s per byte at `alloc_bytes` on the curve through `small_gbps` (at mem_fault_small_bytes and below) and
+        `large_gbps` (at mem_fault_large_bytes and above), log-interpolated in between."""
+        if small_gbps <= 0:
             return 0.0
-        small = 1.0 / (self.mem_fault_gbps * 1e9)
+        small = 1.0 / (small_gbps * 1e9)
         lo, hi = float(self.mem_fault_small_bytes), float(self.mem_fault_large_bytes)
-        if self.mem_fault_large_gbps <= 0 or hi <= lo or alloc_bytes <= lo:
+        if large_gbps <= 0 or hi <= lo or alloc_bytes <= lo:
             return small
-        large = 1.0 / (self.mem_fault_large_gbps * 1e9)
+        large = 1.0 / (large_gbps * 1e9)
         if alloc_bytes >= hi:
             return large
         f = (np.log(alloc_bytes) - np.log(lo)) / (np.log(hi) - np.log(lo))

@@ -23,7 +23,8 @@ blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared 
 threads than cores every op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this
 host's NPU stand-in). Newly allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its
 allocating thread first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer
-faults it in inside the kernel's copy, `read_fault_s_per_byte`); threads fault in parallel (measured on the host,
+faults it in inside the kernel's copy, `read_fault_s_per_byte`; an unpack kernel's stores into its fresh output,
+`unpack_fault_s_per_byte`); threads fault in parallel (measured on the host,
 docs/hil.md). Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging
 blobs (packed tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only
 memory beyond the run's high-water mark is fresh). A worker that waited idle starts `thread_wake_s` after being woken (a
@@ -45,7 +46,7 @@ import simpy
 from planner.cost.base import CostModel
 from planner.device import MEMORY_CLASSES, SocProfile
 from planner.pipeline.dispatch import QUEUED, Dispatcher
-from planner.plan import Plan
+from planner.plan import OpWork, Plan
 from planner.timeline import Span, Timeline
 from sim.flash import Flash
 from sim.sharing import Cores, SharedRate
@@ -229,12 +230,22 @@ class PlanExecutor:
             self.pool_spin[owner] = self.cores.run(self.dev.gemm_pool_spin_s, threads - 1, ("pool", owner),
                                                    neutral=True)
 
-    def _touch_s(self, nbytes: int, allocations: int = 1) -> float:
+    def _python_s(self, w: OpWork, unit: str) -> float:
+        """Seconds of op `w` that run under the interpreter lock: the cost model's per-op dispatch overhead, at
+        least `cpu_op_python_s` for a compute op (measured on the host: the runner's loop between two ops, ~6 us,
+        where the cost table's overhead is ~1 us because its kernel points include ~5 us of a checked wrapper's
+        Python — the same total per op, a different share held under the lock)."""
+        over = self.cost.overhead_time(w, unit)
+        return max(over, self.dev.cpu_op_python_s) if over > 0 else over
+
+    def _touch_s(self, nbytes: int, allocations: int = 1, unpack: bool = False) -> float:
         """Core seconds of first-touching `nbytes` of newly allocated memory in `allocations` equal buffers, alone
-        (`SocProfile.fault_s_per_byte`: large allocations fault for less per byte, measured)."""
+        (`SocProfile.fault_s_per_byte`: large allocations fault for less per byte, measured); `unpack`: by an
+        unpack kernel writing its outputs (`unpack_fault_s_per_byte`, measured apart: the writer matters)."""
         if nbytes <= 0:
             return 0.0
-        return nbytes * self.dev.fault_s_per_byte(nbytes / max(1, allocations))
+        per = self.dev.unpack_fault_s_per_byte if unpack else self.dev.fault_s_per_byte
+        return nbytes * per(nbytes / max(1, allocations))
 
     def _cpu_with_touch(self, cpu_s: float, touch_bytes: int, dram_bytes: float, allocations: int = 1,
                         owner: object = None) -> list[simpy.Event]:
@@ -362,7 +373,7 @@ class PlanExecutor:
                 else:
                     unit, threads, core = "npu", 1, 0
                 n_out = max(1, len(t.tensors))
-                touch = self._touch_s(fresh, n_out) if resource == "unpack" else 0.0   # the fresh INT8 outputs
+                touch = self._touch_s(fresh, n_out, unpack=True) if resource == "unpack" else 0.0   # fresh INT8 outputs
                 setup = len(t.tensors) * self.dev.unpack_tensor_s if resource == "unpack" else 0.0
                 if setup > 0:                                       # per tensor: output set-up, the call
                     cpu_s += setup
@@ -373,7 +384,7 @@ class PlanExecutor:
                 on_core = unit == "cpu" or self.dev.npu_on_cpu_core
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
-                    py = min(dur, cost.overhead_time(w, unit)) if self.gil is not None and on_core else 0.0
+                    py = min(dur, self._python_s(w, unit)) if self.gil is not None and on_core else 0.0
                     if py > 0:                                      # the runtime's dispatch of the op
                         cpu_s += py
                         yield env.all_of(self._runtime(py, owner=me))

@@ -231,6 +231,34 @@ def test_stream_start_is_the_intercept_of_a_cold_read(tmp_path):
         cal.stream_start(p, 8 * cal.MIB)
 
 
+def test_unpack_first_touch_is_measured_through_the_unpack_kernel():
+    """Fresh outputs written by the real unpack kernel cost first touch beyond the same unpacks again, per byte
+    within the plausible range of page faults + zeroing (0.01-20 ns/B)."""
+    s = cal.CalibrationSettings.make(quick=True)
+    st = cal.measure_unpack_touch(s, 512, cal.UNPACK_TOUCH_D, total=16 * cal.MIB)
+    assert st.n == 3 and 1e-11 < st.median < 2e-8
+
+
+def test_corunner_works_only_while_busy_and_ends_on_every_exit():
+    from hil.calibrate_corun import CoRunner
+
+    with CoRunner("compute") as co:
+        assert co.proc.pid != os.getpid() and co.proc.is_alive()      # compute: another process
+        with co.busy():
+            time.sleep(0.05)
+        busy_cpu = co.cpu.value
+        assert busy_cpu > 0.01 and 0 < co.utilisation() <= 1.2
+        time.sleep(0.1)                                      # switched off: no work is added
+        assert co.cpu.value == busy_cpu
+    assert not co.proc.is_alive()
+    with pytest.raises(RuntimeError, match="boom"), CoRunner("memory") as co:
+        with co.busy():
+            raise RuntimeError("boom")
+    assert not co.proc.is_alive()
+    with pytest.raises(ValueError, match="compute or memory"):
+        CoRunner("gpu")
+
+
 # ---- table cost model ------------------------------------------------------------------------------------------------
 def _table(**kw) -> TableCostModel:
     unpack = [dict(fmt="weightlet", bits=b, threads=1, s_per_weight=1e-10 * (1 + b)) for b in (1, 3, 5, 8)]

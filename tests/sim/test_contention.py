@@ -206,6 +206,27 @@ def test_first_touch_cost_depends_on_allocation_size():
         dataclasses.replace(dev, read_cpu_overlap=1.5)
 
 
+def test_an_unpack_first_touches_its_output_at_the_unpack_fault_rate():
+    """An unpack's fresh 1 GB output costs unpack_fault_s_per_byte (its own curve) when measured, else the memcpy
+    first-touch rate; a load's fresh buffer keeps fault_s_per_byte either way."""
+    dev = dataclasses.replace(xiaomi(), mem_fault_gbps=2.0, mem_fault_small_bytes=1 << 20, mem_fault_large_gbps=8.0,
+                              mem_fault_large_bytes=16 << 20)
+    assert dev.unpack_fault_s_per_byte(1 << 30) == dev.fault_s_per_byte(1 << 30)
+    own = dataclasses.replace(dev, unpack_fault_gbps=4.0, unpack_fault_large_gbps=16.0)
+    assert own.unpack_fault_s_per_byte(4096) == pytest.approx(0.25e-9)
+    assert own.unpack_fault_s_per_byte(4 << 20) == pytest.approx(0.125e-9)
+    assert own.unpack_fault_s_per_byte(1 << 30) == pytest.approx(0.0625e-9)
+    assert own.fault_s_per_byte(1 << 30) == pytest.approx(0.125e-9)
+
+    b = PlanBuilder()
+    b.add("u", "unpack", works=[OpWork("unpack", n=0.0)], mem_alloc=10**9)   # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks)
+    base = device(2, mem_fault_gbps=1.0)
+    assert simulate(plan, base, FakeCost()).end_s == pytest.approx(1.0, rel=1e-3)
+    assert simulate(plan, dataclasses.replace(base, unpack_fault_gbps=4.0), FakeCost()).end_s == \
+        pytest.approx(0.25, rel=1e-3)
+
+
 def test_woken_worker_starts_after_its_wake_up_time():
     b = PlanBuilder()
     u0 = b.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])             # type: ignore[arg-type]
@@ -350,6 +371,30 @@ def test_a_thread_that_finds_the_interpreter_lock_held_pays_a_hand_off():
     # ... and it runs thread_wake_s after the release (woken like any futex waiter), the lock reserved meanwhile
     ex = PlanExecutor(two, device(2, thread_wake_cpu_s=0.05, thread_wake_s=0.02, **base), FakeCost())
     assert ex.run().end_s == pytest.approx(0.27) and ex.gil_waits == 1
+
+
+class _OverheadCost(FakeCost):
+    """FakeCost whose compute ops carry 0.01 s of per-op dispatch overhead (within their op_time)."""
+
+    def overhead_time(self, work: OpWork, unit: str) -> float:
+        return 0.01 if work.kind == "elementwise" else 0.0
+
+
+def test_an_ops_python_share_under_the_interpreter_lock_is_cpu_op_python_s():
+    """Two CPU-unit workers (npu_on_cpu_core), 0.1 s elementwise ops each: alone in time, with 0.01 s of each op
+    under the lock they overlap but for 0.01 s; with cpu_op_python_s = 0.05 half of each op is held, so the second
+    op's held part waits for the first: the total per op is unchanged, the contention grows."""
+    b = PlanBuilder()
+    b.add("a", "cpu", works=[OpWork("elementwise", n=0.1)])                  # type: ignore[arg-type]
+    b.add("b", "npu", works=[OpWork("elementwise", k=0.1)])                  # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks)
+    dev = device(2, interpreter_lock=True, npu_on_cpu_core=True)
+    assert simulate(plan, dev, _OverheadCost()).end_s == pytest.approx(0.11)
+    assert simulate(plan, dataclasses.replace(dev, cpu_op_python_s=0.05), _OverheadCost()).end_s == \
+        pytest.approx(0.15)
+    one = Plan("t", "m", "d", 1, 0, b.tasks[:1])
+    assert simulate(one, dataclasses.replace(dev, cpu_op_python_s=0.05), _OverheadCost()).end_s == \
+        pytest.approx(0.1)                                       # alone: the same total
 
 
 def test_timeline_reports_core_occupancy_and_wake_ups():
