@@ -202,7 +202,10 @@ def test_device_emu_validation():
 
 # -- killed controllers ------------------------------------------------------------------------------------------------
 CHILD = f"""
-import sys, time
+import signal, sys, time
+# a controller started from an interactive shell: SIGINT raises KeyboardInterrupt (a background job of a
+# non-interactive shell, e.g. `nohup make test &`, inherits SIGINT ignored, and the SIGINT runs would never end)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {str(REPO)!r})
 from hil.cluster.cluster import DeviceEmu, EmulatedCluster
 F = {F!r}
