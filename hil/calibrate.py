@@ -688,33 +688,41 @@ def _read_and_evict(path: Path) -> None:
     evict(path)
 
 
-def measure_first_touch(s: CalibrationSettings, n: int = MIB, total: int = 64 * MIB,
-                        evicted: Path | None = None) -> Stat:
-    """Seconds per byte of touching freshly allocated memory for the first time (page faults + zeroing), the way the
-    runner allocates its tensors (hil.runner_state.fresh_empty, one buffer per tensor, all kept alive): a copy into
-    `total` bytes of fresh `n`-byte buffers minus the same copies again. Buffers of every repeat stay alive until the
-    end, so no repeat reuses memory an earlier one already touched. The size matters (measured here: 16 MiB buffers
-    fault for ~1/3 of the per-byte cost of 1 MiB ones). With `evicted`, that file is read and evicted before every
-    repeat (the runner's state: its model file was just evicted)."""
+def _touch_excess(s: CalibrationSettings, nbytes: int, k: int, write: Callable[[np.ndarray], object],
+                  clock: Callable[[], float], evicted: Path | None) -> list[float]:
+    """Per repeat (`s.reps_noisy`, at least 3): seconds per byte of `write` into `k` fresh `nbytes`-byte buffers
+    (`hil.runner_state.fresh_empty`) minus the same writes again, on `clock`. Every repeat's buffers stay alive until
+    the end, so no repeat reuses memory an earlier one touched; with `evicted`, that file is read and evicted before
+    every repeat (the runner's state: its model file was just evicted)."""
     from hil.runner_state import fresh_empty
 
-    k = max(1, total // n)
-    src = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
     keep, vals = [], []
     for _ in range(max(3, s.reps_noisy)):
         if evicted is not None:
             _read_and_evict(evicted)
-        bufs = [fresh_empty(n) for _ in range(k)]
-        t0 = time.perf_counter()
+        bufs = [fresh_empty(nbytes) for _ in range(k)]
+        t0 = clock()
         for d in bufs:
-            native.memcpy(d, src)
-        t1 = time.perf_counter()
+            write(d)
+        t1 = clock()
         for d in bufs:
-            native.memcpy(d, src)
-        t2 = time.perf_counter()
-        vals.append(max((t1 - t0) - (t2 - t1), 1e-9) / (n * k))
+            write(d)
+        t2 = clock()
+        vals.append(max((t1 - t0) - (t2 - t1), 1e-9) / (nbytes * k))
         keep.append(bufs)
     del keep
+    return vals
+
+
+def measure_first_touch(s: CalibrationSettings, n: int = MIB, total: int = 64 * MIB,
+                        evicted: Path | None = None) -> Stat:
+    """Seconds per byte of touching freshly allocated memory for the first time (page faults + zeroing), the way the
+    runner allocates its tensors (hil.runner_state.fresh_empty, one buffer per tensor, all kept alive): a copy into
+    `total` bytes of fresh `n`-byte buffers minus the same copies again (`_touch_excess`, wall time). The size
+    matters (measured here: 16 MiB buffers fault for ~1/3 of the per-byte cost of 1 MiB ones). `evicted`: see
+    `_touch_excess`."""
+    src = np.random.default_rng(2).integers(0, 256, n, dtype=np.uint8)
+    vals = _touch_excess(s, n, max(1, total // n), lambda d: native.memcpy(d, src), time.perf_counter, evicted)
     med = float(np.median(vals))
     return Stat(med, float((max(vals) - min(vals)) / med), len(vals))
 
@@ -723,11 +731,9 @@ def measure_unpack_touch(s: CalibrationSettings, C: int, D: int, total: int = 64
                          evicted: Path | None = None) -> Stat:
     """Thread CPU seconds per byte of an unpack kernel's first touch of its fresh (C, D) INT8 output, the runner's
     unpack (hil.runner_state: weightlet at 5 bits into a `fresh_empty` output, all kept alive): unpacks of `total`
-    bytes of outputs into fresh buffers minus the same unpacks again. The writer matters: the same fresh 16 MiB
-    buffers measured 0.20 ns/B written by the unpack kernel and 0.30 by memcpy (`measure_first_touch`), 1 MiB ones
-    0.22 and 0.27 (2026-12-03), so the unpack's first touch is measured through the unpack kernel. `evicted` as in
-    `measure_first_touch`."""
-    from hil.runner_state import fresh_empty
+    bytes of outputs into fresh buffers minus the same unpacks again (`_touch_excess`). The writer matters: the same
+    fresh 16 MiB buffers measured 0.20 ns/B written by the unpack kernel and 0.30 by memcpy (`measure_first_touch`),
+    1 MiB ones 0.22 and 0.27 (2026-12-03), so the unpack's first touch is measured through the unpack kernel."""
     from quant.pack import pack_bits3
     from quant.pack.formats import get_format
 
@@ -735,24 +741,12 @@ def measure_unpack_touch(s: CalibrationSettings, C: int, D: int, total: int = 64
     bits = np.full(C, 5, dtype=np.int64)
     payload = np.ascontiguousarray(f.pack(_codes(5, (C, D), np.random.default_rng(4)), bits, 128, "calibration"))
     b3 = pack_bits3(bits)
-    k = max(1, total // (C * D))
-    f.unpack_native(payload, b3, C, D, 128, out=np.ones((C, D), dtype=np.int8))    # code paths warm
-    keep, vals = [], []
-    for _ in range(max(3, s.reps_noisy)):
-        if evicted is not None:
-            _read_and_evict(evicted)
-        outs = [fresh_empty(C * D).view(np.int8).reshape(C, D) for _ in range(k)]
-        c0 = time.thread_time()
-        for o in outs:
-            f.unpack_native(payload, b3, C, D, 128, out=o)
-        c1 = time.thread_time()
-        for o in outs:
-            f.unpack_native(payload, b3, C, D, 128, out=o)
-        c2 = time.thread_time()
-        vals.append(max((c1 - c0) - (c2 - c1), 1e-9) / (C * D * k))
-        keep.append(outs)
-    del keep
-    return Stat.of(vals)
+
+    def unpack(buf: np.ndarray) -> None:
+        f.unpack_native(payload, b3, C, D, 128, out=buf.view(np.int8).reshape(C, D))
+
+    unpack(np.ones(C * D, dtype=np.uint8))                                          # code paths warm
+    return Stat.of(_touch_excess(s, C * D, max(1, total // (C * D)), unpack, time.thread_time, evicted))
 
 
 # ================================================ unpack =============================================================

@@ -200,7 +200,7 @@ class CoRunner:
         self.proc.start()
         try:
             if not self.ready.wait(60.0):
-                raise RuntimeError("calibrate: the co-runner process did not start within 60 s")
+                raise RuntimeError("calibrate: the co-runner did not start within 60 s")
         except BaseException:
             self._end()
             raise

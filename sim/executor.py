@@ -232,7 +232,7 @@ class PlanExecutor:
 
     def _python_s(self, w: OpWork, unit: str) -> float:
         """Seconds of op `w` that run under the interpreter lock: the cost model's per-op dispatch overhead, at
-        least `cpu_op_python_s` for a compute op (measured on the host: the runner's loop between two ops, ~6 us,
+        least `cpu_op_python_s` for a compute op (measured on the host: the runner's loop between two ops, ~4 us,
         where the cost table's overhead is ~1 us because its kernel points include ~5 us of a checked wrapper's
         Python — the same total per op, a different share held under the lock)."""
         over = self.cost.overhead_time(w, unit)
