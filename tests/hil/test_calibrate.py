@@ -75,12 +75,18 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     for key in ("read_cpu_overlap", "read_cpu_overlap_multi"):    # the simulator's read model fitted to measured reads
         assert doc["sources"][key].startswith("fitted") and "measured" in doc["sources"][key], key
     st = raw["settings"]
-    for readers, wall in ((1, "fresh_wall"), (2, "fresh_wall_2")):
+    for readers, wall, key in ((1, "fresh_wall", "read_cpu_overlap"), (2, "fresh_wall_2", "read_cpu_overlap_multi")):
         meas = raw["cold_read_s_per_byte"][wall]["median"] * st["scratch_bytes"]
-        sim = host._simulated_read_s(prof, st["scratch_bytes"], st["overlap_blob_bytes"], raw["bulk_request_bytes"],
-                                     readers)
         eta = prof.read_overlap(readers)
-        assert sim == pytest.approx(meas, rel=1e-3) or eta in (0.0, 1.0), (readers, sim, meas, eta)
+
+        def sim(e: float, readers=readers, key=key) -> float:
+            return host._simulated_read_s(dataclasses.replace(prof, **{key: min(1.0, max(0.0, e))}),
+                                          st["scratch_bytes"], st["overlap_blob_bytes"], raw["bulk_request_bytes"],
+                                          readers)
+        # the fitted share brackets the measured read: the simulated read is not continuous in eta (two readers,
+        # 256 MiB: 0.145 s at eta 0, 0.133 at 0.005; 2026-12-03), so the measured time can fall in a jump
+        lo, hi = sorted((sim(eta + 1e-6), sim(eta - 1e-6)))
+        assert lo * (1 - 1e-3) <= meas <= hi * (1 + 1e-3) or eta in (0.0, 1.0), (readers, lo, hi, meas, eta)
     for key in ("thread_wake_s", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s",
                 "unpack_tensor_s", *corun):
         assert doc["sources"][key].startswith("measured"), key
