@@ -3,6 +3,8 @@
     python -m experiments.validate device=host model=smollm2_135m framework=edgeflow bits=5 prompt_tokens=128 repeats=5
     python -m experiments.validate -m framework=edgeflow,llamacpp,mnn,llmnpu_plus      # + speedups.csv in the sweep dir
     python -m experiments.validate peer=llamacpp                 # + llama.cpp's cold TTFT (interleaved with ours)
+    python -m experiments.validate -m framework=llamacpp,mnn,llmnpu_plus versus=edgeflow
+                                                                 # EdgeFlow's speed-up, its runs interleaved with each
     python -m experiments.validate cluster=office_emu planner=voltron trace=walk_away_disconnect turns=3
                                                                  # Voltron on the emulated cluster (validate_cluster.py)
 
@@ -67,6 +69,7 @@ class ValidateConfig:
     write_trace: bool = True
     host_memory: str = "hold"
     sched_trace: bool = False
+    versus: str = "none"
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= 8:
@@ -108,7 +111,7 @@ def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str):
 
 
 KEYS = ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits", "remeasure", "quick_profile",
-        "write_trace", "host_memory", "sched_trace")
+        "write_trace", "host_memory", "sched_trace", "versus")
 
 
 def settings(cfg: DictConfig) -> ValidateConfig:
@@ -131,12 +134,27 @@ def settings(cfg: DictConfig) -> ValidateConfig:
 
         if not available():                                 # one line naming the install command, before any work
             raise ConfigError(f"peer: {INSTALL_HINT}")
+    if c.versus != "none":
+        versus_framework(c.versus)                          # an unknown name: one line, before any work
     if c.sched_trace:
         from hil.schedtrace import available as tracefs_missing
 
         if (why := tracefs_missing()) is not None:
             raise ConfigError(f"sched_trace: {why}")
     return c
+
+
+def versus_framework(name: str) -> FrameworkSpec:
+    """The framework config `conf/framework/<name>.yaml` as a FrameworkSpec (`versus=`: the plan whose cold runs
+    alternate with this one's, so both see the same host; docs/hil.md "Speed-ups from interleaved runs")."""
+    from experiments.common import CONF_DIR
+
+    names = sorted(f.stem for f in (CONF_DIR / "framework").glob("*.yaml"))
+    if name not in names:
+        raise ConfigError(f"versus: unknown framework {name!r} (one of none, {', '.join(names)})")
+    doc = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "framework" / f"{name}.yaml"), resolve=True)
+    doc.pop("defaults", None)
+    return typed(doc, FrameworkSpec, "versus")
 
 
 def peer_gguf(spec: ModelSpec, kind: str):
@@ -160,7 +178,7 @@ def validate(cfg: DictConfig) -> Estimate:
     and the NumPy reference forward) — per-unit costs measured with SmolLM2 on this 2-core host."""
     c = settings(cfg)
     params = c.model.total_params()
-    runs = c.warmup + c.repeats
+    runs = (c.warmup + c.repeats) * (2 if c.versus != "none" else 1)
     return Estimate(20.0 + params / 5e6 + runs * params / 2e8, 12.0 * params, "model", f"model={c.model.name}")
 
 
@@ -187,7 +205,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits,
                                              gguf.stat().st_size if gguf else 0)) as mem:
         dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory)
-        run_, probes, around, before, peer_runs = _measure(c, dev, table, tokens, gguf)
+        run_, probes, around, before, peer_runs, vs = _measure(c, dev, table, tokens, gguf)
         sched = _sched_trace(run_, tokens, c.model, dev.cpu_cores) if c.sched_trace else None
         memory = mem.metrics()
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
@@ -211,6 +229,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         atomic_write_json(out / "sched.json", sched)
     if c.check_logits:
         m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
+    if vs is not None:
+        m.update(versus_metrics(c.versus, vs, m["predicted_ttft_s"], m["measured_ttft_s"]))
     if peer_runs:
         from hil.peer import merge_runs
 
@@ -236,7 +256,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                           f"{r['measured_cpu_s']:.6f},{pct(r['cpu_error_pct'])}\n" for r in rows))
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
-    inputs = ["bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
+    inputs = ["versus_framework", "bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
               "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes", "host_prefault_bytes"]
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
@@ -254,6 +274,9 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
 
     peer_runs: list = []
     run_peer = None
+    vs = None
+    if c.versus != "none":
+        vs = Versus(c, dev, str(table), tokens)
     if gguf is not None:
         # llama.cpp runs once after each of our runs (its first run, after our warm-up, is its own warm-up): both see
         # the same host conditions, which on this shared host drift by 10-30 % within an hour (docs/hil.md)
@@ -270,9 +293,12 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
 
     def between(k: int) -> None:
         around.append(speed_probe())                     # right after run k, before anything else
+        if vs is not None:
+            vs.run(k >= c.warmup)
         if run_peer is not None:
             run_peer(k)
-            before.append(speed_probe())                 # the peer ran since: probe again, right before run k + 1
+        if vs is not None or run_peer is not None:
+            before.append(speed_probe())                 # others ran since: probe again, right before run k + 1
         else:
             before.append(around[-1])
 
@@ -281,7 +307,39 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
                     between=between)
     probes.append(probe())
     print(file=sys.stderr)
-    return run_, probes, around, before, peer_runs
+    return run_, probes, around, before, peer_runs, vs
+
+
+class Versus:
+    """The `versus=` plan (same model, bits, prompt): predicted once, then one cold run after each of this plan's
+    runs (its first, after our warm-up, is its own warm-up), so the speed-up compares runs minutes apart at most."""
+
+    def __init__(self, c: ValidateConfig, dev, table: str, tokens) -> None:
+        from experiments.hostrun import build_host_plan, predict
+
+        self.spec, self.tokens, self.dev = c.model, tokens, dev
+        self.plan, self.path = build_host_plan(c.model, dev, table, versus_framework(c.versus), c.bits,
+                                               int(tokens.size), c.quant)
+        self.predicted_ttft_s = predict(self.plan, dev, table)[1]["ttft_s"]
+        self.measured: list[float] = []
+
+    def run(self, counted: bool) -> None:
+        from hil.runner import run_plan
+
+        res = run_plan(self.plan, self.path, self.tokens, spec=self.spec)
+        if counted:
+            self.measured.append(res.timeline.end_s)
+
+
+def versus_metrics(name: str, vs: "Versus", predicted_ttft_s: float, measured_ttft_s: float) -> dict[str, Any]:
+    """The versus plan's TTFT (predicted: modelled; median / min / max of its interleaved cold runs: measured) and its
+    speed-up over this plan (this plan's TTFT / its TTFT), predicted and measured, with the speed-up's error."""
+    med = float(statistics.median(vs.measured))
+    ps, ms = predicted_ttft_s / vs.predicted_ttft_s, measured_ttft_s / med
+    return {"versus_framework": name, "predicted_versus_ttft_s": vs.predicted_ttft_s, "measured_versus_ttft_s": med,
+            "measured_versus_ttft_min_s": min(vs.measured), "measured_versus_ttft_max_s": max(vs.measured),
+            "predicted_versus_speedup": ps, "measured_versus_speedup": ms,
+            "versus_speedup_error_pct": 100.0 * (ps - ms) / ms}
 
 
 def _sched_trace(run_, tokens, spec, ncpu: int) -> dict[str, Any]:
@@ -415,6 +473,12 @@ def _print(m: dict[str, Any], out: Path) -> None:
     if "peer_ttft_s" in m:
         print(f"  llama.cpp ({m['peer_weight_type']}) cold TTFT {m['peer_ttft_s']:.3f} s -> ours "
               f"{m.get('speedup_vs_peer', float('nan')):.2f}x faster (measured, same run)")
+    if "measured_versus_speedup" in m:
+        print(f"  {m['versus_framework']} interleaved (one cold run after each of ours): TTFT predicted "
+              f"{m['predicted_versus_ttft_s']:.3f} s (modelled), measured {m['measured_versus_ttft_s']:.3f} s "
+              f"({m['measured_versus_ttft_min_s']:.3f}-{m['measured_versus_ttft_max_s']:.3f}); its speed-up over "
+              f"{m['framework']}: predicted {m['predicted_versus_speedup']:.2f}x, measured "
+              f"{m['measured_versus_speedup']:.2f}x, error {m['versus_speedup_error_pct']:+.1f} %")
 
 
 class SpeedupCallback(Callback):
@@ -435,6 +499,11 @@ def speedup_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
     out: list[list[Any]] = [["baseline", "model", "bits", "prompt_tokens", "predicted_speedup", "measured_speedup",
                              "speedup_error_pct"]]
     for r in rows:
+        if r.get("versus_framework") == "edgeflow" and r.get("measured_versus_speedup"):   # interleaved runs
+            out.append([r["framework"], r["model"], r["bits"], r["prompt_tokens"],
+                        round(r["predicted_versus_speedup"], 3), round(r["measured_versus_speedup"], 3),
+                        round(r["versus_speedup_error_pct"], 1)])
+            continue
         e = ef.get((r["model"], r["bits"], r["prompt_tokens"]))
         if e is None or r is e or not r.get("measured_ttft_s") or not e.get("measured_ttft_s"):
             continue

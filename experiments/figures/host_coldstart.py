@@ -133,10 +133,13 @@ def markdown(roots: list[Path] | None = None) -> str:
     sp = ["| model | baseline | prompt | EdgeFlow speed-up predicted | measured | error |", "|" + "---|" * 6]
     for m in ms:
         e = ef.get((m["model"], m["bits"], m["prompt_tokens"]))
-        if e is None or m is e:
+        if m.get("versus_framework") == "edgeflow" and m.get("measured_versus_speedup"):
+            p, q = m["predicted_versus_speedup"], m["measured_versus_speedup"]      # runs interleaved with EdgeFlow's
+        elif e is None or m is e:
             continue
-        p = m["predicted_ttft_s"] / e["predicted_ttft_s"]
-        q = m["measured_ttft_s"] / e["measured_ttft_s"]
+        else:
+            p = m["predicted_ttft_s"] / e["predicted_ttft_s"]
+            q = m["measured_ttft_s"] / e["measured_ttft_s"]
         sp.append(f"| {m['model']} | {m['framework']} | {m['prompt_tokens']} | {p:.2f}× | {q:.2f}× | "
                   f"{_pct(100 * (p - q) / q)} |")
     peer = ["| model | prompt | ours (EdgeFlow, bits) measured s | llama.cpp GGUF | llama.cpp measured s (min–max) | "

@@ -32,9 +32,18 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
 
     run = tmp_path / "run"
     traced = framework == "edgeflow" and tracefs_missing() is None    # root with tracefs (CI, this host)
-    r = _validate(store, run, f"framework={framework}", f"sched_trace={str(traced).lower()}")
+    versus = "edgeflow" if framework == "llamacpp" else "none"   # EdgeFlow's runs interleaved with the baseline's
+    r = _validate(store, run, f"framework={framework}", f"sched_trace={str(traced).lower()}", f"versus={versus}")
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads((run / "metrics.json").read_text())
+    if versus != "none":
+        assert m["versus_framework"] == "edgeflow" and m["predicted_versus_ttft_s"] > 0
+        assert m["measured_versus_ttft_min_s"] <= m["measured_versus_ttft_s"] <= m["measured_versus_ttft_max_s"]
+        assert m["measured_versus_speedup"] == pytest.approx(m["measured_ttft_s"] / m["measured_versus_ttft_s"])
+        assert "measured_versus_ttft_s" in m["measured_keys"] and "predicted_versus_speedup" in m["modelled_keys"]
+        assert "interleaved" in r.stdout
+    else:
+        assert "versus_framework" not in m
     for ph in ("ttft_s", "load_s", "prefill_s"):
         name = ph[:-2]
         assert m[f"predicted_{ph}"] > 0 and m[f"measured_{ph}"] > 0
@@ -135,6 +144,39 @@ def test_speedup_table_pairs_edgeflow_with_each_baseline():
     assert t[0][:2] == ["baseline", "model"]
     body = {r[0]: r for r in t[1:]}
     assert body["llamacpp"][4:] == [3.0, 2.5, 20.0] and body["mnn"][4:] == [2.0, 2.0, 0.0]
+
+
+def test_speedup_table_takes_interleaved_runs_when_a_row_has_them():
+    base = {"model": "m", "bits": 5, "prompt_tokens": 16}
+    rows = [base | {"framework": "edgeflow", "predicted_ttft_s": 1.0, "measured_ttft_s": 1.0},
+            base | {"framework": "mnn", "predicted_ttft_s": 2.0, "measured_ttft_s": 9.0, "versus_framework": "edgeflow",
+                    "predicted_versus_speedup": 1.5, "measured_versus_speedup": 1.25, "versus_speedup_error_pct": 20.0}]
+    body = {r[0]: r for r in speedup_table(rows)[1:]}
+    assert body["mnn"][4:] == [1.5, 1.25, 20.0]          # not 2.0 / 9.0 from the separately run EdgeFlow job
+
+
+def test_versus_metrics_are_this_plan_over_the_interleaved_one():
+    from types import SimpleNamespace
+
+    from experiments.validate import versus_metrics
+
+    vs = SimpleNamespace(predicted_ttft_s=0.5, measured=[0.4, 0.6, 0.5])
+    m = versus_metrics("edgeflow", vs, 1.0, 0.8)
+    assert m["measured_versus_ttft_s"] == 0.5 and m["measured_versus_ttft_min_s"] == 0.4
+    assert m["predicted_versus_speedup"] == 2.0 and m["measured_versus_speedup"] == 1.6
+    assert abs(m["versus_speedup_error_pct"] - 25.0) < 1e-9
+
+
+def test_versus_names_a_framework_config_or_is_a_one_line_error(tmp_path):
+    from experiments.common import ConfigError
+    from experiments.validate import versus_framework
+
+    assert versus_framework("edgeflow").policy == "edgeflow"
+    with pytest.raises(ConfigError, match="versus: unknown framework 'edgefow'"):
+        versus_framework("edgefow")
+    r = subprocess.run([sys.executable, "-m", "experiments.validate", "versus=edgefow",
+                        f"hydra.run.dir={tmp_path / 'r'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "versus" in r.stderr, r.stderr
 
 
 def test_sched_trace_without_tracefs_is_a_config_error_before_any_work(monkeypatch, tmp_path):
