@@ -183,6 +183,23 @@ def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpe
                    res.token if res else -1)
 
 
+def speedup_pairs(rows: list[dict[str, Any]]) -> list[tuple[dict[str, Any], float, float]]:
+    """(baseline row, predicted, measured EdgeFlow speed-up over it) for every validate row of a baseline plan: from
+    the row's own interleaved EdgeFlow runs when it has them (`versus=edgeflow`), else against the EdgeFlow row of the
+    same model, bits and prompt (a separate job of the sweep)."""
+    ef = {(r["model"], r["bits"], r["prompt_tokens"]): r for r in rows if r.get("framework") == "edgeflow"}
+    out = []
+    for r in rows:
+        if r.get("versus_framework") == "edgeflow" and r.get("measured_versus_speedup"):
+            out.append((r, r["predicted_versus_speedup"], r["measured_versus_speedup"]))
+            continue
+        e = ef.get((r["model"], r["bits"], r["prompt_tokens"]))
+        if e is None or r is e or not r.get("measured_ttft_s") or not e.get("measured_ttft_s"):
+            continue
+        out.append((r, r["predicted_ttft_s"] / e["predicted_ttft_s"], r["measured_ttft_s"] / e["measured_ttft_s"]))
+    return out
+
+
 def _err(pred: float | None, meas: float | None) -> float | None:
     if pred is None or meas is None or meas == 0:
         return None

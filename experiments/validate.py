@@ -317,7 +317,7 @@ class Versus:
     def __init__(self, c: ValidateConfig, dev, table: str, tokens) -> None:
         from experiments.hostrun import build_host_plan, predict
 
-        self.spec, self.tokens, self.dev = c.model, tokens, dev
+        self.spec, self.tokens = c.model, tokens
         self.plan, self.path = build_host_plan(c.model, dev, table, versus_framework(c.versus), c.bits,
                                                int(tokens.size), c.quant)
         self.predicted_ttft_s = predict(self.plan, dev, table)[1]["ttft_s"]
@@ -494,23 +494,14 @@ class SpeedupCallback(Callback):
 
 
 def speedup_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
-    """[[header], [framework, bits, prompt, predicted speed-up, measured speed-up, error %], ...]: EdgeFlow vs each."""
-    ef = {(r["model"], r["bits"], r["prompt_tokens"]): r for r in rows if r.get("framework") == "edgeflow"}
+    """[[header], [framework, bits, prompt, predicted speed-up, measured speed-up, error %], ...]: EdgeFlow vs each
+    (experiments.hostrun.speedup_pairs: interleaved runs where a row has them)."""
+    from experiments.hostrun import speedup_pairs
+
     out: list[list[Any]] = [["baseline", "model", "bits", "prompt_tokens", "predicted_speedup", "measured_speedup",
                              "speedup_error_pct"]]
-    for r in rows:
-        if r.get("versus_framework") == "edgeflow" and r.get("measured_versus_speedup"):   # interleaved runs
-            out.append([r["framework"], r["model"], r["bits"], r["prompt_tokens"],
-                        round(r["predicted_versus_speedup"], 3), round(r["measured_versus_speedup"], 3),
-                        round(r["versus_speedup_error_pct"], 1)])
-            continue
-        e = ef.get((r["model"], r["bits"], r["prompt_tokens"]))
-        if e is None or r is e or not r.get("measured_ttft_s") or not e.get("measured_ttft_s"):
-            continue
-        ps = r["predicted_ttft_s"] / e["predicted_ttft_s"]
-        ms = r["measured_ttft_s"] / e["measured_ttft_s"]
-        out.append([r["framework"], r["model"], r["bits"], r["prompt_tokens"], round(ps, 3), round(ms, 3),
-                    round(100 * (ps - ms) / ms, 1)])
+    out += [[r["framework"], r["model"], r["bits"], r["prompt_tokens"], round(ps, 3), round(ms, 3),
+             round(100 * (ps - ms) / ms, 1)] for r, ps, ms in speedup_pairs(rows)]
     return out if len(out) > 1 else []
 
 

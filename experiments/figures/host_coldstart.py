@@ -13,6 +13,7 @@ import pandas as pd
 
 from experiments.figures.base import NOT_MEASURED, FigureSpec, note
 from experiments.figures.data import ROOT, metrics_files
+from experiments.hostrun import speedup_pairs
 
 RESULT_ROOTS = [ROOT / "outputs" / "validate", ROOT / "multirun" / "validate"]   # where validate runs are read
 PHASES = ("ttft", "load", "unpack", "prefill")
@@ -129,17 +130,8 @@ def markdown(roots: list[Path] | None = None) -> str:
                      f"{m.get('predicted_core_busy_pct', float('nan')):.0f} % | {g('running_pct'):.1f} % | "
                      f"{g('queued_pct'):.1f} % | {g('waking_pct'):.1f} % | {g('no_work_pct'):.1f} % | "
                      f"{100 * g('packed_share'):.0f} % of {g('wakes_other_core_idle'):.0f} |")
-    ef = {(m["model"], m["bits"], m["prompt_tokens"]): m for m in ms if m["framework"] == "edgeflow"}
     sp = ["| model | baseline | prompt | EdgeFlow speed-up predicted | measured | error |", "|" + "---|" * 6]
-    for m in ms:
-        e = ef.get((m["model"], m["bits"], m["prompt_tokens"]))
-        if m.get("versus_framework") == "edgeflow" and m.get("measured_versus_speedup"):
-            p, q = m["predicted_versus_speedup"], m["measured_versus_speedup"]      # runs interleaved with EdgeFlow's
-        elif e is None or m is e:
-            continue
-        else:
-            p = m["predicted_ttft_s"] / e["predicted_ttft_s"]
-            q = m["measured_ttft_s"] / e["measured_ttft_s"]
+    for m, p, q in speedup_pairs(ms):                     # interleaved runs where a row has them (versus=edgeflow)
         sp.append(f"| {m['model']} | {m['framework']} | {m['prompt_tokens']} | {p:.2f}× | {q:.2f}× | "
                   f"{_pct(100 * (p - q) / q)} |")
     peer = ["| model | prompt | ours (EdgeFlow, bits) measured s | llama.cpp GGUF | llama.cpp measured s (min–max) | "
