@@ -93,7 +93,7 @@ def core_metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
     busy = None
     if tl.core_busy_s is not None and tl.end_s > 0:
         busy = 100.0 * tl.core_busy_s / (dev.cpu_cores * tl.end_s)
-    return {"core_busy_pct": busy, "thread_waits": tl.waits}
+    return {"core_busy_pct": busy, "thread_waits": tl.waits, "waits_by_thread": tl.waits_by_thread}
 
 
 def _metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
@@ -220,7 +220,18 @@ def compare(run: HostRun) -> dict[str, Any]:
         out[f"measured_{name}_min{unit}"] = min(vals) if vals else None
         out[f"measured_{name}_max{unit}"] = max(vals) if vals else None
         out[f"{name}_error_pct"] = _err(p, med)
+    out["predicted_waits_by_thread"] = run.pred_metrics.get("waits_by_thread")
+    out["measured_waits_by_thread"] = _median_by_key([m.get("waits_by_thread") for m in run.meas_metrics])
     return out
+
+
+def _median_by_key(dicts: list[dict[str, int] | None]) -> dict[str, float] | None:
+    """Per key, the median over the dicts that have it (None when none is given)."""
+    have = [d for d in dicts if d]
+    if not have:
+        return None
+    keys = sorted({k for d in have for k in d})
+    return {k: float(statistics.median([d[k] for d in have if k in d])) for k in keys}
 
 
 def _op_key(plan: Plan, tid: int, stolen: bool) -> str:

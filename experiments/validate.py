@@ -425,6 +425,11 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"{m['measured_core_busy_pct']:.0f} %; threads blocked and woken: predicted "
               f"{m['predicted_thread_waits']} (idle workers + interpreter-lock hand-offs), measured "
               f"{m['measured_thread_waits']:.0f} (voluntary context switches)")
+    pw, mw = m.get("predicted_waits_by_thread") or {}, m.get("measured_waits_by_thread") or {}
+    if pw or mw:
+        names = sorted(set(pw) | set(mw))
+        print("  per worker, blocked and woken (predicted / measured median): "
+              + ", ".join(f"{n} {pw.get(n, 0)} / {mw.get(n, 0):.0f}" for n in names))
     if "logits_native_exact" in m:
         print(f"  logits vs the same forward op by op with the native kernels: "
               f"{'bit-exact' if m['logits_native_exact'] else 'DIFFER'} "

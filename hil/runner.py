@@ -74,6 +74,12 @@ class RunResult:
     info: dict = field(default_factory=dict)   # lazy unpacks, embedding waits, ...
 
 
+def _voluntary_switches() -> int:
+    """Voluntary context switches of the calling thread so far (it blocked: a Condition, the interpreter lock, a read
+    waiting for the device); Linux's getrusage(RUSAGE_THREAD)."""
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_nvcsw
+
+
 def _check_bound(plan: Plan, ix: FileIndex) -> None:
     if not plan.info.get("bound"):
         raise ValueError(f"plan {plan.framework}: not bound to a packed file (call hil.packed_index.bind_to_file "
@@ -126,6 +132,7 @@ class _Run:
         self.fds: list[int] = []
         self.t0 = 0.0
         self.thread_ids: dict[int, str] = {}             # kernel thread id -> worker ("load0", "cpu0", ...)
+        self.switches: dict[str, int] = {}               # worker -> its voluntary context switches from t0 on
         self.ru_start: resource.struct_rusage | None = None   # process rusage at t0 and when the last task ended:
         self.ru_end: resource.struct_rusage | None = None     # Timeline.core_busy_s (user + system) and .waits
 
@@ -169,6 +176,7 @@ class _Run:
         done: tuple | None = None                    # (task, start, end, unit, stolen, cpu_s) just run by this thread
         self.thread_ids[threading.get_native_id()] = f"{resource}{idx}"   # the kernel's id (hil.schedtrace)
         self.go.wait()
+        nv0 = _voluntary_switches()
         try:
             while True:
                 with self.lock:
@@ -204,6 +212,8 @@ class _Run:
                 done, task = (task, start, self._now(), unit, stolen, cpu_s), None
         except BaseException as e:     # noqa: BLE001 - reported once by run()
             self._abort(task, e)
+        finally:
+            self.switches[f"{resource}{idx}"] = _voluntary_switches() - nv0
 
     def _finish(self, resource: str, idx: int, task: Task, start: float, end: float, unit: str, stolen: bool,
                 cpu_s: float) -> None:
@@ -384,7 +394,8 @@ class _Run:
             busy = (b.ru_utime + b.ru_stime) - (a.ru_utime + a.ru_stime)
             waits = b.ru_nvcsw - a.ru_nvcsw
         return Timeline(self.plan, self.spans, end, self.bytes_read, self.peak, [], self.mem_samples,
-                        source="measured", core_busy_s=busy, waits=waits)
+                        source="measured", core_busy_s=busy, waits=waits,
+                        waits_by_thread=dict(sorted(self.switches.items())))
 
     def close(self) -> None:
         """Stop the native GEMM helpers and drop the compiled steps (idempotent). The steps are closures over the

@@ -39,3 +39,5 @@ class Timeline:
     #                                   work; measured: the process's user + system CPU time over the run)
     waits: int | None = None          # times a thread blocked and was woken (modelled: idle workers woken +
     #                                   interpreter-lock hand-offs; measured: the process's voluntary context switches)
+    waits_by_thread: dict[str, int] | None = None   # the same per plan worker ("cpu0", "load1", ...; measured: each
+    #                                   worker thread's voluntary context switches, getrusage(RUSAGE_THREAD))

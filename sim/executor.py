@@ -101,6 +101,7 @@ class PlanExecutor:
         self.mem_samples: list[tuple[float, int]] = [(0.0, 0)]
         self.gil_waits = 0                    # runtime parts that found the interpreter lock held (hand-offs)
         self.idle_wakes = 0                   # idle workers woken for a task
+        self.waits_by: dict[str, int] = {}     # worker ("cpu0", "load1", ...) -> its blocking waits (both kinds above)
         self.reading = 0                      # sequential loads in their device transfer now
         # per loader thread (its own file descriptor, as the runner's: its own readahead state): (end of the file
         # range its last sequential load streamed, when that read call returned)
@@ -197,11 +198,18 @@ class PlanExecutor:
             yield lock
             if held or handoff:
                 self.gil_waits += 1
+                self._count_wait(owner)
                 seconds += self.dev.thread_wake_cpu_s
                 if self.dev.thread_wake_s > 0:       # woken like any futex waiter: it runs thread_wake_s later,
                     yield self.env.timeout(self.dev.thread_wake_s)   # the lock reserved for it meanwhile
             if seconds > 0:
                 yield self.env.all_of(self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
+
+    def _count_wait(self, owner: object) -> None:
+        """Tally one blocking wait of worker `owner` ((resource, idx); anonymous owners are not a worker)."""
+        if isinstance(owner, tuple) and len(owner) == 2 and isinstance(owner[0], str):
+            name = f"{owner[0]}{owner[1]}"
+            self.waits_by[name] = self.waits_by.get(name, 0) + 1
 
     def _gil_held(self) -> bool:
         return self.gil is not None and (self.gil.count > 0 or len(self.gil.queue) > 0)
@@ -284,6 +292,7 @@ class PlanExecutor:
                 self.idle[resource].append(ev)
                 yield ev
                 self.idle_wakes += 1
+                self._count_wait((resource, idx))
                 wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
                 if self.dev.thread_wake_busy_s > 0:
                     yield env.timeout(0)                # the waker and others woken at this instant start first
@@ -426,7 +435,7 @@ class PlanExecutor:
             raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
         return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples,
                         self.mem_samples, core_busy_s=self.cores.busy_core_s(),
-                        waits=self.idle_wakes + self.gil_waits)
+                        waits=self.idle_wakes + self.gil_waits, waits_by_thread=dict(sorted(self.waits_by.items())))
 
 
 def simulate(plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0) -> Timeline:

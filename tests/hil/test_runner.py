@@ -124,6 +124,10 @@ def test_forced_isa_and_one_chunk(tiny_files):
     plan = bound_plan("edgeflow", spec, files["weightlet"], PROMPT, chunk=0)
     r = run_plan(plan, files["weightlet"], toks, spec=spec, isa="sse2")
     assert np.abs(r.logits - refs["weightlet"]).max() < TINY_LOGIT_ATOL
+    w = r.timeline.waits_by_thread                  # measured per worker thread (getrusage RUSAGE_THREAD)
+    workers = {f"{res}{i}" for res in ("load", "unpack", "graph", "cpu", "npu") for i in range(plan.workers(res))}
+    assert set(w) == workers
+    assert all(v >= 0 for v in w.values()) and sum(w.values()) >= 1   # the workers waited for each other
 
 
 def test_unbound_plan_is_refused(tiny_files):

@@ -407,6 +407,7 @@ def test_timeline_reports_core_occupancy_and_wake_ups():
     tl = simulate(plan, device(2, thread_wake_cpu_s=0.1), FakeCost())
     assert tl.end_s == pytest.approx(2.1) and tl.core_busy_s == pytest.approx(2.1)   # one core busy throughout
     assert tl.waits == 1                           # the cpu worker, idle until the unpack ends, woken once
+    assert tl.waits_by_thread == {"cpu0": 1}       # ... per worker: only that one waited
     two = PlanBuilder()
     two.add("a", "unpack", works=[OpWork("unpack", n=1.0)])                  # type: ignore[arg-type]
     two.add("b", "cpu", works=[OpWork("elementwise", n=1.0)])                # type: ignore[arg-type]
