@@ -50,6 +50,7 @@ class OpWork:
     bits_weights: list[int] = field(default_factory=list)   # unpack: weights per bit width, index = bits (0..8)
     bits_channels: list[int] = field(default_factory=list)  # unpack: output channels per bit width (a fixed cost
     #                                                         per channel: short rows unpack slower per weight)
+    calls: int = 0             # unpack: kernel calls the work is made of (one per packed tensor; 0 = one call)
 
     @property
     def flops(self) -> float:

@@ -16,7 +16,8 @@ overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`,
 it otherwise; bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`;
 a loader that starts a new sequential stream waits `flash_stream_start_s` first),
 copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a runtime's
-fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls, bookkeeping; with
+fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls, bookkeeping; an
+unpack runs as `OpWork.calls` kernel calls, one per packed tensor, each returning to the interpreter lock; with
 `interpreter_lock`, these and each op's dispatch cost run under one process-wide mutex, a Python runtime's GIL, held
 until they have had their core time; finding it held, or returning from a kernel or a read into it held, costs a
 blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable
@@ -381,15 +382,10 @@ class PlanExecutor:
                     unit, threads, core = "cpu", plan.cpu_threads, plan.cpu_first_core
                 else:
                     unit, threads, core = "npu", 1, 0
-                n_out = max(1, len(t.tensors))
-                touch = self._touch_s(fresh, n_out, unpack=True) if resource == "unpack" else 0.0   # fresh INT8 outputs
-                setup = len(t.tensors) * self.dev.unpack_tensor_s if resource == "unpack" else 0.0
-                if setup > 0:                                       # per tensor: output set-up, the call
-                    cpu_s += setup
-                    yield env.all_of(self._runtime(setup, owner=me))
-                if touch > 0:
-                    cpu_s += touch
-                    yield env.all_of(self._occupy(touch, 1, 0.0, owner=me, cls="touch"))
+                if resource == "unpack":
+                    cpu_s += yield from self._unpack(t, fresh, me)
+                    self._end(t, tid, stolen, resource, idx, start, unit, cpu_s)
+                    continue
                 on_core = unit == "cpu" or self.dev.npu_on_cpu_core
                 for w in t.works:
                     dur = cost.op_time(w, unit, threads, core)
@@ -412,13 +408,50 @@ class PlanExecutor:
                         self._pool_end(me, threads)
                     if dur - py > 0 and on_core:                    # the kernel returns: re-take the lock
                         cpu_s += yield from self._retake(me)
-            self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, env.now, unit, stolen, cpu_s))
-            if resource == "unpack":
-                for r in t.tensors:
-                    if r.nbytes > 0:
-                        bisect.insort(self.pool, r.nbytes)
-            self._mem(-t.mem_free)
-            self._after(*self.dispatch.complete(tid))
+            self._end(t, tid, stolen, resource, idx, start, unit, cpu_s)
+
+    def _end(self, t, tid: int, stolen: bool, resource: str, idx: int, start: float, unit: str, cpu_s: float) -> None:
+        """Record task `t`'s span, release its memory (an unpack's staging buffers go to the pool) and complete it."""
+        self.spans.append(Span(tid, "cpu" if stolen else resource, idx, start, self.env.now, unit, stolen, cpu_s))
+        if resource == "unpack":
+            for r in t.tensors:
+                if r.nbytes > 0:
+                    bisect.insort(self.pool, r.nbytes)
+        self._mem(-t.mem_free)
+        self._after(*self.dispatch.complete(tid))
+
+    def _unpack(self, t, fresh: int, me: tuple[str, int]):
+        """An unpack task on one thread, as the runner does it: per packed tensor (`OpWork.calls` kernel calls per
+        work, its tensors' share each) the runtime's set-up (`unpack_tensor_s` per tensor of the task, under the
+        interpreter lock), the kernel's first touch of its fresh INT8 output and its unpack work, then the re-take of
+        the interpreter lock as the call returns (a blocking hand-off when another thread holds it). Yields until done;
+        returns the core seconds."""
+        env, cost = self.env, self.cost
+        cpu_s = 0.0
+        setup = len(t.tensors) * self.dev.unpack_tensor_s
+        n_out = max(1, len(t.tensors))
+        touch = self._touch_s(fresh, n_out, unpack=True)              # the fresh INT8 outputs
+        works = [w for w in t.works if w.kind == "unpack"] or t.works
+        calls = [(w, max(1, w.calls)) for w in works]
+        n_calls = sum(n for _w, n in calls) or 1
+        for w, n in calls:
+            dur = cost.op_time(w, "cpu", 1, me[1])
+            py = min(dur, self._python_s(w, "cpu")) if self.gil is not None else 0.0
+            dram = cost.dram_bytes(w, "cpu")
+            for _ in range(n):
+                run = setup / n_calls + py / n                         # set-up + the call's own Python
+                if run > 0:
+                    cpu_s += run
+                    yield env.all_of(self._runtime(run, owner=me))
+                if touch > 0:
+                    cpu_s += touch / n_calls
+                    yield env.all_of(self._occupy(touch / n_calls, 1, 0.0, owner=me, cls="touch"))
+                if dur - py > 0:
+                    cpu_s += (dur - py) / n
+                    yield env.all_of(self._occupy((dur - py) / n, 1, dram / n, owner=me, cls="unpack"))
+                if touch > 0 or dur - py > 0:
+                    cpu_s += yield from self._retake(me)              # the kernel returns: re-take the lock
+        return cpu_s
 
     def run(self) -> Timeline:
         env = self.env

@@ -54,11 +54,11 @@ def layer_weights(spec: ModelSpec, dev: SocProfile, bits: dict[str, np.ndarray] 
             work = OpWork("unpack", weights=weights, nbytes=unpack_bytes,
                           cycles=dev.kquant_unpack_cycles_per_weight * weights, fmt=fmt,
                           bits_weights=bits_weights(per_kind, [d for _c, d in shapes.values()]),
-                          bits_channels=bits_weights(per_kind, [1] * len(per_kind)))
+                          bits_channels=bits_weights(per_kind, [1] * len(per_kind)), calls=len(shapes))
         else:
             work = OpWork("unpack", weights=weights, nbytes=unpack_bytes, simd_instr=instr, fmt=fmt,
                           bits_weights=bits_weights(per_kind, [d for _c, d in shapes.values()]),
-                          bits_channels=bits_weights(per_kind, [1] * len(per_kind)))
+                          bits_channels=bits_weights(per_kind, [1] * len(per_kind)), calls=len(shapes))
         out.append(LayerWeights(fb, i8, direct, work))
     head = spec.vocab * spec.d_model
     out.append(LayerWeights(head + SCALE_BYTES * spec.vocab, head, head + SCALE_BYTES * spec.vocab, None))

@@ -525,3 +525,20 @@ def test_readahead_follows_each_loaders_stream_past_small_reads_elsewhere():
     plain, with_norms = simulate(plan(False), dev, FakeCost()), simulate(plan(True), dev, FakeCost())
     assert plain.end_s == pytest.approx(0.01 + 1.0 + 0.002)
     assert with_norms.end_s == pytest.approx(0.0100023 + 1.0 + 0.0020023, rel=1e-4)
+
+
+def test_an_unpack_re_takes_the_interpreter_lock_after_each_kernel_call():
+    """An unpack task's work is `calls` kernel calls (one per packed tensor, as the runner makes them), each followed
+    by the re-take of the interpreter lock: with another thread holding the lock for 0.5 s, one 0.3 s call waits for
+    it once at its end (0.5 + the hand-off's 0.01 s), three 0.1 s calls wait after the first and run the other two
+    after the release (0.51 + 0.2)."""
+    dev = device(2, interpreter_lock=True, npu_on_cpu_core=True, thread_wake_cpu_s=0.01, cpu_op_python_s=0.5)
+    ends = {}
+    for calls in (1, 3):
+        b = PlanBuilder()
+        b.add("u", "unpack", works=[OpWork("unpack", n=0.3, calls=calls)])       # type: ignore[arg-type]
+        b.add("held", "npu", works=[OpWork("elementwise", k=0.5)])               # type: ignore[arg-type]
+        ex = PlanExecutor(Plan("t", "m", "d", 1, 0, b.tasks), dev, _OverheadCost())
+        ends[calls] = ex.run().end_s
+        assert ex.waits_by.get("unpack0") == 1                                   # one hand-off either way
+    assert ends[1] == pytest.approx(0.51) and ends[3] == pytest.approx(0.71)
