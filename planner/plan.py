@@ -51,6 +51,7 @@ class OpWork:
     bits_channels: list[int] = field(default_factory=list)  # unpack: output channels per bit width (a fixed cost
     #                                                         per channel: short rows unpack slower per weight)
     calls: int = 0             # unpack: kernel calls the work is made of (one per packed tensor; 0 = one call)
+    op: str = ""               # elementwise: the layer op it is (planner.pipeline.dag name; "" = unnamed)
 
     @property
     def flops(self) -> float:

@@ -21,6 +21,9 @@ A table is JSON with up to four sections; only `points` is required (the origina
   2. along M: seconds are made non-decreasing in M (a larger M cannot be faster; removes timing noise), then
      interpolated linearly in M between measured points; below the smallest measured M the smallest M's time
      (the weight-streaming floor); above the largest, scaled by M / M_max (compute bound).
+- elementwise `points` that name their kernel (`"op": "rmsnorm"`, ...; the host calibration's) are also fitted per
+  (unit, kernel, threads); an elementwise op whose `OpWork.op` maps to a kernel (`planner.cost.elementwise`) is
+  predicted from that kernel's line at `ratio` x its DAG bytes, else from the line over every elementwise point.
 - `op_overhead_s`: `{"cpu": s, "npu": s}`, a fixed per-op dispatch cost added to every compute op (matmul, lm_head,
   attention, elementwise) of that unit (the analytic model's cpu_op_overhead_s / npu_dispatch_s; on this host the
   runner's thread hand-off per task); default 0.
@@ -37,6 +40,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.cost.base import CostModel
+from planner.cost.elementwise import HOST_KERNELS
 from planner.plan import OpWork
 
 COMPUTE_KINDS = ("matmul", "lm_head", "attention", "elementwise")
@@ -99,6 +103,7 @@ class TableCostModel(CostModel):
         self.fits: dict[tuple[str, str, int], tuple[float, float]] = {}   # (unit, kind, threads) -> (s, s per work)
         self.row_fits: dict[tuple[str, str, int], tuple[float, float, float]] = {}   # attention: (s, s/row, s/FLOP)
         groups: dict[tuple[str, str, int], list[tuple[float, float, float]]] = {}
+        by_op: dict[tuple[str, str, int], list[tuple[float, float]]] = {}   # elementwise (unit, kernel, threads)
         for i, p in enumerate(points):
             try:
                 key = (str(p["unit"]), str(p["kind"]), int(p.get("threads", 1)))
@@ -108,6 +113,8 @@ class TableCostModel(CostModel):
             if w < 0 or s < 0 or key[2] < 1:
                 raise ValueError(f"cost table point {i}: work and seconds must be >= 0, threads >= 1")
             groups.setdefault(key, []).append((w, s, r))
+            if key[1] == "elementwise" and p.get("op"):
+                by_op.setdefault((key[0], str(p["op"]), key[2]), []).append((w, s))
         for key, pts in groups.items():
             x, y, rows = np.array(pts).T                              # (P,), (P,), (P,)
             if key[1] == "attention" and len(pts) >= 3 and rows.min() >= 0 and np.ptp(rows) > 0:
@@ -116,6 +123,9 @@ class TableCostModel(CostModel):
                 self.fits[key] = (0.0, float(y.mean() / max(x.mean(), 1e-30)))
                 continue
             self.fits[key] = _fit_line(x, y)
+        self.op_fits: dict[tuple[str, str, int], tuple[float, float]] = {   # (unit, kernel, threads) -> (a, b)
+            key: _fit_line(*np.array(pts).T) for key, pts in by_op.items() if len(pts) >= 2 and
+            np.ptp(np.array(pts)[:, 0]) > 0}
         self.spw = self._unpack_rows(unpack or [])                   # (fmt, threads) -> (9,) s per weight by bits
         self.spc = self._unpack_rows(unpack or [], "s_per_channel")   # (fmt, threads) -> (9,) s per channel by bits
         self.curves = self._matmul_rows(matmul or [])                # (unit, threads) -> {(K, N): _Curve}
@@ -229,6 +239,11 @@ class TableCostModel(CostModel):
             t = self._matmul_grid(work, unit, threads)
             if t is not None:
                 return t + over
+        if work.kind == "elementwise" and work.op in HOST_KERNELS:
+            kernel, ratio = HOST_KERNELS[work.op]
+            kfit = self.op_fits.get((unit, kernel, threads))
+            if kfit is not None:                 # the op's own kernel, in its bytes (planner.cost.elementwise)
+                return kfit[0] + kfit[1] * work.nbytes * ratio + over
         fit = self.fits.get((unit, work.kind, threads))
         if fit is None:
             if self.fallback is None:

@@ -27,7 +27,7 @@ def layer_dag(spec: ModelSpec, m: int, past: int) -> nx.DiGraph:
     g = nx.DiGraph()
 
     def ew(name: str, nbytes: int, *deps: str) -> None:
-        g.add_node(name, work=OpWork("elementwise", m=m, nbytes=nbytes))
+        g.add_node(name, work=OpWork("elementwise", m=m, nbytes=nbytes, op=name))
         g.add_edges_from((x, name) for x in deps)
 
     def mm(name: str, k: int, n: int, *deps: str) -> None:

@@ -134,6 +134,27 @@ def test_table_fit_keeps_the_fixed_cost_of_small_ops():
     assert np.polyfit(x, y * 1e-6, 1)[1] < 0.5 * a                         # what the unweighted fit made of it
 
 
+def test_an_elementwise_op_is_predicted_from_its_own_kernel_in_that_kernels_bytes():
+    """Points that name their kernel are fitted per kernel; a DAG op mapped to a kernel (planner.cost.elementwise)
+    costs that kernel's line at ratio x its DAG bytes. silu runs as silu_mul (12 B per element against the DAG's 4):
+    a kernel 3x dearer per byte than add is no longer predicted at the mixed line's rate."""
+    from planner.cost.elementwise import HOST_KERNELS
+
+    pts = [{"unit": "cpu", "kind": "elementwise", "op": op, "work": w, "seconds": 5e-6 + w * per}
+           for op, per in (("add", 1e-11), ("silu_mul", 3e-11)) for w in (1e4, 1e5, 1e6)]
+    t = TableCostModel(pts)
+    kernel, ratio = HOST_KERNELS["silu"]
+    assert (kernel, ratio) == ("silu_mul", 3.0)
+    silu = OpWork("elementwise", m=16, nbytes=100_000, op="silu")
+    assert t.op_time(silu, "cpu") == pytest.approx(5e-6 + 3e-11 * 300_000, rel=1e-6)
+    add = OpWork("elementwise", m=16, nbytes=100_000, op="add_ffn")
+    assert t.op_time(add, "cpu") == pytest.approx(5e-6 + 1e-11 * 200_000, rel=1e-6)
+    unnamed = OpWork("elementwise", m=16, nbytes=100_000)                     # no op: the line over every point
+    a, b = t.fits[("cpu", "elementwise", 1)]
+    assert t.op_time(unnamed, "cpu") == pytest.approx(a + b * 100_000)
+    assert TableCostModel([{**p, "op": ""} for p in pts]).op_time(silu, "cpu") == pytest.approx(a + b * 100_000)
+
+
 # ---- formats -------------------------------------------------------------------------------------------------
 FIG4A = {4: 0.1154, 5: 0.7767, 6: 0.0991, 7: 0.0079, 8: 0.0004}
 
