@@ -1065,6 +1065,61 @@ def measure_dispatch(s: CalibrationSettings, worker_cpu: list[float] | None = No
     return Stat(st.median / s.dispatch_tasks, st.spread, st.n)
 
 
+def measure_wake_idle_core(k: "Kernels", s: CalibrationSettings) -> Stat | None:
+    """Seconds from a notify through a threading.Condition until the woken thread runs, when its waker keeps
+    computing (one layer GEMM, the interpreter lock released) and the woken thread is pinned to another, idle core
+    (on a VM a halted vCPU, woken by an interrupt first): the runner's hand-offs between its compute workers, whose
+    waker goes on to its next op. `measure_dispatch`'s ping-pong measures the other case — the waker sleeps at once
+    and leaves the woken thread its own core. Mean per hand-off; None on one core."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        return None
+    rng = np.random.default_rng(5)
+    work = layer_gemm(k, s, rng)
+    n = max(50, s.dispatch_tasks // 4)
+    vals = []
+    for _ in range(s.reps):
+        cond = threading.Condition()
+        st = {"task": 0, "done": 0, "stop": False}
+        delays: list[float] = []
+        sent = [0.0]
+
+        def worker() -> None:
+            os.sched_setaffinity(0, {cpus[1]})
+            with cond:
+                while True:
+                    while st["task"] == st["done"] and not st["stop"]:
+                        cond.wait()
+                    if st["stop"]:
+                        return
+                    delays.append(time.perf_counter() - sent[0])
+                    st["done"] += 1
+                    cond.notify_all()
+
+        th = threading.Thread(target=worker, daemon=True)
+        th.start()
+        mask = os.sched_getaffinity(0)
+        try:
+            os.sched_setaffinity(0, {cpus[0]})
+            for _ in range(n):
+                with cond:
+                    st["task"] += 1
+                    sent[0] = time.perf_counter()
+                    cond.notify_all()
+                work()                                      # the waker keeps computing
+                with cond:
+                    while st["done"] != st["task"]:
+                        cond.wait()
+        finally:
+            os.sched_setaffinity(0, mask)
+            with cond:
+                st["stop"] = True
+                cond.notify_all()
+            th.join()
+        vals.append(float(np.mean(delays)))
+    return Stat.of(vals)
+
+
 # ================================================ everything ========================================================
 @dataclass
 class Measurements:
@@ -1101,6 +1156,7 @@ class Measurements:
     stream_start: Stat | None = None      # s a cold sequential read takes beyond its steady rate (stream_start)
     unpack_touch: Stat | None = None      # s per B of an unpack kernel's first touch of fresh 1 MiB outputs
     unpack_touch_large: Stat | None = None  # the same, fresh 16 MiB outputs
+    wake_idle_core: Stat | None = None    # s until a thread woken on an idle core runs while its waker computes
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -1158,6 +1214,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         runner = step("runner", lambda: measure_runner_cost(tiny, s.runner_runs, s.reps, cold.fresh_cpu.median,
                                                             utouch.median))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
+    wake_idle = step("wake_idle_core", lambda: measure_wake_idle_core(k, s))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
-                        load, host_probe, pread_ra, pool_wake, sstart, utouch, utouch_large)
+                        load, host_probe, pread_ra, pool_wake, sstart, utouch, utouch_large, wake_idle)

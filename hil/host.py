@@ -47,7 +47,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 9
+STORE_VERSION = 10
 
 
 # ================================================ identity ===========================================================
@@ -398,6 +398,11 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
           "of the same round trips (woken from its Condition, re-taking the lock and the interpreter lock, "
           "notifying back, going back to sleep): core time a woken worker spends besides its task",
           m.dispatch_worker_cpu.spread)
+    if m.wake_idle_core is not None:
+        f.put("thread_wake_idle_core_s", m.wake_idle_core.median, "measured: from a notify through a "
+              "threading.Condition until the woken thread runs, pinned to another, idle core, while its waker keeps "
+              "computing (a layer GEMM): the runner's compute workers hand each other ops and go on (mean per "
+              "hand-off)", m.wake_idle_core.spread)
     f.put("thread_wake_busy_s", m.dispatch_busy.median / 2, "measured: the same hand-off while one CPU-bound "
           "thread per core runs short native calls from a Python loop (the woken thread waits for a time slice and "
           "the interpreter lock), half the round trip", m.dispatch_busy.spread)
@@ -546,7 +551,8 @@ def measurements_json(m) -> dict:
                 pool_wake_s=stat(m.pool_wake) if m.pool_wake is not None else None,
                 unpack_touch_s_per_byte=stat(m.unpack_touch) if m.unpack_touch is not None else None,
                 unpack_touch_large_s_per_byte=stat(m.unpack_touch_large) if m.unpack_touch_large is not None
-                else None)
+                else None,
+                wake_idle_core_s=stat(m.wake_idle_core) if m.wake_idle_core is not None else None)
 
 
 # ================================================ store ==============================================================

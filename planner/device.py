@@ -82,6 +82,10 @@ class SocProfile:
     #                                           re-taking its lock; 0 = not modelled)
     thread_wake_busy_s: float = 0.0           # s, the same while other threads occupy every core (a time slice and,
     #                                           for a Python runner, the interpreter lock; 0 = thread_wake_s)
+    thread_wake_idle_core_s: float = 0.0      # s, the same when its waker keeps running and another core is idle:
+    #                                           the woken thread starts on that core (a halted vCPU is woken by an
+    #                                           interrupt first); thread_wake_s is a ping-pong's, whose waker sleeps
+    #                                           at once and leaves it its own core (0 = thread_wake_s)
     load_tensor_s: float = 0.0                # s of core time per tensor a load task reads, beyond its bytes (a
     #                                           runtime's buffer set-up, read call, bookkeeping; 0 = not modelled)
     unpack_tensor_s: float = 0.0              # s of core time per tensor an unpack task unpacks, beyond the kernel's

@@ -29,7 +29,8 @@ faults it in inside the kernel's copy, `read_fault_s_per_byte`; an unpack kernel
 docs/hil.md). Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging
 blobs (packed tensors an unpack consumes) reuse buffers released by earlier unpacks, best fit (unbound plans: only
 memory beyond the run's high-water mark is fresh). A worker that waited idle starts `thread_wake_s` after being woken (a
-thread hand-off; `thread_wake_busy_s` while other threads occupy every core) and spends `thread_wake_cpu_s` of core time
+thread hand-off; `thread_wake_busy_s` while other threads occupy every core, `thread_wake_idle_core_s` while some
+run and a core is idle: it starts there) and spends `thread_wake_cpu_s` of core time
 on the wake-up itself. A runtime that splits only GEMMs over its CPU threads (`cpu_split_gemm_only`, the host runner)
 runs its other ops on the worker's one core; a multi-threaded GEMM's helpers poll their cores for `gemm_pool_spin_s`
 after it (occupied cores; the next GEMM in that window finds them awake) and are woken otherwise (`gemm_pool_wake_s`
@@ -295,10 +296,12 @@ class PlanExecutor:
                 self.idle_wakes += 1
                 self._count_wait((resource, idx))
                 wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
-                if self.dev.thread_wake_busy_s > 0:
+                if self.dev.thread_wake_busy_s > 0 or self.dev.thread_wake_idle_core_s > 0:
                     yield env.timeout(0)                # the waker and others woken at this instant start first
-                    if self.cores.full_without():
+                    if self.dev.thread_wake_busy_s > 0 and self.cores.full_without():
                         wake_s = self.dev.thread_wake_busy_s    # ... longer while other threads occupy every core
+                    elif self.dev.thread_wake_idle_core_s > 0 and self.cores.active:
+                        wake_s = self.dev.thread_wake_idle_core_s   # ... on an idle core while others keep running
                 if wake_s > 0:
                     yield env.timeout(wake_s)
                 if self.dev.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)

@@ -286,6 +286,28 @@ def test_a_worker_woken_while_every_core_is_busy_waits_longer():
     assert m_start(dev) - m_start(quiet) == pytest.approx(0.24, rel=1e-6)
 
 
+def test_a_worker_woken_onto_an_idle_core_while_others_run_waits_its_own_time():
+    """thread_wake_idle_core_s applies when, at the wake, another thread keeps running and a core is idle (the woken
+    thread starts on that core); thread_wake_s when nothing else runs (its waker's core takes it)."""
+    b = PlanBuilder()
+    u0 = b.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])             # type: ignore[arg-type]
+    b.add("u1", "unpack", works=[OpWork("unpack", n=4.0)])                  # type: ignore[arg-type]
+    b.add("m", "cpu", [u0], works=[OpWork("matmul", k=1.0, n=0.5)])          # type: ignore[arg-type]
+    plan = Plan("t", "m", "d", 1, 0, b.tasks, unpack_threads=2)
+    dev = device(3, thread_wake_s=0.01, thread_wake_idle_core_s=0.05)
+
+    def start(d, name: str) -> float:
+        return next(s.start for s in simulate(plan, d, FakeCost()).spans if plan.tasks[s.task].name == name)
+    quiet = dataclasses.replace(dev, thread_wake_idle_core_s=0.0)
+    assert start(dev, "m") - start(quiet, "m") == pytest.approx(0.04, rel=1e-6)    # u1 still runs at the wake
+    b1 = PlanBuilder()
+    v0 = b1.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])            # type: ignore[arg-type]
+    b1.add("m", "cpu", [v0], works=[OpWork("matmul", k=1.0, n=0.5)])        # type: ignore[arg-type]
+    alone = Plan("t", "m", "d", 1, 0, b1.tasks, unpack_threads=1)
+    assert next(s.start for s in simulate(alone, dev, FakeCost()).spans if alone.tasks[s.task].name == "m") == \
+        pytest.approx(1.01)                                                # nothing else runs: thread_wake_s
+
+
 def test_per_tensor_costs_of_loads_and_unpacks_are_core_time():
     """A runtime's fixed cost per loaded / unpacked tensor (load_tensor_s, unpack_tensor_s; measured for the host
     runner) is core time of the worker: it lengthens the task, shows in its span's CPU time and competes for cores."""
