@@ -454,24 +454,29 @@ def measure_stream_start(path: Path, request: int, blob: int, reps: int) -> Stat
     return Stat.of([stream_start(path, request, blob) for _ in range(max(3, reps))])
 
 
-def measure_random_read(path: Path, reps: int, n: int = 64) -> Stat:
+def measure_random_read(path: Path, reps: int, n: int = 64, cpu: list[Stat] | None = None) -> Stat:
     """Seconds per cold 4 KiB pread at random (sorted, distinct-page) offsets of an evicted file, 1 thread: what reading
-    embedding rows of the prompt's tokens costs (no readahead helps)."""
+    embedding rows of the prompt's tokens costs (no readahead helps). With `cpu`, the reading thread's CPU seconds per
+    read (`time.thread_time`: the syscall, page allocation, I/O submission and completion, the copy) are appended to
+    it as a Stat."""
     size = path.stat().st_size
     rng = np.random.default_rng(3)
     buf = bytearray(4096)
-    vals = []
+    vals, cpus = [], []
     fd = os.open(path, os.O_RDONLY)
     try:
         for _ in range(reps):
             evict(path)
             offs = np.sort(rng.choice(size // 4096 - 1, size=n, replace=False)) * 4096
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             for o in offs:
                 os.preadv(fd, [buf], int(o))
             vals.append((time.perf_counter() - t0) / n)
+            cpus.append((time.thread_time() - c0) / n)
     finally:
         os.close(fd)
+    if cpu is not None:
+        cpu.append(Stat.of(cpus))
     return Stat.of(vals)
 
 
@@ -1157,6 +1162,7 @@ class Measurements:
     unpack_touch: Stat | None = None      # s per B of an unpack kernel's first touch of fresh 1 MiB outputs
     unpack_touch_large: Stat | None = None  # the same, fresh 16 MiB outputs
     wake_idle_core: Stat | None = None    # s until a thread woken on an idle core runs while its waker computes
+    random_read_cpu: Stat | None = None   # s of the reading thread's CPU per cold random 4 KiB read
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -1181,7 +1187,8 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         reads = step("cold_read", lambda: measure_cold_reads(path, s))
         ra = step("mmap_readahead", lambda: mmap_readahead(path, s.reps))
         warm = step("warm_read", lambda: measure_warm_read(path, s))
-        rnd = step("random_read", lambda: measure_random_read(path, s.reps))
+        rnd_cpu: list[Stat] = []
+        rnd = step("random_read", lambda: measure_random_read(path, s.reps, cpu=rnd_cpu))
         rbusy = step("read_busy", lambda: measure_read_busy(path, s, bulk_request(reads)))
         req = bulk_request(reads, busy_s=rbusy.per_request.median)        # the loaders' request size
         rnd_busy = step("random_read_busy", lambda: measure_random_read_busy(path, s.reps, req))
@@ -1217,4 +1224,5 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
     wake_idle = step("wake_idle_core", lambda: measure_wake_idle_core(k, s))
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
-                        load, host_probe, pread_ra, pool_wake, sstart, utouch, utouch_large, wake_idle)
+                        load, host_probe, pread_ra, pool_wake, sstart, utouch, utouch_large, wake_idle,
+                        rnd_cpu[0] if rnd_cpu else None)

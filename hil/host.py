@@ -47,7 +47,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 10
+STORE_VERSION = 11
 
 
 # ================================================ identity ===========================================================
@@ -293,6 +293,10 @@ def put_random_reads(f: ProfileFields, m: Measurements) -> None:
           "work, charged to whichever thread runs)", rb.other_cpu.spread)
     f.put("flash_random_read_s", m.random_read.median, "measured: cold 4 KiB preads at random offsets of the evicted "
           "scratch file, 1 thread (embedding rows of a prompt)", m.random_read.spread)
+    if m.random_read_cpu is not None:
+        f.put("flash_random_read_cpu_s", m.random_read_cpu.median, "measured: the reading thread's CPU time per read "
+              "of the same cold random preads (time.thread_time: syscall, page allocation, I/O submission and "
+              "completion, copy)", m.random_read_cpu.spread)
     f.put("flash_random_read_busy_s", m.random_read_busy.median, "measured: the same random reads while another "
           "thread streams the file sequentially in flash_bulk_request_bytes preads (queued behind its readahead)",
           m.random_read_busy.spread)
@@ -552,7 +556,8 @@ def measurements_json(m) -> dict:
                 unpack_touch_s_per_byte=stat(m.unpack_touch) if m.unpack_touch is not None else None,
                 unpack_touch_large_s_per_byte=stat(m.unpack_touch_large) if m.unpack_touch_large is not None
                 else None,
-                wake_idle_core_s=stat(m.wake_idle_core) if m.wake_idle_core is not None else None)
+                wake_idle_core_s=stat(m.wake_idle_core) if m.wake_idle_core is not None else None,
+                random_read_cpu_s=stat(m.random_read_cpu) if m.random_read_cpu is not None else None)
 
 
 # ================================================ store ==============================================================

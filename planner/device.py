@@ -39,6 +39,8 @@ class SocProfile:
     #                                           file (its first request is read synchronously, the kernel's readahead
     #                                           window ramps up) beyond its steady rate; 0 = folded into the rate
     flash_random_read_s: float = 0.0          # s per read at a random offset (no readahead; 0 = the sequential model)
+    flash_random_read_cpu_s: float = 0.0      # s of the reader's core time per random read (syscall, page allocation,
+    #                                           I/O submission and completion, copy; 0 = read_cpu_gbps per byte)
     flash_random_read_busy_s: float = 0.0     # s per random read while sequential reads stream (queued behind their
     #                                           readahead; 0 = as flash_random_read_s)
     flash_request_busy_s: float = 0.0         # s added to each sequential read request while other threads occupy

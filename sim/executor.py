@@ -325,6 +325,9 @@ class PlanExecutor:
                 # by the measured share `read_cpu_overlap` (docs/hil.md "Loads"); scattered reads (no readahead) pay
                 # transfer, then copy.
                 read_cpu = nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0
+                if t.random_reads and self.dev.flash_random_read_cpu_s > 0 and nread > 0:
+                    # scattered reads: each request's own kernel work (a page each, measured per request)
+                    read_cpu = -(-nread // max(1, t.request_bytes)) * self.dev.flash_random_read_cpu_s
                 n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
                 if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
                     read_cpu += fresh * self.dev.read_fault_s_per_byte(fresh / n_buf)

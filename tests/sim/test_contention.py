@@ -308,6 +308,20 @@ def test_a_worker_woken_onto_an_idle_core_while_others_run_waits_its_own_time():
         pytest.approx(1.01)                                                # nothing else runs: thread_wake_s
 
 
+def test_scattered_reads_cost_their_measured_core_time_per_request():
+    """flash_random_read_cpu_s: each request of a random-read load (the prompt's embedding rows) costs that much of
+    the reader's core time (kernel work per cold page), after its transfer (no readahead overlaps it); 0 = the
+    per-byte read_cpu_gbps."""
+    b = PlanBuilder()
+    b.add("rows", "load", read_bytes=10 * 1000, request_bytes=1000, random_reads=True)
+    plan = Plan("t", "m", "d", 1, 0, b.tasks)
+    dev = device(2, flash_random_read_s=0.001, read_cpu_gbps=1e3)
+    base = simulate(plan, dev, FakeCost())
+    tl = simulate(plan, dataclasses.replace(dev, flash_random_read_cpu_s=0.002), FakeCost())
+    assert tl.spans[0].cpu_s == pytest.approx(0.02)
+    assert tl.end_s - base.end_s == pytest.approx(0.02 - base.spans[0].cpu_s, rel=1e-3)
+
+
 def test_per_tensor_costs_of_loads_and_unpacks_are_core_time():
     """A runtime's fixed cost per loaded / unpacked tensor (load_tensor_s, unpack_tensor_s; measured for the host
     runner) is core time of the worker: it lengthens the task, shows in its span's CPU time and competes for cores."""
