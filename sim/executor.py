@@ -437,8 +437,7 @@ class PlanExecutor:
         setup = len(t.tensors) * self.dev.unpack_tensor_s
         n_out = max(1, len(t.tensors))
         touch = self._touch_s(fresh, n_out, unpack=True)              # the fresh INT8 outputs
-        works = [w for w in t.works if w.kind == "unpack"] or t.works
-        calls = [(w, max(1, w.calls)) for w in works]
+        calls = [(w, max(1, w.calls)) for w in t.works]
         n_calls = sum(n for _w, n in calls) or 1
         for w, n in calls:
             dur = cost.op_time(w, "cpu", 1, me[1])
@@ -454,7 +453,8 @@ class PlanExecutor:
                     yield env.all_of(self._occupy(touch / n_calls, 1, 0.0, owner=me, cls="touch"))
                 if dur - py > 0:
                     cpu_s += (dur - py) / n
-                    yield env.all_of(self._occupy((dur - py) / n, 1, dram / n, owner=me, cls="unpack"))
+                    yield env.all_of(self._occupy((dur - py) / n, 1, dram / n, owner=me,
+                                                  cls=KIND_CLASS.get(w.kind, "")))
                 if touch > 0 or dur - py > 0:
                     cpu_s += yield from self._retake(me)              # the kernel returns: re-take the lock
         return cpu_s

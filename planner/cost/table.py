@@ -123,9 +123,11 @@ class TableCostModel(CostModel):
                 self.fits[key] = (0.0, float(y.mean() / max(x.mean(), 1e-30)))
                 continue
             self.fits[key] = _fit_line(x, y)
-        self.op_fits: dict[tuple[str, str, int], tuple[float, float]] = {   # (unit, kernel, threads) -> (a, b)
-            key: _fit_line(*np.array(pts).T) for key, pts in by_op.items() if len(pts) >= 2 and
-            np.ptp(np.array(pts)[:, 0]) > 0}
+        self.op_fits: dict[tuple[str, str, int], tuple[float, float]] = {}   # (unit, kernel, threads) -> (a, b)
+        for key, pts in by_op.items():
+            x, y = np.array(pts).T
+            if x.size >= 2 and np.ptp(x) > 0:
+                self.op_fits[key] = _fit_line(x, y)
         self.spw = self._unpack_rows(unpack or [])                   # (fmt, threads) -> (9,) s per weight by bits
         self.spc = self._unpack_rows(unpack or [], "s_per_channel")   # (fmt, threads) -> (9,) s per channel by bits
         self.curves = self._matmul_rows(matmul or [])                # (unit, threads) -> {(K, N): _Curve}
