@@ -286,135 +286,161 @@ class PlanExecutor:
 
     # ---- workers -----------------------------------------------------------------------------------------------
     def _worker(self, resource: str, idx: int):
-        env, plan, cost = self.env, self.plan, self.cost
+        """One worker thread of `resource`: takes the next ready task (the shared dispatch rules), runs it on its
+        shared resources, records its span; with nothing ready it sleeps until woken (`_sleep`)."""
+        env = self.env
+        me = (resource, idx)
         while True:
             got = self.dispatch.pop(resource)
             if got is None:
-                ev = env.event()
-                self.idle[resource].append(ev)
-                yield ev
-                self.idle_wakes += 1
-                self._count_wait((resource, idx))
-                wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
-                if self.dev.thread_wake_busy_s > 0 or self.dev.thread_wake_idle_core_s > 0:
-                    yield env.timeout(0)                # the waker and others woken at this instant start first
-                    if self.dev.thread_wake_busy_s > 0 and self.cores.full_without():
-                        wake_s = self.dev.thread_wake_busy_s    # ... longer while other threads occupy every core
-                    elif self.dev.thread_wake_idle_core_s > 0 and self.cores.active:
-                        wake_s = self.dev.thread_wake_idle_core_s   # ... on an idle core while others keep running
-                if wake_s > 0:
-                    yield env.timeout(wake_s)
-                if self.dev.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
-                    yield env.all_of(self._runtime(self.dev.thread_wake_cpu_s, owner=(resource, idx)))
+                yield from self._sleep(resource, idx)
                 continue
             tid, stolen, wake = got
             self._wake(wake)
-            t = plan.tasks[tid]
+            t = self.plan.tasks[tid]
             start = env.now
             fresh = self._fresh_bytes(t)
             self._mem(t.mem_alloc)
-            cpu_s = 0.0
             if resource == "load":
-                hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
-                self.preloaded -= hit
-                nread = t.read_bytes - hit
-                # CPU side of the read: the syscall's page-cache work and copy into the user buffer (read_cpu_gbps),
-                # faulting in the freshly allocated buffer (read_fault_gbps); it occupies a core either way. A
-                # sequential read overlaps part of it with the device transfer — the kernel's asynchronous readahead
-                # keeps the device streaming the next pages while the thread copies and faults in the current ones —
-                # by the measured share `read_cpu_overlap` (docs/hil.md "Loads"); scattered reads (no readahead) pay
-                # transfer, then copy.
-                read_cpu = nread / (self.dev.read_cpu_gbps * 1e9) if self.dev.read_cpu_gbps > 0 else 0.0
-                if t.random_reads and self.dev.flash_random_read_cpu_s > 0 and nread > 0:
-                    # scattered reads: each request's own kernel work (a page each, measured per request)
-                    read_cpu = -(-nread // max(1, t.request_bytes)) * self.dev.flash_random_read_cpu_s
-                n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
-                if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
-                    read_cpu += fresh * self.dev.read_fault_s_per_byte(fresh / n_buf)
-                me = (resource, idx)                                   # this loader thread
-                setup = len(t.tensors) * self.dev.load_tensor_s if t.ops != ["embed"] else 0.0
-                if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
-                    cpu_s += setup
-                    yield env.all_of(self._runtime(setup, owner=me))
-                if nread > 0 and self._starts_stream(t, me):     # a new sequential stream: its start-up latency
-                    yield env.timeout(self.dev.flash_stream_start_s)
-                ahead, hi = self._read_ahead(t, nread, me)     # already in the page cache: copied, not transferred
-                transfer = self.flash.read(nread - ahead, t.request_bytes, t.random_reads, owner=me)
-                t_start, t_end = env.now, [env.now]
-                if not t.random_reads:
-                    self.reading += 1                 # sequential readers in their transfer right now
-                    transfer.callbacks.append(lambda _e: self._read_done(t_end))
-                if self.dev.read_irq_gbps > 0 and nread > 0:
-                    # the read's interrupt and block-completion work takes core time meanwhile (charged to whichever
-                    # thread runs; nobody waits for it)
-                    self.cores.run(nread / (self.dev.read_irq_gbps * 1e9), 1, me)
-                # the overlap measured with as many readers as are streaming now (one, or several at once)
-                eta = 0.0 if t.random_reads else self.dev.read_overlap(self.reading)
-                if read_cpu > 0 and eta > 0:
-                    # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap; T = this read's
-                    # transfer as it went (the device shared with the other readers, as in the calibration)
-                    yield env.all_of([transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read")])
-                    exposed = (1.0 - eta) * min(t_end[0] - t_start, read_cpu)
-                    if exposed > 0:
-                        yield env.timeout(exposed)
-                else:
-                    yield transfer
-                    if read_cpu > 0:
-                        yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
-                if hi > 0:      # the read call returned: from now on the kernel reads ahead of this stream alone
-                    self.ra[me] = (hi, env.now)    # (its readahead during the call is read_cpu_overlap's part)
-                if nread > 0:                                           # the read returns: re-take the lock
-                    cpu_s += yield from self._retake(me)
-                copy_c = cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
-                copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
-                cpu_s += read_cpu + copy_s + t.duration_s
-                if copy_s > 0:
-                    yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf, me))
-                if t.duration_s > 0:
-                    yield self.cores.run(t.duration_s)
-                unit = "io"
+                unit, cpu_s = "io", (yield from self._load(t, fresh, me))
             elif resource == "graph":
-                if t.duration_s > 0:
-                    with self.driver.request() as slot:       # NPU driver work is serialized (npu_driver_slots)
-                        yield slot
-                        start = env.now                        # waiting for the driver is not restore work
-                        yield self.cores.run(t.duration_s)
-                unit = "graph"
+                unit, cpu_s = "graph", 0.0
+                start = yield from self._graph(t, start)
+            elif resource == "unpack":
+                unit, cpu_s = "cpu", (yield from self._unpack(t, fresh, me))
             else:
-                me = (resource, idx)                                   # this worker thread
-                if resource == "unpack":
-                    unit, threads, core = "cpu", 1, idx
-                elif resource == "cpu" or stolen:
-                    unit, threads, core = "cpu", plan.cpu_threads, plan.cpu_first_core
-                else:
-                    unit, threads, core = "npu", 1, 0
-                if resource == "unpack":
-                    cpu_s += yield from self._unpack(t, fresh, me)
-                    self._end(t, tid, stolen, resource, idx, start, unit, cpu_s)
-                    continue
-                on_core = unit == "cpu" or self.dev.npu_on_cpu_core
-                for w in t.works:
-                    dur = cost.op_time(w, unit, threads, core)
-                    py = min(dur, self._python_s(w, unit)) if self.gil is not None and on_core else 0.0
-                    if py > 0:                                      # the runtime's dispatch of the op
-                        cpu_s += py
-                        yield env.all_of(self._runtime(py, owner=me))
-                    gemm = w.kind in GEMM_KINDS
-                    occ = threads if gemm or not self.dev.cpu_split_gemm_only else 1   # threads the op occupies
-                    pooled = gemm and threads > 1 and unit == "cpu"
-                    if pooled:                               # the GEMM's helpers: polling still, or woken now
-                        wake = self._pool_start(me)
-                        if wake > 0:
-                            yield env.timeout(wake)
-                    if dur - py > 0:
-                        cpu_s += (dur - py) * occ if on_core else 0.0
-                        yield env.all_of(self._occupy(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core,
-                                                      owner=me, cls=KIND_CLASS.get(w.kind, "")))
-                    if pooled:
-                        self._pool_end(me, threads)
-                    if dur - py > 0 and on_core:                    # the kernel returns: re-take the lock
-                        cpu_s += yield from self._retake(me)
+                unit, cpu_s = yield from self._compute(t, resource, stolen, me)
             self._end(t, tid, stolen, resource, idx, start, unit, cpu_s)
+
+    def _sleep(self, resource: str, idx: int):
+        """An idle worker waits on its resource's queue; once woken it starts `thread_wake_s` later (a thread
+        hand-off; `thread_wake_busy_s` while other threads occupy every core, `thread_wake_idle_core_s` while some
+        run and a core is idle: it starts there) and spends `thread_wake_cpu_s` of core time on the wake-up."""
+        env = self.env
+        ev = env.event()
+        self.idle[resource].append(ev)
+        yield ev
+        self.idle_wakes += 1
+        self._count_wait((resource, idx))
+        wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
+        if self.dev.thread_wake_busy_s > 0 or self.dev.thread_wake_idle_core_s > 0:
+            yield env.timeout(0)                # the waker and others woken at this instant start first
+            if self.dev.thread_wake_busy_s > 0 and self.cores.full_without():
+                wake_s = self.dev.thread_wake_busy_s    # ... longer while other threads occupy every core
+            elif self.dev.thread_wake_idle_core_s > 0 and self.cores.active:
+                wake_s = self.dev.thread_wake_idle_core_s   # ... on an idle core while others keep running
+        if wake_s > 0:
+            yield env.timeout(wake_s)
+        if self.dev.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
+            yield env.all_of(self._runtime(self.dev.thread_wake_cpu_s, owner=(resource, idx)))
+
+    def _load(self, t, fresh: int, me: tuple[str, int]):
+        """A load task on loader thread `me`: the runtime's per-tensor set-up, the flash transfer with the CPU side of
+        the read (module doc), the re-take of the interpreter lock, the copy into a fresh NPU buffer and the task's
+        own CPU work (deserialization). Yields until done; returns the core seconds."""
+        env, dev = self.env, self.dev
+        cpu_s = 0.0
+        hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
+        self.preloaded -= hit
+        nread = t.read_bytes - hit
+        # CPU side of the read: the syscall's page-cache work and copy into the user buffer (read_cpu_gbps),
+        # faulting in the freshly allocated buffer (read_fault_gbps); it occupies a core either way. A sequential
+        # read overlaps part of it with the device transfer — the kernel's asynchronous readahead keeps the device
+        # streaming the next pages while the thread copies and faults in the current ones — by the measured share
+        # `read_cpu_overlap` (docs/hil.md "Loads"); scattered reads (no readahead) pay transfer, then copy.
+        read_cpu = nread / (dev.read_cpu_gbps * 1e9) if dev.read_cpu_gbps > 0 else 0.0
+        if t.random_reads and dev.flash_random_read_cpu_s > 0 and nread > 0:
+            # scattered reads: each request's own kernel work (a page each, measured per request)
+            read_cpu = -(-nread // max(1, t.request_bytes)) * dev.flash_random_read_cpu_s
+        n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
+        if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
+            read_cpu += fresh * dev.read_fault_s_per_byte(fresh / n_buf)
+        setup = len(t.tensors) * dev.load_tensor_s if t.ops != ["embed"] else 0.0
+        if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
+            cpu_s += setup
+            yield env.all_of(self._runtime(setup, owner=me))
+        if nread > 0 and self._starts_stream(t, me):     # a new sequential stream: its start-up latency
+            yield env.timeout(dev.flash_stream_start_s)
+        ahead, hi = self._read_ahead(t, nread, me)     # already in the page cache: copied, not transferred
+        transfer = self.flash.read(nread - ahead, t.request_bytes, t.random_reads, owner=me)
+        t_start, t_end = env.now, [env.now]
+        if not t.random_reads:
+            self.reading += 1                 # sequential readers in their transfer right now
+            transfer.callbacks.append(lambda _e: self._read_done(t_end))
+        if dev.read_irq_gbps > 0 and nread > 0:
+            # the read's interrupt and block-completion work takes core time meanwhile (charged to whichever thread
+            # runs; nobody waits for it)
+            self.cores.run(nread / (dev.read_irq_gbps * 1e9), 1, me)
+        # the overlap measured with as many readers as are streaming now (one, or several at once)
+        eta = 0.0 if t.random_reads else dev.read_overlap(self.reading)
+        if read_cpu > 0 and eta > 0:
+            # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap; T = this read's transfer
+            # as it went (the device shared with the other readers, as in the calibration)
+            yield env.all_of([transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read")])
+            exposed = (1.0 - eta) * min(t_end[0] - t_start, read_cpu)
+            if exposed > 0:
+                yield env.timeout(exposed)
+        else:
+            yield transfer
+            if read_cpu > 0:
+                yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
+        if hi > 0:      # the read call returned: from now on the kernel reads ahead of this stream alone
+            self.ra[me] = (hi, env.now)    # (its readahead during the call is read_cpu_overlap's part)
+        if nread > 0:                                           # the read returns: re-take the lock
+            cpu_s += yield from self._retake(me)
+        copy_c = self.cost.copy_time(t.copy_bytes)                     # into a fresh NPU buffer
+        copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
+        cpu_s += read_cpu + copy_s + t.duration_s
+        if copy_s > 0:
+            yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf, me))
+        if t.duration_s > 0:
+            yield self.cores.run(t.duration_s)
+        return cpu_s
+
+    def _graph(self, t, start: float):
+        """A graph-restore task: CPU/driver work holding one of the `npu_driver_slots` (NPU driver work is
+        serialized). Yields until done; returns the span's start (waiting for the driver is not restore work)."""
+        if t.duration_s > 0:
+            with self.driver.request() as slot:
+                yield slot
+                start = self.env.now
+                yield self.cores.run(t.duration_s)
+        return start
+
+    def _compute(self, t, resource: str, stolen: bool, me: tuple[str, int]):
+        """A compute task on the CPU pool (its `plan.cpu_threads` threads; also an NPU op the CPU stole) or on the NPU
+        queue, op by op: the runtime's dispatch under the interpreter lock, a multi-threaded GEMM's helpers (polling
+        or woken), the op's core time and DRAM traffic, the lock re-take as the kernel returns. Yields until done;
+        returns (unit, core seconds)."""
+        env, plan, cost = self.env, self.plan, self.cost
+        if resource == "cpu" or stolen:
+            unit, threads, core = "cpu", plan.cpu_threads, plan.cpu_first_core
+        else:
+            unit, threads, core = "npu", 1, 0
+        cpu_s = 0.0
+        on_core = unit == "cpu" or self.dev.npu_on_cpu_core
+        for w in t.works:
+            dur = cost.op_time(w, unit, threads, core)
+            py = min(dur, self._python_s(w, unit)) if self.gil is not None and on_core else 0.0
+            if py > 0:                                      # the runtime's dispatch of the op
+                cpu_s += py
+                yield env.all_of(self._runtime(py, owner=me))
+            gemm = w.kind in GEMM_KINDS
+            occ = threads if gemm or not self.dev.cpu_split_gemm_only else 1   # threads the op occupies
+            pooled = gemm and threads > 1 and unit == "cpu"
+            if pooled:                               # the GEMM's helpers: polling still, or woken now
+                wake = self._pool_start(me)
+                if wake > 0:
+                    yield env.timeout(wake)
+            if dur - py > 0:
+                cpu_s += (dur - py) * occ if on_core else 0.0
+                yield env.all_of(self._occupy(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core,
+                                              owner=me, cls=KIND_CLASS.get(w.kind, "")))
+            if pooled:
+                self._pool_end(me, threads)
+            if dur - py > 0 and on_core:                    # the kernel returns: re-take the lock
+                cpu_s += yield from self._retake(me)
+        return unit, cpu_s
 
     def _end(self, t, tid: int, stolen: bool, resource: str, idx: int, start: float, unit: str, cpu_s: float) -> None:
         """Record task `t`'s span, release its memory (an unpack's staging buffers go to the pool) and complete it."""
