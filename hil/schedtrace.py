@@ -159,10 +159,8 @@ def _pid(ev: Event, key: str) -> int:
     return int(ev.fields[key])
 
 
-def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int, str], ncpu: int) -> dict:
-    """Core-seconds of each category (module doc) over [t0, t0 + duration] on CLOCK_MONOTONIC, their percentages
-    of `ncpu` x duration, running time per thread role, and the run's wake-ups. `threads`: kernel thread id -> role
-    of the run's threads (native helpers are recognised by name)."""
+def _roles(events: list[Event], threads: dict[int, str]) -> dict[int, str]:
+    """Kernel thread id -> role of the run's threads: `threads` plus its native helpers, recognised by name."""
     role = {int(k): v for k, v in threads.items()}
     for ev in events:
         for key, comm in (("pid", "comm"), ("next_pid", "next_comm"), ("prev_pid", "prev_comm")):
@@ -170,96 +168,126 @@ def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int
                 role.setdefault(int(ev.fields[key]), "gemm-helper")
         if ev.comm.startswith(OUR_COMMS) and ev.pid:
             role.setdefault(ev.pid, "gemm-helper")
-    a, b = t0, t0 + duration
-    cur: dict[int, int | None] = {c: None for c in range(ncpu)}      # pid running on each CPU (None: idle)
-    last: dict[int, float | None] = {c: None for c in range(ncpu)}
-    queued: dict[int, int] = {}                                       # our runnable, not running pid -> its CPU
-    woken_at: dict[int, float] = {}                                    # our pid -> its sched_waking time
-    wakeup_at: dict[int, float] = {}
-    cat = dict.fromkeys(CATEGORIES, 0.0)
-    by_role: dict[str, float] = {}
-    wakes = {"n": 0, "other_idle": 0, "packed": 0, "delays": []}
-    pending: dict[int, tuple[int, bool]] = {}                          # pid -> (waker CPU, another CPU idle)
+    return role
 
-    def account(c: int, t: float) -> None:
-        if last[c] is not None:
-            lo, hi = max(last[c], a), min(t, b)
+
+class _Replay:
+    """Per-CPU state replayed from the events over the window [a, b]: which thread runs on each CPU, which of the
+    run's threads are runnable and in which CPU's queue, and the core-seconds of each category so far."""
+
+    def __init__(self, role: dict[int, str], a: float, b: float, ncpu: int) -> None:
+        self.role, self.a, self.b = role, a, b
+        self.cur: dict[int, int | None] = {c: None for c in range(ncpu)}      # pid running on each CPU (None: idle)
+        self.last: dict[int, float | None] = {c: None for c in range(ncpu)}
+        self.queued: dict[int, int] = {}                                   # our runnable, not running pid -> its CPU
+        self.woken_at: dict[int, float] = {}                               # our pid -> its sched_waking time
+        self.wakeup_at: dict[int, float] = {}
+        self.cat = dict.fromkeys(CATEGORIES, 0.0)
+        self.by_role: dict[str, float] = {}
+        self.wakes = {"n": 0, "other_idle": 0, "packed": 0}
+        self.delays: list[float] = []
+        self.pending: dict[int, tuple[int, bool]] = {}                    # pid -> (waker CPU, another CPU idle)
+
+    def account(self, c: int, t: float) -> None:
+        """Credit CPU `c`'s time since its last event, up to `t`, to its category."""
+        if self.last[c] is not None:
+            lo, hi = max(self.last[c], self.a), min(t, self.b)
             if hi > lo:
-                p = cur[c]
+                p = self.cur[c]
                 if p is None:
-                    here = any(qc == c for qc in queued.values())
-                    k = "waking" if here else ("queued" if queued else "no_work")
-                elif p in role:
+                    here = any(qc == c for qc in self.queued.values())
+                    k = "waking" if here else ("queued" if self.queued else "no_work")
+                elif p in self.role:
                     k = "running"
-                    by_role[role[p]] = by_role.get(role[p], 0.0) + hi - lo
+                    self.by_role[self.role[p]] = self.by_role.get(self.role[p], 0.0) + hi - lo
                 else:
                     k = "other"
-                cat[k] += hi - lo
-        last[c] = t
+                self.cat[k] += hi - lo
+        self.last[c] = t
 
-    def account_all(t: float) -> None:
-        for c in cur:
-            account(c, t)
+    def account_all(self, t: float) -> None:
+        for c in self.cur:
+            self.account(c, t)
 
-    def starts(p: int, t: float) -> None:
-        if p in queued:
-            del queued[p]
-            if p in woken_at:
-                if a <= t <= b:
-                    wakes["delays"].append(t - woken_at[p])
-                del woken_at[p]
+    def starts(self, p: int, t: float) -> None:
+        """Thread `p` starts running at `t`: it leaves the queues; a woken one's wake-up delay is recorded."""
+        if p in self.queued:
+            del self.queued[p]
+            if p in self.woken_at:
+                if self.a <= t <= self.b:
+                    self.delays.append(t - self.woken_at[p])
+                del self.woken_at[p]
 
-    for ev in events:
-        if ev.cpu not in cur:
-            cur[ev.cpu], last[ev.cpu] = None, None
-        if ev.pid and cur[ev.cpu] != ev.pid:          # a switch-in the trace did not show (module doc)
-            t_in = min(max(wakeup_at.get(ev.pid, ev.t), last[ev.cpu] or ev.t), ev.t)
-            account_all(t_in)
-            starts(ev.pid, t_in)
-            cur[ev.cpu] = ev.pid
+    def event(self, ev: Event) -> None:
+        if ev.cpu not in self.cur:
+            self.cur[ev.cpu], self.last[ev.cpu] = None, None
+        if ev.pid and self.cur[ev.cpu] != ev.pid:          # a switch-in the trace did not show (module doc)
+            t_in = min(max(self.wakeup_at.get(ev.pid, ev.t), self.last[ev.cpu] or ev.t), ev.t)
+            self.account_all(t_in)
+            self.starts(ev.pid, t_in)
+            self.cur[ev.cpu] = ev.pid
         if ev.name == "sched_switch":
-            account_all(ev.t)
-            prev, nxt = _pid(ev, "prev_pid"), _pid(ev, "next_pid")
-            if prev in role:
-                if ev.fields.get("prev_state", "").startswith("R"):
-                    queued[prev] = ev.cpu                  # preempted: runnable in this CPU's queue
-                else:
-                    queued.pop(prev, None)
-                    woken_at.pop(prev, None)
-            if nxt:
-                starts(nxt, ev.t)
-            cur[ev.cpu] = nxt or None
+            self._switch(ev)
         elif ev.name == "sched_waking":
-            p = _pid(ev, "pid")
-            if p in role and p not in cur.values():
-                account_all(ev.t)
-                queued[p] = int(ev.fields.get("target_cpu", ev.cpu))
-                woken_at[p] = ev.t
-                if a <= ev.t <= b:
-                    other_idle = any(cur[c] is None for c in cur if c != ev.cpu)
-                    pending[p] = (ev.cpu, other_idle)
+            self._waking(ev)
         elif ev.name in ("sched_wakeup", "sched_migrate_task"):
-            p = _pid(ev, "pid")
-            if ev.name == "sched_wakeup":
-                wakeup_at[p] = ev.t
-            if p in queued:
-                account_all(ev.t)
-                queued[p] = int(ev.fields.get("target_cpu", ev.fields.get("dest_cpu", queued[p])))
-            if ev.name == "sched_wakeup" and p in pending:
-                waker_cpu, other_idle = pending.pop(p)
-                wakes["n"] += 1
-                if other_idle:
-                    wakes["other_idle"] += 1
-                    wakes["packed"] += int(queued.get(p, -1) == waker_cpu)
-    account_all(b)
+            self._placed(ev)
+
+    def _switch(self, ev: Event) -> None:
+        self.account_all(ev.t)
+        prev, nxt = _pid(ev, "prev_pid"), _pid(ev, "next_pid")
+        if prev in self.role:
+            if ev.fields.get("prev_state", "").startswith("R"):
+                self.queued[prev] = ev.cpu                  # preempted: runnable in this CPU's queue
+            else:
+                self.queued.pop(prev, None)
+                self.woken_at.pop(prev, None)
+        if nxt:
+            self.starts(nxt, ev.t)
+        self.cur[ev.cpu] = nxt or None
+
+    def _waking(self, ev: Event) -> None:
+        p = _pid(ev, "pid")
+        if p in self.role and p not in self.cur.values():
+            self.account_all(ev.t)
+            self.queued[p] = int(ev.fields.get("target_cpu", ev.cpu))
+            self.woken_at[p] = ev.t
+            if self.a <= ev.t <= self.b:
+                other_idle = any(self.cur[c] is None for c in self.cur if c != ev.cpu)
+                self.pending[p] = (ev.cpu, other_idle)
+
+    def _placed(self, ev: Event) -> None:
+        """sched_wakeup / sched_migrate_task: the CPU whose queue a woken thread joins (or moves to)."""
+        p = _pid(ev, "pid")
+        if ev.name == "sched_wakeup":
+            self.wakeup_at[p] = ev.t
+        if p in self.queued:
+            self.account_all(ev.t)
+            self.queued[p] = int(ev.fields.get("target_cpu", ev.fields.get("dest_cpu", self.queued[p])))
+        if ev.name == "sched_wakeup" and p in self.pending:
+            waker_cpu, other_idle = self.pending.pop(p)
+            self.wakes["n"] += 1
+            if other_idle:
+                self.wakes["other_idle"] += 1
+                self.wakes["packed"] += int(self.queued.get(p, -1) == waker_cpu)
+
+
+def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int, str], ncpu: int) -> dict:
+    """Core-seconds of each category (module doc) over [t0, t0 + duration] on CLOCK_MONOTONIC, their percentages
+    of `ncpu` x duration, running time per thread role, and the run's wake-ups. `threads`: kernel thread id -> role
+    of the run's threads (native helpers are recognised by name)."""
+    r = _Replay(_roles(events, threads), t0, t0 + duration, ncpu)
+    for ev in events:
+        r.event(ev)
+    r.account_all(r.b)
     total = ncpu * duration
-    delays = sorted(wakes.pop("delays"))
-    out = {f"{k}_s": v for k, v in cat.items()} | {f"{k}_pct": 100.0 * v / total if total > 0 else 0.0
-                                                    for k, v in cat.items()}
-    out["running_by_thread_s"] = dict(sorted(by_role.items(), key=lambda kv: -kv[1]))
-    out["wakes"] = wakes["n"]
-    out["wakes_other_core_idle"] = wakes["other_idle"]
-    out["packed_share"] = wakes["packed"] / wakes["other_idle"] if wakes["other_idle"] else 0.0
+    delays = sorted(r.delays)
+    out = {f"{k}_s": v for k, v in r.cat.items()} | {f"{k}_pct": 100.0 * v / total if total > 0 else 0.0
+                                                      for k, v in r.cat.items()}
+    out["running_by_thread_s"] = dict(sorted(r.by_role.items(), key=lambda kv: -kv[1]))
+    out["wakes"] = r.wakes["n"]
+    out["wakes_other_core_idle"] = r.wakes["other_idle"]
+    out["packed_share"] = r.wakes["packed"] / r.wakes["other_idle"] if r.wakes["other_idle"] else 0.0
     out["wake_delay_median_s"] = delays[len(delays) // 2] if delays else 0.0
     out["wake_delay_mean_s"] = sum(delays) / len(delays) if delays else 0.0
     return out
