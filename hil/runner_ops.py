@@ -32,6 +32,7 @@ _MM = {"q_proj": "attn_q", "k_proj": "attn_k", "v_proj": "attn_v", "o_proj": "at
        "up": "ffn_up", "down": "ffn_down"}
 _DQ = {"dq_q": "attn_q", "dq_k": "attn_k", "dq_v": "attn_v", "dq_o": "attn_output", "dq_gate": "ffn_gate",
        "dq_up": "ffn_up", "dq_down": "ffn_down"}
+_QUANT = ("quant_attn", "quant_ffn", "quant_o", "quant_down")
 LAYER_OPS = ("attn_norm", "quant_attn", *_MM, *_DQ, "rope", "kv_append", "attention", "quant_o", "add_attn",
              "ffn_norm", "quant_ffn", "silu", "mul", "quant_down", "add_ffn")
 
@@ -144,86 +145,121 @@ class OpRunner:
 
     def layer_op(self, op: str, c: ChunkState, layer: int, threads: int):
         """The step (a no-argument callable) that runs layer op `op` on chunk `c`."""
-        sp, L, isa, ck, ptrs = self.spec, self.lib, self.isa_i, nc._ok, self.ws.ptrs
-        m, d, H, KV, hd = c.m, sp.d_model, sp.n_heads, sp.n_kv_heads, sp.head_dim
-        P = _addr
         if op in _MM:
-            kind = _MM[op]
-            name = f"blk.{layer}.{kind}.weight"
-            x8, acc = self._x8(c, layer, kind), c.acc[kind]
-            (_, K), N = x8.shape, acc.shape[1]
-            self._entry(name, (N, K))
-            px, pacc = P(x8), P(acc)
-            if self.pool is not None and threads > 1:
-                raw, h = self.pool.raw, self.pool.handle
-                return lambda: ck(raw(h, threads, isa, px, ptrs(name, threads)[0], pacc, m, K, N, 0, N), op)
-            g = L.ef_gemm_i8_i32
-            return lambda: ck(g(isa, px, ptrs(name, threads)[0], pacc, m, K, N, 0, N), op)
+            return self._matmul_step(op, c, layer, threads)
         if op in _DQ:
-            kind = _DQ[op]
-            name = f"blk.{layer}.{kind}.weight"
-            out = {"attn_q": c.q, "attn_k": c.k, "attn_v": c.v, "attn_output": c.y, "ffn_gate": c.g,
-                   "ffn_up": c.u, "ffn_down": c.y}[kind]
-            acc = c.acc[kind]
-            N = acc.shape[1]
-            if out.size != m * N:
-                raise ValueError(f"L{layer} {op}: output buffer of {out.size} floats, the linear gives {m} x {N}")
-            self._entry(name, (N, self.ws.ix.entries[name].D))
-            xs, pacc, pout, g = float(np.float32(self._scale(layer, kind))), P(acc), P(out), L.ef_dequant_i32_f32
-            return lambda: ck(g(isa, pacc, xs, ptrs(name)[1], pout, m, N, 0, m), op)
+            return self._dequant_step(op, c, layer)
         if op == "attn_norm" or op == "ffn_norm":
-            name = f"blk.{layer}.{op}.weight"
-            self._entry(name, (d,))
-            px, ph, eps, g = P(c.x), P(c.h), float(sp.norm_eps), L.ef_rmsnorm_f32
-            return lambda: ck(g(isa, px, ptrs(name)[0], eps, ph, m, d, 0, m), op)
-        if op in ("quant_attn", "quant_ffn", "quant_o", "quant_down"):
-            src, kinds = {"quant_attn": (c.h, ATTN_IN), "quant_ffn": (c.h, FFN_IN), "quant_o": (c.o, ("attn_output",)),
-                          "quant_down": (c.s, ("ffn_down",))}[op]
-            jobs, seen = [], set()
-            for kind in kinds:
-                buf = self._x8(c, layer, kind)
-                if P(buf) not in seen:
-                    seen.add(P(buf))
-                    jobs.append((float(np.float32(self._scale(layer, kind))), P(buf)))
-            psrc, n, g = P(src), src.size, L.ef_quantize_f32_i8
-
-            def quant() -> None:
-                for a, pdst in jobs:
-                    ck(g(isa, psrc, a, pdst, n), op)
-            return quant
+            return self._norm_step(op, c, layer)
+        if op in _QUANT:
+            return self._quant_step(op, c, layer)
         if op == "rope":
-            half = hd // 2
-            pcos, psin = P(self.rs.cos[c.past:c.past + m]), P(self.rs.sin[c.past:c.past + m])
-            pq, pk, g = P(c.q), P(c.k), L.ef_rope_f32
-
-            def rope() -> None:
-                ck(g(isa, pq, pcos, psin, m, H, hd), op)
-                ck(g(isa, pk, pcos, psin, m, KV, hd), op)
-            if self.rs.cos.shape[1] != half:
-                raise ValueError(f"rope tables: {self.rs.cos.shape[1]} columns, head_dim {hd} needs {half}")
-            return rope
+            return self._rope_step(c)
         if op == "kv_append":
-            kc, vc = self.rs.kcache[layer][c.past:c.past + m], self.rs.vcache[layer][c.past:c.past + m]
-            if kc.shape != c.k.shape or vc.shape != c.v.shape:
-                raise ValueError(f"L{layer} kv_append: cache rows {kc.shape} != keys {c.k.shape}")
-            pkc, pvc, pk, pv, nb, cp = P(kc), P(vc), P(c.k), P(c.v), c.k.nbytes, self.memcpy
-
-            def kv_append() -> None:
-                cp(pkc, pk, nb)
-                cp(pvc, pv, nb)
-            return kv_append
+            return self._kv_append_step(c, layer)
         if op == "attention":
-            kc, vc = self.rs.kcache[layer], self.rs.vcache[layer]
-            cap, past = kc.shape[0], c.past
-            if past + m > cap:
-                raise ValueError(f"L{layer} attention: {past} + {m} positions exceed the cache ({cap})")
-            pq, pk, pv, po, g = P(c.q), P(kc), P(vc), P(c.o), L.ef_attention_f32
-            return lambda: ck(g(isa, pq, pk, pv, cap, past, m, H, KV, hd, po, 0, H), op)
+            return self._attention_step(c, layer)
+        return self._elementwise_step(op, c)
+
+    def _matmul_step(self, op: str, c: ChunkState, layer: int, threads: int):
+        """INT8 GEMM of the chunk's quantized activations with the layer's weights (the native pool for > 1 thread)."""
+        L, isa, ck, ptrs = self.lib, self.isa_i, nc._ok, self.ws.ptrs
+        kind = _MM[op]
+        name = f"blk.{layer}.{kind}.weight"
+        x8, acc = self._x8(c, layer, kind), c.acc[kind]
+        (_, K), N, m = x8.shape, acc.shape[1], c.m
+        self._entry(name, (N, K))
+        px, pacc = _addr(x8), _addr(acc)
+        if self.pool is not None and threads > 1:
+            raw, h = self.pool.raw, self.pool.handle
+            return lambda: ck(raw(h, threads, isa, px, ptrs(name, threads)[0], pacc, m, K, N, 0, N), op)
+        g = L.ef_gemm_i8_i32
+        return lambda: ck(g(isa, px, ptrs(name, threads)[0], pacc, m, K, N, 0, N), op)
+
+    def _dequant_step(self, op: str, c: ChunkState, layer: int):
+        """INT32 accumulators -> float32 with the activation scale and the weights' per-channel scales."""
+        kind = _DQ[op]
+        name = f"blk.{layer}.{kind}.weight"
+        out = {"attn_q": c.q, "attn_k": c.k, "attn_v": c.v, "attn_output": c.y, "ffn_gate": c.g,
+               "ffn_up": c.u, "ffn_down": c.y}[kind]
+        acc, m = c.acc[kind], c.m
+        N = acc.shape[1]
+        if out.size != m * N:
+            raise ValueError(f"L{layer} {op}: output buffer of {out.size} floats, the linear gives {m} x {N}")
+        self._entry(name, (N, self.ws.ix.entries[name].D))
+        xs, pacc, pout = float(np.float32(self._scale(layer, kind))), _addr(acc), _addr(out)
+        g = self.lib.ef_dequant_i32_f32
+        isa, ck, ptrs = self.isa_i, nc._ok, self.ws.ptrs
+        return lambda: ck(g(isa, pacc, xs, ptrs(name)[1], pout, m, N, 0, m), op)
+
+    def _norm_step(self, op: str, c: ChunkState, layer: int):
+        name = f"blk.{layer}.{op}.weight"
+        m, d = c.m, self.spec.d_model
+        self._entry(name, (d,))
+        px, ph, eps, g = _addr(c.x), _addr(c.h), float(self.spec.norm_eps), self.lib.ef_rmsnorm_f32
+        isa, ck, ptrs = self.isa_i, nc._ok, self.ws.ptrs
+        return lambda: ck(g(isa, px, ptrs(name)[0], eps, ph, m, d, 0, m), op)
+
+    def _quant_step(self, op: str, c: ChunkState, layer: int):
+        """float32 -> INT8 at each distinct activation scale of the linears that read the source (one buffer each)."""
+        src, kinds = {"quant_attn": (c.h, ATTN_IN), "quant_ffn": (c.h, FFN_IN), "quant_o": (c.o, ("attn_output",)),
+                      "quant_down": (c.s, ("ffn_down",))}[op]
+        jobs, seen = [], set()
+        for kind in kinds:
+            buf = self._x8(c, layer, kind)
+            if _addr(buf) not in seen:
+                seen.add(_addr(buf))
+                jobs.append((float(np.float32(self._scale(layer, kind))), _addr(buf)))
+        psrc, n, g, isa, ck = _addr(src), src.size, self.lib.ef_quantize_f32_i8, self.isa_i, nc._ok
+
+        def quant() -> None:
+            for a, pdst in jobs:
+                ck(g(isa, psrc, a, pdst, n), op)
+        return quant
+
+    def _rope_step(self, c: ChunkState):
+        sp, m = self.spec, c.m
+        H, KV, hd = sp.n_heads, sp.n_kv_heads, sp.head_dim
+        if self.rs.cos.shape[1] != hd // 2:
+            raise ValueError(f"rope tables: {self.rs.cos.shape[1]} columns, head_dim {hd} needs {hd // 2}")
+        pcos, psin = _addr(self.rs.cos[c.past:c.past + m]), _addr(self.rs.sin[c.past:c.past + m])
+        pq, pk, g, isa, ck = _addr(c.q), _addr(c.k), self.lib.ef_rope_f32, self.isa_i, nc._ok
+
+        def rope() -> None:
+            ck(g(isa, pq, pcos, psin, m, H, hd), "rope")
+            ck(g(isa, pk, pcos, psin, m, KV, hd), "rope")
+        return rope
+
+    def _kv_append_step(self, c: ChunkState, layer: int):
+        m = c.m
+        kc, vc = self.rs.kcache[layer][c.past:c.past + m], self.rs.vcache[layer][c.past:c.past + m]
+        if kc.shape != c.k.shape or vc.shape != c.v.shape:
+            raise ValueError(f"L{layer} kv_append: cache rows {kc.shape} != keys {c.k.shape}")
+        pkc, pvc, pk, pv, nb, cp = _addr(kc), _addr(vc), _addr(c.k), _addr(c.v), c.k.nbytes, self.memcpy
+
+        def kv_append() -> None:
+            cp(pkc, pk, nb)
+            cp(pvc, pv, nb)
+        return kv_append
+
+    def _attention_step(self, c: ChunkState, layer: int):
+        sp, m = self.spec, c.m
+        kc, vc = self.rs.kcache[layer], self.rs.vcache[layer]
+        cap, past = kc.shape[0], c.past
+        if past + m > cap:
+            raise ValueError(f"L{layer} attention: {past} + {m} positions exceed the cache ({cap})")
+        pq, pk, pv, po, g = _addr(c.q), _addr(kc), _addr(vc), _addr(c.o), self.lib.ef_attention_f32
+        H, KV, hd, isa, ck = sp.n_heads, sp.n_kv_heads, sp.head_dim, self.isa_i, nc._ok
+        return lambda: ck(g(isa, pq, pk, pv, cap, past, m, H, KV, hd, po, 0, H), "attention")
+
+    def _elementwise_step(self, op: str, c: ChunkState):
+        """The residual adds, the fused SiLU(gate) x 1 and the gate x up product."""
+        isa, ck = self.isa_i, nc._ok
         if op == "add_attn" or op == "add_ffn":
-            px, py, n, g = P(c.x), P(c.y), c.x.size, L.ef_add_f32
+            px, py, n, g = _addr(c.x), _addr(c.y), c.x.size, self.lib.ef_add_f32
             return lambda: ck(g(isa, px, py, px, n), op)
         if op == "silu":
-            pg, p1, ps, n, g = P(c.g), P(c.ones), P(c.s), c.g.size, L.ef_silu_mul_f32
+            pg, p1, ps, n, g = _addr(c.g), _addr(c.ones), _addr(c.s), c.g.size, self.lib.ef_silu_mul_f32
             return lambda: ck(g(isa, pg, p1, ps, n), op)
         if op == "mul":
             s_, u_ = c.s, c.u
