@@ -462,3 +462,18 @@ def test_runner_cost_runs_the_real_runner_on_a_sequential_plan(tmp_path):
         assert st.median >= 0 and np.isfinite(st.median) and st.n > 0
     assert rc.load_tensor.median > 0 and rc.bare_op.median > 0
     assert not list(tmp_path.glob("runner-cal-*")), "tiny model left behind"
+
+
+def test_kernel_costs_are_the_expected_call_not_the_typical_one(monkeypatch):
+    """A kernel that runs 1.5x slower in 2 of 5 calls costs a run its mean (1.2x), not its median; a preempted call
+    (over PREEMPTED_X x the median: another thread ran) is left out. The GEMM table takes that expected cost."""
+    st = cal.Stat.of([1.0, 1.0, 1.0, 1.5, 1.5])
+    assert st.median == 1.0 and st.expected == pytest.approx(1.2)
+    assert cal.Stat.of([1.0, 1.0, 1.0, 1.0, 10.0]).expected == pytest.approx(1.0)    # preempted: dropped
+    assert cal.Stat(2.0, 0.0, 3).expected == 2.0                                     # no mean taken: the median
+    calls = iter([1.0, 1.0, 1.0, 1.5, 1.5] * 10)
+    monkeypatch.setattr(cal, "timed", lambda fn, reps, budget_s=0.0: cal.Stat.of([next(calls) for _ in range(5)]))
+    s = dataclasses.replace(cal.CalibrationSettings.make(quick=True), gemm_kn=((64, 32),), gemm_m=(4,), threads=(1,),
+                            cold_set_bytes=4096)
+    rows = cal.measure_gemm(cal.Kernels(), s)
+    assert [r["seconds"] for r in rows] == [pytest.approx(1.2)]
