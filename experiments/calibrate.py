@@ -5,6 +5,7 @@
     python -m experiments.calibrate remeasure=false           # reuse this machine's stored profile if it exists
     python -m experiments.calibrate rounds=5                  # passes merged figure by figure (default 3; quick 1)
     python -m experiments.calibrate host_memory=as_is         # leave the VM's free page reporting alone (hil.hostmem)
+    python -m experiments.calibrate huge_pages=false          # runner memory on 4 KiB pages (a profile apart)
     python -m experiments.calibrate cluster=office_emu        # an emulated cluster's devices (calibrate_cluster.py)
 
 Runs `hil.host.host_from_marker` (measurements in `hil.calibrate`), which stores the profile under
@@ -61,6 +62,7 @@ def validate(cfg: DictConfig) -> Estimate:
     quick = strict_bool(cfg.quick, "quick")
     strict_bool(cfg.remeasure, "remeasure")
     memory_of(cfg)
+    strict_bool(cfg.get("huge_pages", True), "huge_pages")
     from hil.calibrate import CalibrationSettings
 
     n = CalibrationSettings.make(quick, rounds_of(cfg)).rounds
@@ -146,6 +148,8 @@ def metrics_of(device_doc: dict, meas: dict, store: Path, table: Path) -> tuple[
     inputs.append("rounds")
     mem = device_doc.get("host_memory") or {}
     m["host_page_reporting"] = mem.get("state", "as is (profile from before hil.hostmem)")
+    m["huge_pages"] = float(bool(device_doc.get("huge_pages", False)))
+    inputs.append("huge_pages")
     if mem.get("reported_mib") is not None:
         m["host_pages_reported_mib"] = mem["reported_mib"]
         measured.append("host_pages_reported_mib")
@@ -184,7 +188,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     try:
         prof, table = host_from_marker(dev, quick=bool(cfg.quick), remeasure=bool(cfg.remeasure),
                                        progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg),
-                                       memory=memory_of(cfg))
+                                       memory=memory_of(cfg), huge=bool(cfg.get("huge_pages", True)))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     store = table.parent

@@ -68,6 +68,7 @@ class ValidateConfig:
     quick_profile: bool = False
     write_trace: bool = True
     host_memory: str = "hold"
+    huge_pages: bool = True
     sched_trace: bool = False
     versus: str = "none"
 
@@ -100,18 +101,18 @@ register()
 GROUPS = {"model": None, "framework": None, "device": lambda: ["host"], "quant": None}
 
 
-def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str):
+def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str, huge: bool):
     from hil.host import host_from_marker
 
     doc = OmegaConf.to_container(cfg.device, resolve=True)
     try:
-        return host_from_marker(doc, quick=quick, remeasure=remeasure, memory=memory)
+        return host_from_marker(doc, quick=quick, remeasure=remeasure, memory=memory, huge=huge)
     except ValueError as e:
         raise ConfigError(str(e)) from None
 
 
 KEYS = ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits", "remeasure", "quick_profile",
-        "write_trace", "host_memory", "sched_trace", "versus")
+        "write_trace", "host_memory", "huge_pages", "sched_trace", "versus")
 
 
 def settings(cfg: DictConfig) -> ValidateConfig:
@@ -200,11 +201,13 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         gguf = peer_gguf(c.model, c.peer_gguf)
         os.sync()                                    # a fresh GGUF copy's writeback must not overlap the cold runs
     from hil.hostmem import footprint_bytes, hold
+    from hil.runner_state import huge_pages
 
-    # guest free page reporting held during the profile and the runs (hil.hostmem; docs/hil.md "Host memory")
+    # guest free page reporting held during the profile and the runs (hil.hostmem; docs/hil.md "Host memory"); the
+    # runs' fresh memory on huge pages or not, as the profile's calibration had it (docs/hil.md "Huge pages")
     with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits,
-                                             gguf.stat().st_size if gguf else 0)) as mem:
-        dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory)
+                                             gguf.stat().st_size if gguf else 0)) as mem, huge_pages(c.huge_pages):
+        dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages)
         run_, probes, around, before, peer_runs, vs = _measure(c, dev, table, tokens, gguf)
         sched = _sched_trace(run_, tokens, c.model, dev.cpu_cores) if c.sched_trace else None
         memory = mem.metrics()
@@ -256,7 +259,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                           f"{r['measured_cpu_s']:.6f},{pct(r['cpu_error_pct'])}\n" for r in rows))
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
+    m["huge_pages"] = float(c.huge_pages)
     inputs = ["versus_framework", "bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
+              "huge_pages",
               "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes", "host_prefault_bytes"]
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import gc
 import math
 import os
 import signal
@@ -716,13 +717,17 @@ def _read_and_evict(path: Path) -> None:
 def _touch_excess(s: CalibrationSettings, nbytes: int, k: int, write: Callable[[np.ndarray], object],
                   clock: Callable[[], float], evicted: Path | None) -> list[float]:
     """Per repeat (`s.reps_noisy`, at least 3): seconds per byte of `write` into `k` fresh `nbytes`-byte buffers
-    (`hil.runner_state.fresh_empty`) minus the same writes again, on `clock`. Every repeat's buffers stay alive until
-    the end, so no repeat reuses memory an earlier one touched; with `evicted`, that file is read and evicted before
-    every repeat (the runner's state: its model file was just evicted)."""
+    (`hil.runner_state.fresh_empty`) minus the same writes again, on `clock`. One untimed repeat first, and each
+    repeat's buffers are freed before the next, as a validate session's runs go (a warm-up run, then cold runs that
+    each allocate their tensors afresh and free them at the end: the memory a run faults in is what the run before
+    gave back). Keeping every repeat's buffers instead measured the first touch of memory no run had used: on the
+    Firecracker VM of 2026-12-04 0.3-0.5 GB/s with transparent huge pages (the guest assembling new 2 MiB blocks) where
+    the runs' memory faulted in at 6-15 GB/s. With `evicted`, that file is read and evicted before every repeat (the
+    runner's state: its model file was just evicted)."""
     from hil.runner_state import fresh_empty
 
-    keep, vals = [], []
-    for _ in range(max(3, s.reps_noisy)):
+    vals = []
+    for rep in range(max(3, s.reps_noisy) + 1):
         if evicted is not None:
             _read_and_evict(evicted)
         bufs = [fresh_empty(nbytes) for _ in range(k)]
@@ -733,9 +738,10 @@ def _touch_excess(s: CalibrationSettings, nbytes: int, k: int, write: Callable[[
         for d in bufs:
             write(d)
         t2 = clock()
-        vals.append(max((t1 - t0) - (t2 - t1), 1e-9) / (nbytes * k))
-        keep.append(bufs)
-    del keep
+        if rep:
+            vals.append(max((t1 - t0) - (t2 - t1), 1e-9) / (nbytes * k))
+        del bufs, d
+        gc.collect()                              # the mappings go back to the kernel before the next repeat
     return vals
 
 
@@ -1183,6 +1189,7 @@ class Measurements:
     unpack_touch_large: Stat | None = None  # the same, fresh 16 MiB outputs
     wake_idle_core: Stat | None = None    # s until a thread woken on an idle core runs while its waker computes
     random_read_cpu: Stat | None = None   # s of the reading thread's CPU per cold random 4 KiB read
+    huge_pages: bool = False              # fresh memory asked for transparent huge pages (hil.runner_state.huge_pages)
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -1242,7 +1249,9 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
                                                             utouch.median))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
     wake_idle = step("wake_idle_core", lambda: measure_wake_idle_core(k, s))
+    from hil.runner_state import huge_pages_enabled
+
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
                         load, host_probe, pread_ra, pool_wake, sstart, utouch, utouch_large, wake_idle,
-                        rnd_cpu[0] if rnd_cpu else None)
+                        rnd_cpu[0] if rnd_cpu else None, huge_pages_enabled())

@@ -29,6 +29,7 @@ import hashlib
 import json
 import os
 import platform
+import re
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,7 +48,8 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 12    # 12: kernel costs are their calls' expected value (hil.calibrate.Stat.expected)
+STORE_VERSION = 13    # 12: kernel costs are their calls' expected value (hil.calibrate.Stat.expected); 13: the
+#                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena)
 
 
 # ================================================ identity ===========================================================
@@ -61,6 +63,7 @@ class HostIdentity:
     mem_gib: int                   # GiB, MemTotal rounded to the nearest GiB
     kernel_release: str            # uname -r
     machine: str                   # uname -m
+    thp: str = "unknown"           # transparent huge pages mode (the runner's fresh memory asks for them)
 
     def id_hash(self) -> str:
         blob = json.dumps(asdict(self), sort_keys=True).encode()
@@ -114,7 +117,19 @@ def host_identity() -> HostIdentity:
     flags = set((p0.get("flags") or p0.get("Features") or "").split())
     return HostIdentity(cpu_model=model, cpu_signature=sig, logical_cores=logical, physical_cores=physical,
                         isa_flags=tuple(f for f in ISA_FLAGS if f in flags), mem_gib=round(_mem_total() / GIB),
-                        kernel_release=platform.release(), machine=platform.machine())
+                        kernel_release=platform.release(), machine=platform.machine(), thp=thp_mode())
+
+
+def thp_mode() -> str:
+    """The kernel's transparent huge page mode, the bracketed word of /sys/kernel/mm/transparent_hugepage/enabled
+    ("always", "madvise", "never"), or "unavailable": it decides what a first touch of the runner's memory costs
+    (hil.runner_state.FreshArena), so a profile measured under another mode is not used."""
+    with contextlib.suppress(OSError):
+        text = Path("/sys/kernel/mm/transparent_hugepage/enabled").read_text()
+        m = re.search(r"\[(\w+)\]", text)
+        if m:
+            return m.group(1)
+    return "unavailable"
 
 
 def nominal_ghz() -> tuple[float, str]:
@@ -304,9 +319,10 @@ def put_random_reads(f: ProfileFields, m: Measurements) -> None:
 
 def put_memory_touch(f: ProfileFields, m: Measurements) -> None:
     """First touch of fresh memory and page-cache-resident reads into user buffers."""
+    pages = "transparent huge pages asked for" if m.huge_pages else "4 KiB pages"
     f.put("mem_fault_gbps", 1.0 / m.first_touch.median / 1e9, "measured: first touch of freshly allocated memory "
-          "(64 x 1 MiB fresh_empty buffers, as the runner allocates tensors): copy into them fresh minus again, "
-          "1 thread",
+          f"(64 x 1 MiB fresh_empty buffers, as the runner allocates tensors; {pages}; each repeat's freed before "
+          "the next, as runs free theirs): copy into them fresh minus again, 1 thread",
           m.first_touch.spread)
     f.put("mem_fault_small_bytes", 1 << 20, "measurement size of mem_fault_gbps")
     f.put("mem_fault_large_gbps", 1.0 / m.first_touch_large.median / 1e9, "measured: the same with 4 x 16 MiB "
@@ -544,6 +560,7 @@ def measurements_json(m) -> dict:
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
                 runner_s={k: stat(v) for k, v in vars(m.runner).items() if v is not None},
                 dispatch_worker_cpu_s=stat(m.dispatch_worker_cpu),
+                huge_pages=bool(getattr(m, "huge_pages", False)),
                 corun={k: stat(v) for k, v in m.corun.items()}, dispatch_busy_s=stat(m.dispatch_busy),
                 first_touch_s_per_byte=stat(m.first_touch),
                 first_touch_large_s_per_byte=stat(m.first_touch_large),
@@ -585,9 +602,10 @@ def load_device_json(path: str | os.PathLike) -> SocProfile:
                          ) from None
 
 
-def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold") -> tuple[SocProfile | None, str]:
-    """(profile, "") when `d` holds a usable profile for `ident` measured with `memory` (hil.hostmem), else (None,
-    why not)."""
+def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold", huge: bool = True
+            ) -> tuple[SocProfile | None, str]:
+    """(profile, "") when `d` holds a usable profile for `ident` measured with `memory` (hil.hostmem) and fresh
+    memory on huge pages or not (`huge`, hil.runner_state.huge_pages), else (None, why not)."""
     if not (d / "device.json").is_file():
         return None, "no stored profile"
     try:
@@ -611,16 +629,21 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold")
     stored_memory = (doc.get("host_memory") or {}).get("mode", "as_is")      # profiles from before hil.hostmem: as is
     if stored_memory != memory:
         return None, f"stored profile was measured with host_memory={stored_memory} (asked: {memory})"
+    if bool(doc.get("huge_pages", False)) != bool(huge):          # profiles from before huge pages: 4 KiB pages
+        return None, f"stored profile was measured with huge_pages={bool(doc.get('huge_pages', False))} (asked: {huge})"
     return prof, ""
 
 
 def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None = None, quick: bool = False,
-              memory: str = "hold") -> Path:
+              memory: str = "hold", huge: bool = True) -> Path:
     """`<root>/<identity hash>` (full calibration) or `<root>/<identity hash>-quick` (quick calibration: kept apart,
     so a quick run never replaces a full profile); `-as_is` appended for a profile measured with free page reporting
-    left alone (hil.hostmem), so the two modes never replace each other's profile."""
+    left alone (hil.hostmem), so the two modes never replace each other's profile; `-4k` for one measured with the
+    runner's fresh memory on 4 KiB pages only (`huge=False`; the default asks for transparent huge pages,
+    hil.runner_state.huge_pages)."""
     name = (ident or host_identity()).id_hash() + ("-quick" if quick else "")
     name += "" if memory == "hold" else f"-{memory}"
+    name += "" if huge else "-4k"
     return Path(root or DEFAULT_ROOT) / name
 
 
@@ -629,17 +652,19 @@ CALIBRATION_PREFAULT = {False: 2 << 30, True: 512 << 20}   # B touched before a 
 
 
 def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
-                      log: Callable[[str], None] = lambda m: None, rounds: int | None = None, memory: str = "hold"
-                      ) -> tuple[SocProfile, Path, float]:
+                      log: Callable[[str], None] = lambda m: None, rounds: int | None = None, memory: str = "hold",
+                      huge: bool = True) -> tuple[SocProfile, Path, float]:
     """Calibrate this host (`rounds` passes merged, None: the settings' default; guest free page reporting held or
-    not by `memory`, hil.hostmem) and write its store directory; (profile, cost table path, wall s)."""
+    not by `memory`, hil.hostmem; fresh memory on huge pages or not by `huge`, hil.runner_state.huge_pages) and write
+    its store directory; (profile, cost table path, wall s)."""
     from hil.calibrate import CalibrationSettings
     from hil.calibrate_merge import measure_rounds
     from hil.hostmem import hold
+    from hil.runner_state import huge_pages
 
-    d = store_dir(root, ident, quick, memory)
+    d = store_dir(root, ident, quick, memory, huge)
     ghz, how = nominal_ghz()
-    with hold(memory, CALIBRATION_PREFAULT[quick]) as mem:
+    with hold(memory, CALIBRATION_PREFAULT[quick]) as mem, huge_pages(huge):
         t0 = time.perf_counter()
         meas, per_round = measure_rounds(root / "scratch", CalibrationSettings.make(quick, rounds), log)
         wall = time.perf_counter() - t0
@@ -656,7 +681,7 @@ def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
     _write_json(d / "device.json", dict(version=STORE_VERSION, identity_hash=ident.id_hash(), quick=quick,
                                         measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                                         wall_s=wall, rounds=len(per_round), loadavg=meas.loadavg,
-                                        host_memory=host_memory,
+                                        host_memory=host_memory, huge_pages=bool(huge),
                                         profile=asdict(prof), sources=src,
                                         spread=spr))
     return prof, d / "cost_table.json", wall
@@ -664,11 +689,12 @@ def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
 
 def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, quick: bool = False,
                 log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
-                rounds: int | None = None, memory: str = "hold") -> tuple[SocProfile, Path]:
-    """(SocProfile, cost table path) of this machine: the stored full profile when its identity and `memory` mode
-    match (with `quick`, else the stored quick one), otherwise measured now (a quick calibration with `quick`;
-    `rounds` passes, None: 3 full, 1 quick; free page reporting held or not by `memory`, hil.hostmem) and stored.
-    Prints one line (`log`) saying which."""
+                rounds: int | None = None, memory: str = "hold", huge: bool = True) -> tuple[SocProfile, Path]:
+    """(SocProfile, cost table path) of this machine: the stored full profile when its identity, `memory` mode and
+    `huge` (fresh memory on transparent huge pages) match (with `quick`, else the stored quick one), otherwise
+    measured now (a quick calibration with `quick`; `rounds` passes, None: 3 full, 1 quick; free page reporting held
+    or not by `memory`, hil.hostmem; fresh memory on huge pages or not by `huge`) and stored. Prints one line
+    (`log`) saying which."""
     root = Path(root or DEFAULT_ROOT)
     ident = host_identity()
     root.mkdir(parents=True, exist_ok=True)
@@ -676,8 +702,8 @@ def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, 
         fcntl.flock(lk, fcntl.LOCK_EX)
         reasons = []
         for q in ((False, True) if quick else (False,)):
-            d = store_dir(root, ident, q, memory)
-            prof, why = _stored(d, ident, need_full=not q, memory=memory)
+            d = store_dir(root, ident, q, memory, huge)
+            prof, why = _stored(d, ident, need_full=not q, memory=memory, huge=huge)
             if prof is not None and not remeasure:
                 log(f"host profile: loaded {d} (identity {ident.id_hash()} matches this machine)")
                 return prof, d / "cost_table.json"
@@ -686,7 +712,7 @@ def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, 
                                                            "no stored profile")
         from hil.calibrate import CalibrationSettings
 
-        prof, table, wall = measure_and_store(root, ident, quick, progress, rounds=rounds, memory=memory)
+        prof, table, wall = measure_and_store(root, ident, quick, progress, rounds=rounds, memory=memory, huge=huge)
         n = CalibrationSettings.make(quick, rounds).rounds
         log(f"host profile: measured this host ({why}; {'quick' if quick else 'full'} calibration, "
             f"{f'{n} rounds merged, ' if n > 1 else ''}{wall:.1f} s) -> {table.parent}")
@@ -705,9 +731,10 @@ def is_host_marker(device: dict) -> bool:
 
 def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
                      log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
-                     rounds: int | None = None, memory: str = "hold") -> tuple[SocProfile, Path]:
+                     rounds: int | None = None, memory: str = "hold", huge: bool = True) -> tuple[SocProfile, Path]:
     """(SocProfile, cost table path) for a `device=host` marker dict (keys: name, measured, store); ValueError
-    naming the key for anything else. `memory`: hil.hostmem mode of a calibration (and of a stored profile)."""
+    naming the key for anything else. `memory`: hil.hostmem mode of a calibration (and of a stored profile); `huge`:
+    the runner's fresh memory on transparent huge pages (hil.runner_state.huge_pages)."""
     extra = sorted(set(device) - MARKER_KEYS)
     if extra:
         raise ValueError(f"device.{extra[0]}: not a key of the measured host device (keys: "
@@ -718,7 +745,7 @@ def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
     if not isinstance(store, str):
         raise ValueError(f"device.store: must be a directory path or empty (got {store!r})")
     return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress, rounds=rounds,
-                       memory=memory)
+                       memory=memory, huge=huge)
 
 
 # ================================================ report =============================================================

@@ -3,7 +3,8 @@ tensors, the KV cache, RoPE tables and the activations of every prompt chunk.
 
 Owns the memory a cold start works in, allocated before t0 except the weight buffers (allocated by the load task
 that fills them, as a real runtime does):
-- `WeightStore`: page-aligned blob buffers on fresh pages (`fresh_empty`, as in a new process; one per container
+- `WeightStore`: page-aligned blob buffers on fresh pages (`fresh_empty`, as in a new process, carved from 64 MiB
+  mappings, with transparent huge pages when `huge_pages` is on: `FreshArena`; one per container
   tensor, filled piece by piece by load tasks: llama.cpp plans split a layer's byte range over several reader
   tasks; packed blobs are staging buffers reused once unpacked), the optional "NPU buffer" copy, and the unpacked
   (C, D) INT8 weights + per-channel scales. A tensor that no unpack task of the plan unpacks (INT8 files need none;
@@ -15,9 +16,11 @@ that fills them, as a real runtime does):
 from __future__ import annotations
 
 import bisect
+import contextlib
 import mmap
 import threading
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import numpy as np
 
@@ -52,9 +55,71 @@ def aligned_empty(nbytes: int, align: int = PAGE) -> np.ndarray:
     return raw[start:start + nbytes]
 
 
+class FreshArena:
+    """Fresh pages carved from anonymous mappings of `chunk` bytes that ask for transparent huge pages
+    (MADV_HUGEPAGE), as a runtime that allocates its weight memory in a few large buffers does (ggml's backend
+    buffers, MNN's memory pool). Nothing is reused: a buffer's pages are untouched until its first write, and a chunk
+    is unmapped when the last array carved from it is garbage collected. With huge pages one fault maps (and zeroes)
+    2 MiB instead of 4 KiB; where the kernel has no transparent huge pages (or `huge=False`), the pages fault 4 KiB at a
+    time as before. Thread-safe (loaders and unpackers allocate concurrently)."""
+
+    HUGE = 2 << 20                  # B, the x86-64 / arm64 PMD size a huge page maps
+
+    def __init__(self, chunk: int = 64 << 20, huge: bool = True) -> None:
+        self.chunk, self.huge = int(chunk), bool(huge)
+        self._lock = threading.Lock()
+        self._cur: np.ndarray | None = None
+        self._off = 0
+
+    def _map(self, nbytes: int) -> np.ndarray:
+        m = mmap.mmap(-1, int(nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
+        if self.huge and hasattr(mmap, "MADV_HUGEPAGE"):
+            try:
+                m.madvise(mmap.MADV_HUGEPAGE)
+            except OSError:          # kernel without transparent huge pages: 4 KiB faults
+                pass
+        return np.frombuffer(m, dtype=np.uint8)
+
+    def empty(self, nbytes: int) -> np.ndarray:
+        """uint8 (nbytes,) page-aligned buffer on untouched pages."""
+        if nbytes <= 0:
+            return np.empty(0, dtype=np.uint8)
+        size = -(-int(nbytes) // PAGE) * PAGE
+        if size > self.chunk // 2:                 # large tensors get a mapping of their own
+            return self._map(size)[:nbytes]
+        with self._lock:
+            if self._cur is None or self._off + size > self._cur.size:
+                self._cur, self._off = self._map(self.chunk), 0
+            buf = self._cur[self._off:self._off + nbytes]
+            self._off += size
+        return buf
+
+
+HUGE_PAGES_DEFAULT = True   # the runner's fresh memory asks for transparent huge pages unless told otherwise
+_ARENA = FreshArena(huge=HUGE_PAGES_DEFAULT)
+
+
+def huge_pages_enabled() -> bool:
+    """Whether `fresh_empty` asks for transparent huge pages now."""
+    return _ARENA.huge
+
+
+@contextlib.contextmanager
+def huge_pages(on: bool) -> Iterator[None]:
+    """`fresh_empty` asks for transparent huge pages (`on`, the default) or maps 4 KiB pages only inside the block,
+    from an arena of its own; the previous arena is current again after it. The calibration and the runs of one
+    profile use the same setting (`huge_pages` in conf/calibrate.yaml and conf/validate.yaml, hil.host)."""
+    global _ARENA
+    before, _ARENA = _ARENA, FreshArena(huge=bool(on))
+    try:
+        yield
+    finally:
+        _ARENA = before
+
+
 def fresh_empty(nbytes: int) -> np.ndarray:
-    """uint8 (nbytes,) page-aligned buffer on pages fresh from the OS: an anonymous private mapping of its own,
-    unmapped when the array is garbage collected (no page is touched here).
+    """uint8 (nbytes,) page-aligned buffer on pages fresh from the OS (`FreshArena`: untouched until written, never
+    recycled), freed when the arrays on its mapping are garbage collected.
 
     A cold start runs in a new process, whose weight memory is all fresh pages: every page faults on its first write.
     The runner lives in a long-lived process; through malloc (`aligned_empty`) some of its buffers came from recycled
@@ -62,9 +127,7 @@ def fresh_empty(nbytes: int) -> np.ndarray:
     pages), so the number of page faults of a run depended on what the process did before: 17-30 k minor faults per
     SmolLM2 EdgeFlow run through malloc, 50 k (stable) with fresh mappings. The calibration measures first touch on
     these buffers too (hil.calibrate)."""
-    if nbytes <= 0:
-        return np.empty(0, dtype=np.uint8)
-    return np.frombuffer(mmap.mmap(-1, int(nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS), dtype=np.uint8)
+    return _ARENA.empty(nbytes)
 
 
 @dataclass

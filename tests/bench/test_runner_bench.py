@@ -3,8 +3,10 @@ settings), for 16 / 64 / 128-token prompts, with the plans of EdgeFlow and the l
 (built on the xiaomi15pro profile with its NPU graph durations zeroed: this host has no NPU graph; the NPU queue runs
 on the runner's NPU stand-in thread). Median of 3 cold runs (file evicted from the page cache before each), per-phase
 spans (hil.runner_report). Every run's logits must equal, bit for bit, the same forward computed op by op with the
-runner's native kernels (hil.native_forward). Prints a table, writes
-outputs/bench/runner.json (every number measured).
+runner's native kernels (hil.native_forward). Every plan runs with the runner's fresh memory on 4 KiB pages and on
+transparent huge pages (hil.runner_state.huge_pages), alternately, and the table gives the ratio of the two medians
+(the baseline is the 4 KiB run of the same plan, same session). Prints a table, writes outputs/bench/runner.json
+(every number measured).
 """
 from __future__ import annotations
 
@@ -16,6 +18,7 @@ import pytest
 from hil.native_forward import native_last_logits
 from hil.runner import run_plan
 from hil.runner_report import phase_summary
+from hil.runner_state import huge_pages
 from quant.atomic import atomic_write_json
 from quant.packed_forward import read_model
 from tests.conftest import REPO
@@ -42,24 +45,32 @@ def test_runner_cold_ttft(smol_pack):  # noqa: F811
         want = native_last_logits(pm, spec, toks)        # the same forward with the runner's kernels: bit-exact
         for fw in FRAMEWORKS:
             plan = bound_plan(fw, spec, path, T)
-            runs = []
+            runs: dict[bool, list] = {False: [], True: []}
             for _ in range(REPEATS):
-                r = run_plan(plan, path, toks, spec=spec)
-                assert r.resident_before == 0.0 and np.array_equal(r.logits, want), (fw, T)
-                runs.append(phase_summary(plan, r.timeline))
-            med = sorted(runs, key=lambda x: x["ttft_s"])[REPEATS // 2]
-            rows.append({"framework": fw, "prompt_tokens": T, **med,
-                         "ttft_all_s": [x["ttft_s"] for x in runs],
-                         "ttft_median_s": statistics.median(x["ttft_s"] for x in runs)})
+                for huge in (False, True):                     # alternately: both see the same host conditions
+                    with huge_pages(huge):
+                        r = run_plan(plan, path, toks, spec=spec)
+                    assert r.resident_before == 0.0 and np.array_equal(r.logits, want), (fw, T, huge)
+                    runs[huge].append(phase_summary(plan, r.timeline))
+            for huge in (False, True):
+                med = sorted(runs[huge], key=lambda x: x["ttft_s"])[REPEATS // 2]
+                rows.append({"framework": fw, "prompt_tokens": T, "huge_pages": huge, **med,
+                             "ttft_all_s": [x["ttft_s"] for x in runs[huge]],
+                             "ttft_median_s": statistics.median(x["ttft_s"] for x in runs[huge])})
     print(f"\nSmolLM2-135M EdgeFlow 5 b, cold TTFT on this host (measured; median of {REPEATS})")
-    print(f"{'framework':<13}{'T':>5}{'TTFT s':>9}{'load s':>15}{'unpack s':>15}{'prefill s':>15}{'stolen':>8}")
+    print(f"{'framework':<13}{'T':>5}{'pages':>7}{'TTFT s':>9}{'load s':>15}{'unpack s':>15}{'prefill s':>15}"
+          f"{'stolen':>8}{'4K/huge':>9}")
 
     def span(r, ph):
         return f"{r[ph + '_start_s']:.3f}-{r[ph + '_end_s']:.3f}" if ph + "_start_s" in r else "-"
 
+    base = {(r["framework"], r["prompt_tokens"]): r["ttft_median_s"] for r in rows if not r["huge_pages"]}
     for r in rows:
-        print(f"{r['framework']:<13}{r['prompt_tokens']:>5}{r['ttft_median_s']:>9.3f}{span(r, 'load'):>15}"
-              f"{span(r, 'unpack'):>15}{span(r, 'prefill'):>15}{int(r['stolen_ops']):>8}")
+        key = (r["framework"], r["prompt_tokens"])
+        r["speedup_vs_4k"] = base[key] / r["ttft_median_s"]
+        print(f"{r['framework']:<13}{r['prompt_tokens']:>5}{'huge' if r['huge_pages'] else '4K':>7}"
+              f"{r['ttft_median_s']:>9.3f}{span(r, 'load'):>15}{span(r, 'unpack'):>15}{span(r, 'prefill'):>15}"
+              f"{int(r['stolen_ops']):>8}{r['speedup_vs_4k']:>8.2f}x")
     atomic_write_json(REPO / "outputs" / "bench" / "runner.json",
                       {"model": spec.name, "bits": 5, "repeats": REPEATS, "measured": True,
                        "device_plan": "xiaomi15pro, NPU graph durations zeroed", "rows": rows,

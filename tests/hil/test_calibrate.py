@@ -126,7 +126,7 @@ def test_a_full_profile_serves_quick_requests_and_is_preferred(quick_store, monk
 
 
 def _spy(calls, prof, table):
-    def measure(root, ident, quick, log=None, rounds=None, memory="hold"):
+    def measure(root, ident, quick, log=None, rounds=None, memory="hold", huge=True):
         calls.append((ident, quick))
         return prof, table, 0.0
     return measure
@@ -168,6 +168,25 @@ def test_profile_measured_with_another_memory_mode_is_remeasured(quick_store, mo
     del doc["host_memory"]                                       # a profile from before hil.hostmem: as is
     (d / "device.json").write_text(json.dumps(doc))
     host.host_device(root, quick=True, log=lines.append, memory="as_is")
+    assert len(calls) == 1 and "loaded" in lines[1]
+
+
+def test_profile_measured_with_other_huge_pages_is_remeasured(quick_store, monkeypatch, tmp_path):
+    _root, prof, table, _ = quick_store
+    assert json.loads((table.parent / "device.json").read_text())["huge_pages"] is True     # the default
+    root = tmp_path / "store"
+    d = host.store_dir(root, quick=True, huge=False)
+    assert d.name == table.parent.name + "-4k"                   # kept apart from the huge-page profile
+    shutil.copytree(table.parent, d)                             # a huge-page profile where a 4 KiB one belongs
+    calls: list = []
+    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    lines: list[str] = []
+    host.host_device(root, quick=True, log=lines.append, huge=False)
+    assert len(calls) == 1 and "huge_pages=True (asked: False)" in lines[0]
+    doc = json.loads((d / "device.json").read_text())
+    del doc["huge_pages"]                                        # a profile from before huge pages: 4 KiB pages
+    (d / "device.json").write_text(json.dumps(doc))
+    host.host_device(root, quick=True, log=lines.append, huge=False)
     assert len(calls) == 1 and "loaded" in lines[1]
 
 

@@ -13,6 +13,7 @@ from hil.native_forward import native_last_logits
 from hil.packed_index import bind_to_file, read_index
 from hil.runner import run_plan
 from hil.runner_ops import OpRunner
+from hil.runner_state import huge_pages, huge_pages_enabled
 from planner.plan import Plan
 from quant.packed_forward import forward_last_logits, read_model
 from sim.coldstart import POLICIES
@@ -128,6 +129,19 @@ def test_forced_isa_and_one_chunk(tiny_files):
     workers = {f"{res}{i}" for res in ("load", "unpack", "graph", "cpu", "npu") for i in range(plan.workers(res))}
     assert set(w) == workers
     assert all(v >= 0 for v in w.values()) and sum(w.values()) >= 1   # the workers waited for each other
+
+
+def test_huge_page_memory_gives_the_same_logits(tiny_files):
+    """The runner's fresh memory on transparent huge pages (hil.runner_state.huge_pages): same bits out."""
+    spec, files, toks, _refs = tiny_files
+    plan = bound_plan("edgeflow", spec, files["weightlet"], PROMPT, chunk=CHUNK)
+    assert huge_pages_enabled()                          # the default
+    huge = run_plan(plan, files["weightlet"], toks, spec=spec)
+    with huge_pages(False):
+        assert not huge_pages_enabled()
+        plain = run_plan(plan, files["weightlet"], toks, spec=spec)
+    assert huge_pages_enabled()
+    assert np.array_equal(plain.logits, huge.logits) and plain.token == huge.token
 
 
 def test_unbound_plan_is_refused(tiny_files):

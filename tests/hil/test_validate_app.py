@@ -131,6 +131,12 @@ def test_validate_rejects_a_bad_host_memory_mode_in_one_line(tmp_path):
     assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "host_memory" in r.stderr, r.stderr
 
 
+def test_validate_rejects_a_bad_huge_pages_value_in_one_line(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "experiments.validate", "huge_pages=maybe",
+                        f"hydra.run.dir={tmp_path / 'r'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "huge_pages" in r.stderr, r.stderr
+
+
 def test_validate_rejects_a_phone_device_in_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "experiments.validate", "device=xiaomi15pro",
                         f"hydra.run.dir={tmp_path / 'r'}"], cwd=REPO, capture_output=True, text=True, timeout=300)
