@@ -37,7 +37,10 @@ from typing import Callable, Iterator
 import numpy as np
 
 import native
-from hil.calibrate import MIB, CalibrationSettings, Kernels, Stat, cold_read, touch_cpu
+from hil.calibrate import CalibrationSettings
+from hil.calibrate_compute import Kernels
+from hil.calibrate_reads import cold_read
+from hil.calibrate_stats import MIB, Stat, touch_cpu
 from hil.runner_state import fresh_empty
 from planner.device import CORUN_CLASSES as CLASSES
 
@@ -122,8 +125,8 @@ def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) ->
 
 def _corunner_main(kind: str, go, stop, ready, idle, cpu, wall) -> None:
     """The co-runner (`CoRunner`, a process or a thread): while `go` is set, `kind` work in a loop ("compute": the
-    16 x 576 x 576 INT8 GEMM of `hil.calibrate.busy_cores`; "memory": copies into fresh 1 MiB mappings, 256 MiB held
-    then released); adds each busy window's CPU and wall seconds to `cpu` / `wall`, sets `idle` after."""
+    16 x 576 x 576 INT8 GEMM of `hil.calibrate_compute.busy_cores`; "memory": copies into fresh 1 MiB mappings,
+    256 MiB held then released); adds each busy window's CPU and wall seconds to `cpu` / `wall`, sets `idle` after."""
     import time as _time
 
     if kind == "compute":

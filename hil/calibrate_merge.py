@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from hil.calibrate import Stat
+from hil.calibrate_stats import Stat
 
 SUMMED = ("wall_s",)
 

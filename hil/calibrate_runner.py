@@ -29,7 +29,8 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.calibrate import Kernels, Stat, timed
+from hil.calibrate_compute import Kernels
+from hil.calibrate_stats import Stat, timed
 from hil.packed_index import EMBED, FileIndex, read_index
 from hil.runner import run_plan
 from hil.tinymodel import tiny_spec, write_tiny

@@ -22,7 +22,8 @@ import time
 
 import numpy as np
 
-from hil.calibrate import Kernels, touch_cpu
+from hil.calibrate_compute import Kernels
+from hil.calibrate_stats import touch_cpu
 
 PROBES = ("gemm_s", "elementwise_s", "unpack_s", "first_touch_s_per_byte")
 

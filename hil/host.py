@@ -48,7 +48,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 13    # 12: kernel costs are their calls' expected value (hil.calibrate.Stat.expected); 13: the
+STORE_VERSION = 13    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
 #                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena)
 
 
@@ -270,14 +270,15 @@ def put_flash_reads(f: ProfileFields, m: Measurements) -> None:
         f.put("flash_stream_start_s", m.stream_start.median, f"measured: a cold 1-reader sequential read of the "
               f"scratch file into fresh {m.settings.overlap_blob_bytes >> 20} MiB buffers in "
               f"{m.bulk_request_bytes >> 10} KiB preads, total time minus size / its second half's rate "
-              f"(hil.calibrate.stream_start); the reader fit above uses the rows less it", m.stream_start.spread)
+              f"(hil.calibrate_reads.stream_start); the reader fit above uses the rows less it", m.stream_start.spread)
     f.put("flash_bulk_request_bytes", int(m.bulk_request_bytes), "measured: smallest request size within 5 % of the "
           "best cold read rate while other threads occupy every core (each request waits flash_request_busy_s for a "
           "time slice: the loaders run beside the unpack and compute threads)")
     if m.pread_readahead is not None:
         f.put("read_ahead_bytes", int(m.pread_readahead.median) // 4096 * 4096,
               f"measured: bytes resident right after the end of a sequential pread stream of "
-              f"{m.bulk_request_bytes >> 10} KiB chunks with 5 ms pauses (mincore; hil.calibrate.pread_readahead)",
+              f"{m.bulk_request_bytes >> 10} KiB chunks with 5 ms pauses (mincore; "
+              "hil.calibrate_reads.pread_readahead)",
               m.pread_readahead.spread)
     f.put("mmap_readahead_bytes", int(round(m.readahead.median / 4096) * 4096) or 4096,
           "measured: bytes made resident by one mmap page fault on an evicted file (mincore)", m.readahead.spread)
@@ -446,7 +447,7 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
     if m.pool_wake is not None:
         f.put("gemm_pool_wake_s", m.pool_wake.median, "measured: a 2-thread 16x576x1536 GEMM on DRAM-cycled weights "
               "after its helper slept (three poll windows apart) minus right after another one (helper polling), "
-              "median (hil.calibrate.measure_pool_wake)", m.pool_wake.spread)
+              "median (hil.calibrate_compute.measure_pool_wake)", m.pool_wake.spread)
     f.put("interpreter_lock", True, "by construction: the runner's workers are Python threads; their per-task code "
           "(worker loop, op path, buffer set-up: cpu_op_overhead_s, load_tensor_s, unpack_tensor_s) holds the GIL, "
           "the kernels and reads release it")

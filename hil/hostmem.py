@@ -177,7 +177,7 @@ def _locked_state(state_file: Path) -> Iterator[dict]:
 
 def _live_holders(st: dict, but: int | None = None) -> list[int]:
     """The state's holder pids that still run (other than `but`)."""
-    from hil.calibrate import pid_alive
+    from hil.calibrate_reads import pid_alive
 
     return [p for p in st.get("holders", []) if isinstance(p, int) and p != but and pid_alive(p)]
 

@@ -14,6 +14,9 @@ import time
 import pytest
 
 from hil import calibrate as cal
+from hil import calibrate_compute as comp
+from hil import calibrate_reads as reads
+from hil import calibrate_stats as stats
 from hil import host
 from planner.cost import AnalyticCostModel, TableCostModel, make_cost_model
 from planner.device import CORUN_CLASSES, SocProfile
@@ -216,12 +219,12 @@ def test_marker_config_and_bad_markers(quick_store, monkeypatch):
 
 def test_scratch_file_is_removed_on_error(tmp_path):
     with pytest.raises(RuntimeError):
-        with cal.scratch_file(tmp_path, 16 * cal.MIB) as p:
+        with reads.scratch_file(tmp_path, 16 * cal.MIB) as p:
             assert p.stat().st_size == 16 * cal.MIB
             raise RuntimeError("boom")
     assert not list(tmp_path.glob("*.bin"))
     (tmp_path / "read-999999999.bin").write_bytes(b"x")          # left by a dead process: cleaned up next time
-    with cal.scratch_file(tmp_path, 16 * cal.MIB):
+    with reads.scratch_file(tmp_path, 16 * cal.MIB):
         pass
     assert not list(tmp_path.glob("*.bin"))
 
@@ -231,29 +234,29 @@ def test_reader_fit_recovers_latency_and_bandwidth():
     rows = [dict(request_bytes=r, threads=1, gbps=r / (lat + r / (bw * 1e9)) / 1e9, spread=0.0)
             for r in (64 << 10, 1 << 20, 16 << 20)]
     rows.append(dict(request_bytes=16 << 20, threads=2, gbps=3.5, spread=0.0))
-    curve = cal.ReadCurve(rows)
-    got_lat, got_bw = cal.fit_reader(curve)
+    curve = reads.ReadCurve(rows)
+    got_lat, got_bw = reads.fit_reader(curve)
     assert got_lat == pytest.approx(lat, rel=1e-6) and got_bw == pytest.approx(bw, rel=1e-6)
-    assert cal.bulk_request(curve) == 16 << 20
+    assert reads.bulk_request(curve) == 16 << 20
     # rows of a 64 MiB file that each include a 10 ms stream start-up: less it, the same steady fit
     size, start = 64 << 20, 0.01
-    slow = cal.ReadCurve([dict(r, gbps=size / (size / (r["gbps"] * 1e9) + start) / 1e9) for r in rows])
-    assert cal.fit_reader(slow)[1] < 0.9 * bw
-    got_lat, got_bw = cal.fit_reader(slow, start, size)
+    slow = reads.ReadCurve([dict(r, gbps=size / (size / (r["gbps"] * 1e9) + start) / 1e9) for r in rows])
+    assert reads.fit_reader(slow)[1] < 0.9 * bw
+    got_lat, got_bw = reads.fit_reader(slow, start, size)
     assert got_lat == pytest.approx(lat, rel=1e-6) and got_bw == pytest.approx(bw, rel=1e-6)
 
 
 def test_stream_start_is_the_intercept_of_a_cold_read(tmp_path):
     """A real cold read of a 16 MiB scratch file: a start-up >= 0 shorter than the read itself."""
-    with cal.scratch_file(tmp_path, 16 * cal.MIB) as p:
-        st = cal.measure_stream_start(p, 1 * cal.MIB, 2 * cal.MIB, 3)
-        reused = cal.stream_start(p, 1 * cal.MIB)
+    with reads.scratch_file(tmp_path, 16 * cal.MIB) as p:
+        st = reads.measure_stream_start(p, 1 * cal.MIB, 2 * cal.MIB, 3)
+        reused = reads.stream_start(p, 1 * cal.MIB)
         t0 = time.perf_counter()
-        cal.read_rate(p, 1 * cal.MIB, 1, cold=True)
+        reads.read_rate(p, 1 * cal.MIB, 1, cold=True)
         whole = time.perf_counter() - t0
     assert st.n == 3 and 0 <= st.median < whole and 0 <= reused < whole
-    with pytest.raises(ValueError, match="fewer than 4 pieces"), cal.scratch_file(tmp_path, 16 * cal.MIB) as p:
-        cal.stream_start(p, 8 * cal.MIB)
+    with pytest.raises(ValueError, match="fewer than 4 pieces"), reads.scratch_file(tmp_path, 16 * cal.MIB) as p:
+        reads.stream_start(p, 8 * cal.MIB)
 
 
 def test_unpack_first_touch_is_measured_through_the_unpack_kernel():
@@ -415,7 +418,7 @@ def test_calibrate_app_quick_run_and_bad_input(quick_store, tmp_path):
 def test_numpy_stand_in_kernels_run_when_native_compute_is_missing():
     import numpy as np
 
-    k = cal.Kernels()
+    k = comp.Kernels()
     k.nc, k.label = None, "numpy stand-in (test)"
     rng = np.random.default_rng(0)
     k.gemm_call(4, 64, 96, 2, rng)()
@@ -486,13 +489,13 @@ def test_runner_cost_runs_the_real_runner_on_a_sequential_plan(tmp_path):
 def test_kernel_costs_are_the_expected_call_not_the_typical_one(monkeypatch):
     """A kernel that runs 1.5x slower in 2 of 5 calls costs a run its mean (1.2x), not its median; a preempted call
     (over PREEMPTED_X x the median: another thread ran) is left out. The GEMM table takes that expected cost."""
-    st = cal.Stat.of([1.0, 1.0, 1.0, 1.5, 1.5])
+    st = stats.Stat.of([1.0, 1.0, 1.0, 1.5, 1.5])
     assert st.median == 1.0 and st.expected == pytest.approx(1.2)
-    assert cal.Stat.of([1.0, 1.0, 1.0, 1.0, 10.0]).expected == pytest.approx(1.0)    # preempted: dropped
-    assert cal.Stat(2.0, 0.0, 3).expected == 2.0                                     # no mean taken: the median
+    assert stats.Stat.of([1.0, 1.0, 1.0, 1.0, 10.0]).expected == pytest.approx(1.0)    # preempted: dropped
+    assert stats.Stat(2.0, 0.0, 3).expected == 2.0                                     # no mean taken: the median
     calls = iter([1.0, 1.0, 1.0, 1.5, 1.5] * 10)
-    monkeypatch.setattr(cal, "timed", lambda fn, reps, budget_s=0.0: cal.Stat.of([next(calls) for _ in range(5)]))
+    monkeypatch.setattr(comp, "timed", lambda fn, reps, budget_s=0.0: stats.Stat.of([next(calls) for _ in range(5)]))
     s = dataclasses.replace(cal.CalibrationSettings.make(quick=True), gemm_kn=((64, 32),), gemm_m=(4,), threads=(1,),
                             cold_set_bytes=4096)
-    rows = cal.measure_gemm(cal.Kernels(), s)
+    rows = comp.measure_gemm(comp.Kernels(), s)
     assert [r["seconds"] for r in rows] == [pytest.approx(1.2)]

@@ -8,8 +8,8 @@ import sys
 import pytest
 
 from hil import calibrate as cal
-from hil.calibrate import Stat
 from hil.calibrate_merge import measure_rounds, merge_rounds
+from hil.calibrate_stats import Stat
 from tests.conftest import REPO
 
 
