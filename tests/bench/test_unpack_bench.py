@@ -126,50 +126,50 @@ def count_instructions(exe: Path, d: Path, fmt: str, isa: str, R: int, b3: bytes
     return None
 
 
-@pytest.mark.bench
-@pytest.mark.parametrize("alloc", ["twin", "fig4a"])
-def test_unpack_throughput(alloc):
-    bits, alloc_src = allocation() if alloc == "twin" else (fig4a_bits(), "EdgeFlow Fig. 4a channel shares")
-    out_json = OUT if alloc == "twin" else OUT.with_name("unpack_fig4a.json")
-    q = codes(bits, D)
-    b3 = pack_bits3(bits)
-    out = np.empty((C, D), dtype=np.int8)
-    isas = native.available_isas()
+def _payloads(q: np.ndarray, bits: np.ndarray, twin: bool) -> tuple[dict, str]:
+    """Every format's packed tensor, keyed (format, group); ggml's K-quant blocks on the twin run (peer extra)."""
     payloads = {("weightlet", R): weightlet.pack(q, bits, R) for R in weightlet.GROUPS}
     payloads[("mixed", 0)] = baselines.mixed_pack(q, bits)
     payloads[("kquant", 0)] = baselines.kquant_pack(q, bits)
     payloads[("int8", 0)] = baselines.int8_pack(q, bits)
-    ggml, ggml_note = ggml_blocks() if alloc == "twin" else ({}, "twin run only")
+    ggml, ggml_note = ggml_blocks() if twin else ({}, "twin run only")
     for k, blk in ggml.items():
         payloads[(f"ggml_{k}", 0)] = blk
-    out_f32 = np.empty(C * D, dtype=np.float32) if ggml else None                  # ggml dequantizes to float32
+    return payloads, ggml_note
 
-    src8 = q.copy()
+
+def _configs(isas: list[str], payloads: dict) -> list[tuple[str, int, str]]:
+    """(format, group, isa) of every timed kernel: memcpy first (the baseline), every ISA of each format."""
     configs = [("memcpy", 0, "libc")]
     configs += [("weightlet", 128, i) for i in isas]
     configs += [("weightlet", 256, i) for i in isas if i in ("avx2", "avx512", "neon")]
     configs += [("weightlet", 512, i) for i in isas if i in ("avx512",)]
     configs += [("mixed", 0, i) for i in isas]
     configs += [("kquant", 0, "ref"), ("int8", 0, "libc")]
-    configs += [(f"ggml_{k}", 0, "ggml") for k in ggml]
+    configs += [(f, 0, "ggml") for f, _ in payloads if f.startswith("ggml_")]
+    return configs
 
-    def make_call(fmt, R, isa):
-        if fmt == "memcpy":
-            return lambda: native.memcpy(out, src8)
-        if fmt.startswith("ggml_"):
-            from hil import peer
 
-            blk = payloads[(fmt, R)]
-            return lambda: peer.ggml_dequant(fmt[5:], blk, C * D, out=out_f32)
-        p, f = payloads[(fmt, R)], FORMATS[fmt]
-        if isa == "libc":
-            return lambda: f.unpack_native(p, b3, C, D, R, out=out)
-        return lambda: f.unpack_native(p, b3, C, D, R, isa=isa, out=out)
+def _make_call(fmt, R, isa, payloads, b3, out, src8, out_f32):
+    if fmt == "memcpy":
+        return lambda: native.memcpy(out, src8)
+    if fmt.startswith("ggml_"):
+        from hil import peer
 
-    calls = [make_call(*c) for c in configs]
-    for c, call in zip(configs, calls):                    # warm up, and check every kernel before timing it
+        blk = payloads[(fmt, R)]
+        return lambda: peer.ggml_dequant(fmt[5:], blk, C * D, out=out_f32)
+    p, f = payloads[(fmt, R)], FORMATS[fmt]
+    if isa == "libc":
+        return lambda: f.unpack_native(p, b3, C, D, R, out=out)
+    return lambda: f.unpack_native(p, b3, C, D, R, isa=isa, out=out)
+
+
+def _check_kernels(configs, calls, payloads, q, out, out_f32) -> None:
+    """Warm every kernel up and check its output before it is timed (a benchmark of a wrong kernel is worthless);
+    ggml's C kernel against gguf-py's NumPy codec on its first rows."""
+    for c, call in zip(configs, calls):
         call()
-        if c[0].startswith("ggml_"):                      # ggml's C kernel vs gguf-py's NumPy codec, first rows
+        if c[0].startswith("ggml_"):
             import gguf
 
             n_chk = GGML_CHECK_ROWS * D
@@ -177,33 +177,43 @@ def test_unpack_throughput(alloc):
             ref = gguf.quants.dequantize(blk, getattr(gguf.GGMLQuantizationType, c[0][5:].upper())).reshape(-1)
             np.testing.assert_allclose(out_f32[:n_chk], ref, rtol=1e-6, atol=1e-7, err_msg=c[0])
             continue
-        assert c[0] == "memcpy" or np.array_equal(out, q), c  # a benchmark of a wrong kernel is worthless
-    # round-robin repetitions: interference from other work on this shared host hits every config alike
+        assert c[0] == "memcpy" or np.array_equal(out, q), c
+
+
+def _round_robin(configs, calls) -> list[dict]:
+    """Best and median of REPS timings per config, the configs taken in turn (interference from other work on this
+    shared host hits every config alike)."""
     times = [[] for _ in configs]
     for _ in range(REPS):
         for k, call in enumerate(calls):
             t0 = time.perf_counter()
             call()
             times[k].append(time.perf_counter() - t0)
-    rows = [dict(format=f, group=R, isa=i, s=min(ts), s_median=float(np.median(ts)))
+    return [dict(format=f, group=R, isa=i, s=min(ts), s_median=float(np.median(ts)))
             for (f, R, i), ts in zip(configs, times)]
-    t_memcpy = rows[0]["s"]
 
-    # two threads (this host has 2 cores; shared with other work, so indicative): channel halves in parallel
+
+def _two_thread_rows(payloads, b3, q, out, src8) -> list[dict]:
+    """Weightlet R=128 and memcpy on two threads (channel halves in parallel; this host has 2 shared cores, so
+    indicative)."""
     from concurrent.futures import ThreadPoolExecutor
 
     best_isa = native.best_isa()
     pw = payloads[("weightlet", 128)]
     t, tm = best_time(lambda: native.unpack_weightlet(pw, b3, C, D, 128, isa=best_isa, out=out, threads=2))
     assert np.array_equal(out, q)
-    rows.append(dict(format="weightlet", group=128, isa=best_isa, threads=2, s=t, s_median=tm))
+    rows = [dict(format="weightlet", group=128, isa=best_isa, threads=2, s=t, s_median=tm)]
     with ThreadPoolExecutor(2) as ex:
         halves = ((0, C // 2 * D), (C // 2 * D, C * D))
         t, tm = best_time(lambda: list(ex.map(lambda r: native.memcpy(out.reshape(-1)[r[0]:r[1]],
                                                                       src8.reshape(-1)[r[0]:r[1]]), halves)))
     rows.append(dict(format="memcpy", group=0, isa="libc", threads=2, s=t, s_median=tm))
+    return rows
 
-    # instructions per weight (callgrind) on a strided channel slice with the same bit mix
+
+def _count_instructions(rows: list[dict], bits: np.ndarray, q: np.ndarray) -> None:
+    """rows' `instr_per_weight` (callgrind) on a strided channel slice with the same bit mix; None where not
+    counted (memcpy / int8: glibc's `rep movsb` counts bytes; ggml: its library, not our harness; 2 threads)."""
     with tempfile.TemporaryDirectory() as td:
         d = Path(td)
         exe = build_harness(d)
@@ -217,19 +227,23 @@ def test_unpack_throughput(alloc):
         for r in rows:
             r["instr_per_weight"] = None
             if exe is None or r["format"] in ("memcpy", "int8") or r.get("threads", 1) != 1 \
-                    or r["format"].startswith("ggml_"):          # ggml rows: its library, not our harness
-                continue                                    # glibc memcpy uses `rep movsb`: callgrind counts bytes
+                    or r["format"].startswith("ggml_"):
+                continue
             isa = "ref" if r["isa"] == "libc" else r["isa"]
             r["instr_per_weight"] = count_instructions(exe, d, r["format"], isa, r["group"], sb3,
                                                        spay[(r["format"], r["group"])], sb.size, D)
 
-    # per-bit-width throughput (cold-start simulator input): every channel at B bits
+
+def _per_bit(isas: list[str], twin: bool) -> tuple[list[dict], float]:
+    """Per-bit-width throughput (cold-start simulator input): every channel of a PER_BIT_SHAPE tensor at B bits,
+    weightlet per ISA, mixed at the best ISA, kquant's scalar reference (twin run only); and the memcpy rate of the
+    same INT8 tensor (its cache-resident limit)."""
     per_bit = []
     Cb, Db = PER_BIT_SHAPE
     ob = np.empty((Cb, Db), dtype=np.int8)
     small = np.ones((Cb, Db), dtype=np.int8)
     t_small, _ = best_time(lambda: native.memcpy(ob, small))              # cache-resident limit (2 MiB)
-    for B in range(1, 9) if alloc == "twin" else ():
+    for B in range(1, 9) if twin else ():
         bb = np.full(Cb, B)
         qb = codes(bb, Db, seed=B)
         pb, b3b = weightlet.pack(qb, bb, 128), pack_bits3(bb)
@@ -244,29 +258,26 @@ def test_unpack_throughput(alloc):
         pk = baselines.kquant_pack(qb, bb)
         t, _ = best_time(lambda: native.unpack_kquant(pk, b3b, Cb, Db, isa="ref", out=ob), 3)
         per_bit.append(dict(bits=B, isa="ref", group=0, format="kquant", weights_per_s=Cb * Db / t))
+    return per_bit, Cb * Db / t_small
 
+
+def _derive(rows: list[dict], payloads: dict) -> None:
+    """Throughput, memcpy ratio (same thread count), packed bytes and output type of every row."""
     n = C * D
+    t_memcpy = rows[0]["s"]
     t_memcpy2 = [r["s"] for r in rows if r["format"] == "memcpy" and r.get("threads") == 2][0]
     for r in rows:
         r.setdefault("threads", 1)
         r["weights_per_s"] = n / r["s"]
         r["gb_per_s_int8_out"] = n / r["s"] / 1e9
-        r["ratio_to_memcpy"] = (t_memcpy if r["threads"] == 1 else t_memcpy2) / r["s"]  # same thread count
+        r["ratio_to_memcpy"] = (t_memcpy if r["threads"] == 1 else t_memcpy2) / r["s"]
         p = payloads.get((r["format"], r["group"]))
         r["packed_bytes"] = int(p.size) if p is not None else n
         r["out"] = "float32" if r["format"].startswith("ggml_") else "int8"
-    hist = {int(b): float(np.mean(bits == b)) for b in range(1, 9) if np.any(bits == b)}
-    result = dict(
-        measured=True, host=platform.processor() or platform.machine(), cpu_count=os.cpu_count(), threads=1,
-        tensor=dict(C=C, D=D, weights=n, allocation=alloc_src, bits_share=hist, mean_bits=float(bits.mean())),
-        ggml=ggml_note,
-        reps=REPS, timing="best of reps, round-robin over configs, warm buffers; threads=1 unless a row says 2",
-        isas=isas,
-        instr_counter="valgrind callgrind (perf stat: instructions not supported on this host)",
-        rows=rows, per_bit=per_bit, per_bit_shape=list(PER_BIT_SHAPE),
-        per_bit_memcpy_weights_per_s=Cb * Db / t_small)
-    atomic_write_json(out_json, result)
 
+
+def _report(rows, per_bit, memcpy_small, bits, alloc_src, ggml_note, twin, out_json) -> None:
+    Cb, Db = PER_BIT_SHAPE
     print(f"\nunpack of a {C}x{D} tensor ({alloc_src}; mean {bits.mean():.3f} bits), best of {REPS}")
     print(f"{'format':10s} {'R':>4s} {'isa':7s} {'thr':>3s} {'MB packed':>9s} {'ms':>8s} {'Gweights/s':>10s} "
           f"{'GB/s out':>8s} {'x memcpy':>8s} {'instr/w':>7s}")
@@ -276,7 +287,7 @@ def test_unpack_throughput(alloc):
               f"{r['s'] * 1e3:8.2f} {r['weights_per_s'] / 1e9:10.2f} {r['gb_per_s_int8_out']:8.2f} "
               f"{r['ratio_to_memcpy']:8.3f} {ipw:>7s}")
     print(f"per bit width, weightlet R=128, {Cb}x{Db} (Gweights/s; memcpy of the same int8 "
-          f"{Cb * Db / t_small / 1e9:.2f}):" if per_bit else "")
+          f"{memcpy_small / 1e9:.2f}):" if per_bit else "")
     for B in range(1, 9) if per_bit else ():
         cells = " ".join(f"{x['isa']}={x['weights_per_s'] / 1e9:.2f}" for x in per_bit
                          if x["bits"] == B and "format" not in x)
@@ -289,9 +300,43 @@ def test_unpack_throughput(alloc):
         if r["format"].startswith("ggml_") or r["format"] == "kquant":
             print(f"  x {r['format']}: best weightlet ({best1['isa']}, R={best1['group']}) is "
                   f"{best1['weights_per_s'] / r['weights_per_s']:.2f}x its throughput")
-    if not ggml and alloc == "twin":
+    if twin and not any(r["format"].startswith("ggml_") for r in rows):
         print(f"  (no llama.cpp K-quant rows: {ggml_note})")
     print(f"wrote {out_json}")
+
+
+@pytest.mark.bench
+@pytest.mark.parametrize("alloc", ["twin", "fig4a"])
+def test_unpack_throughput(alloc):
+    twin = alloc == "twin"
+    bits, alloc_src = allocation() if twin else (fig4a_bits(), "EdgeFlow Fig. 4a channel shares")
+    out_json = OUT if twin else OUT.with_name("unpack_fig4a.json")
+    q = codes(bits, D)
+    b3 = pack_bits3(bits)
+    out = np.empty((C, D), dtype=np.int8)
+    isas = native.available_isas()
+    payloads, ggml_note = _payloads(q, bits, twin)
+    has_ggml = any(f.startswith("ggml_") for f, _ in payloads)
+    out_f32 = np.empty(C * D, dtype=np.float32) if has_ggml else None     # ggml dequantizes to float32
+    src8 = q.copy()
+    configs = _configs(isas, payloads)
+    calls = [_make_call(*c, payloads, b3, out, src8, out_f32) for c in configs]
+    _check_kernels(configs, calls, payloads, q, out, out_f32)
+    rows = _round_robin(configs, calls) + _two_thread_rows(payloads, b3, q, out, src8)
+    _count_instructions(rows, bits, q)
+    per_bit, memcpy_small = _per_bit(isas, twin)
+    _derive(rows, payloads)
+    hist = {int(b): float(np.mean(bits == b)) for b in range(1, 9) if np.any(bits == b)}
+    atomic_write_json(out_json, dict(
+        measured=True, host=platform.processor() or platform.machine(), cpu_count=os.cpu_count(), threads=1,
+        tensor=dict(C=C, D=D, weights=C * D, allocation=alloc_src, bits_share=hist, mean_bits=float(bits.mean())),
+        ggml=ggml_note,
+        reps=REPS, timing="best of reps, round-robin over configs, warm buffers; threads=1 unless a row says 2",
+        isas=isas,
+        instr_counter="valgrind callgrind (perf stat: instructions not supported on this host)",
+        rows=rows, per_bit=per_bit, per_bit_shape=list(PER_BIT_SHAPE),
+        per_bit_memcpy_weights_per_s=memcpy_small))
+    _report(rows, per_bit, memcpy_small, bits, alloc_src, ggml_note, twin, out_json)
     best = max((r for r in rows if r["format"] == "weightlet" and r["threads"] == 1), key=lambda r: r["weights_per_s"])
     kq = [r for r in rows if r["format"] == "kquant"][0]
     assert best["weights_per_s"] > kq["weights_per_s"]   # the comparison the paper makes; fails loudly if not
