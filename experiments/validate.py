@@ -235,28 +235,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     if vs is not None:
         m.update(versus_metrics(c.versus, vs, m["predicted_ttft_s"], m["measured_ttft_s"]))
     if peer_runs:
-        from hil.peer import merge_runs
-
-        peer = merge_runs(peer_runs)
-        for k in ("load_s", "prefill_s", "ttft_s"):
-            m[f"peer_{k}"] = peer[k]["median"]
-        m["peer_ttft_min_s"], m["peer_ttft_max_s"] = peer["ttft_s"]["min"], peer["ttft_s"]["max"]
-        m["peer_file_bytes"] = peer["file_bytes"]
-        m["peer_first_token_matches"] = bool(all(t == run_.token for t in peer["first_token"]))
-        m["peer_weight_type"] = c.peer_gguf.upper()
-        if m.get("peer_ttft_s") and m.get("measured_ttft_s"):
-            m["speedup_vs_peer"] = m["peer_ttft_s"] / m["measured_ttft_s"]
+        m.update(_peer_metrics(peer_runs, run_.token, c.peer_gguf, m.get("measured_ttft_s")))
     atomic_write_text(out / "plan.json", run_.plan.to_json())
     atomic_write_text(out / "runs.csv", runs_csv(run_.meas_metrics, speeds, peer_runs, pred_runs))
-    rows = per_op(run_)
-    def pct(v: float | None) -> str:
-        return "" if v is None else str(round(v, 1))
-
-    atomic_write_text(out / "ops.csv", "op,predicted_s,predicted_n,measured_s,measured_n,error_pct,predicted_cpu_s,"
-                      "measured_cpu_s,cpu_error_pct\n" + "".join(
-                          f"{r['op']},{r['predicted_s']:.6f},{r['predicted_n']},{r['measured_s']:.6f},"
-                          f"{r['measured_n']},{pct(r['error_pct'])},{r['predicted_cpu_s']:.6f},"
-                          f"{r['measured_cpu_s']:.6f},{pct(r['cpu_error_pct'])}\n" for r in rows))
+    atomic_write_text(out / "ops.csv", ops_csv(per_op(run_)))
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
     m["huge_pages"] = float(c.huge_pages)
@@ -268,6 +250,34 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
     _print(m, out)
     return m
+
+
+def _peer_metrics(peer_runs: list[dict], token: int, weight_type: str, measured_ttft_s: float | None
+                  ) -> dict[str, Any]:
+    """llama.cpp's measured runs merged (median load / prefill / TTFT, min and max TTFT), whether its first token
+    matched ours, and our speed-up over it."""
+    from hil.peer import merge_runs
+
+    peer = merge_runs(peer_runs)
+    m: dict[str, Any] = {f"peer_{k}": peer[k]["median"] for k in ("load_s", "prefill_s", "ttft_s")}
+    m["peer_ttft_min_s"], m["peer_ttft_max_s"] = peer["ttft_s"]["min"], peer["ttft_s"]["max"]
+    m["peer_file_bytes"] = peer["file_bytes"]
+    m["peer_first_token_matches"] = bool(all(t == token for t in peer["first_token"]))
+    m["peer_weight_type"] = weight_type.upper()
+    if m.get("peer_ttft_s") and measured_ttft_s:
+        m["speedup_vs_peer"] = m["peer_ttft_s"] / measured_ttft_s
+    return m
+
+
+def ops_csv(rows: list[dict[str, Any]]) -> str:
+    """ops.csv: per kind of op, predicted and measured wall and CPU seconds, counts and errors."""
+    def pct(v: float | None) -> str:
+        return "" if v is None else str(round(v, 1))
+
+    return "op,predicted_s,predicted_n,measured_s,measured_n,error_pct,predicted_cpu_s,measured_cpu_s,cpu_error_pct\n" \
+        + "".join(f"{r['op']},{r['predicted_s']:.6f},{r['predicted_n']},{r['measured_s']:.6f},{r['measured_n']},"
+                  f"{pct(r['error_pct'])},{r['predicted_cpu_s']:.6f},{r['measured_cpu_s']:.6f},"
+                  f"{pct(r['cpu_error_pct'])}\n" for r in rows)
 
 
 def _measure(c: ValidateConfig, dev, table, tokens, gguf):
