@@ -561,7 +561,7 @@ def measurements_json(m) -> dict:
                 elementwise=m.elementwise, attention=m.attention, dispatch_s=stat(m.dispatch),
                 runner_s={k: stat(v) for k, v in vars(m.runner).items() if v is not None},
                 dispatch_worker_cpu_s=stat(m.dispatch_worker_cpu),
-                huge_pages=bool(getattr(m, "huge_pages", False)),
+                huge_pages=m.huge_pages,
                 corun={k: stat(v) for k, v in m.corun.items()}, dispatch_busy_s=stat(m.dispatch_busy),
                 first_touch_s_per_byte=stat(m.first_touch),
                 first_touch_large_s_per_byte=stat(m.first_touch_large),

@@ -63,8 +63,6 @@ class FreshArena:
     2 MiB instead of 4 KiB; where the kernel has no transparent huge pages (or `huge=False`), the pages fault 4 KiB at a
     time as before. Thread-safe (loaders and unpackers allocate concurrently)."""
 
-    HUGE = 2 << 20                  # B, the x86-64 / arm64 PMD size a huge page maps
-
     def __init__(self, chunk: int = 64 << 20, huge: bool = True) -> None:
         self.chunk, self.huge = int(chunk), bool(huge)
         self._lock = threading.Lock()
