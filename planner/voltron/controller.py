@@ -99,7 +99,7 @@ class VoltronPolicy(Policy):
         cand = tp_layers[rank]
         tpos = hp.tpos[self.ctx.table.type_of[cand]]
         k0 = plan.shards[cand, 0]
-        main_part = np.where(k0 > 0, opt.b[0, prec[cand]] + k0 * opt.u[0, prec[cand], tpos], 0.0)
+        main_part = np.where(k0 > 0, opt.b[0, prec[cand], tpos] + k0 * opt.u[0, prec[cand], tpos], 0.0)
         saving = plan.layer_comp_s[cand] + plan.layer_comm_s[cand] - main_part
         need = plan.est_time_s - qos
         n = min(int(np.searchsorted(np.cumsum(saving), need)) + 1, cand.size)

@@ -125,7 +125,7 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
         strategy = np.where(n_used > 1, TP, np.where(n_used == 1, used.argmax(axis=1), 0))
         unit = opt.unit[tpos, precision]                                     # (N,)
         mem = (shards * unit[:, None]).sum(axis=0) + opt.reserve             # (D,)
-        bt = opt.b[:, precision].T                                           # (N, D)
+        bt = opt.b[:, precision, tpos].T                                     # (N, D)
         ut = opt.u[:, precision, tpos].T                                     # (N, D)
         t_dev = np.where(used, bt + shards * ut, 0.0)
         layer_comp = t_dev.max(axis=1)                                       # (N,)

@@ -139,19 +139,21 @@ class LatencyModel:
         return np.einsum("mf,mf->m", b, prof.x)
 
     def type_costs(self, phase: int, feats: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Intercept (D, P) and full-layer slope (D, P, T) for per-type features `feats` (T, 3) from LayerTable."""
+        """Intercept (D, P, T) and full-layer slope (D, P, T) for per-type features `feats` (T, 3) from LayerTable: a
+        TP shard of fraction f of a type-t sublayer costs intercept[..., t] + f · slope[..., t]."""
         X = np.empty((len(PRECISIONS), feats.shape[0], 3))                  # (P, T, 3)
         X[:, :, 0] = feats[:, 0]
         X[:, :, 1] = feats[:, 1][None, :] * BYTES_PER_WEIGHT[:, None]
         X[:, :, 2] = feats[:, 2]
+        T = X.shape[1]
         bp = self.beta[:, :, phase]                                         # (D, P, 4)
         if self.beta_type is None:
-            return bp[:, :, 0], np.einsum("dpf,ptf->dpt", bp[:, :, 1:], X)
-        # per-type fits: the pooled intercept stays the per-sublayer constant; each type's slope is its own full-layer
-        # time minus that intercept (exact for whole layers; a TP shard of fraction f is charged b + f·slope)
-        bt = self.beta_type[:, :, phase, :X.shape[1]]                       # (D, P, T, 4)
-        full = bt[..., 0] + np.einsum("dptf,ptf->dpt", bt[..., 1:], X)      # (D, P, T) s per whole layer
-        return bp[:, :, 0], np.maximum(full - bp[:, :, 0][:, :, None], 0.0)
+            icpt = np.broadcast_to(bp[:, :, :1], bp.shape[:2] + (T,)).copy()
+            return icpt, np.einsum("dpf,ptf->dpt", bp[:, :, 1:], X)
+        # per-type fits, each with its own intercept (the regression's β₀ of that type, fitted on whole layers and TP
+        # shards alike), so a shard is charged exactly what the fitted model predicts for it (docs/cluster.md)
+        bt = self.beta_type[:, :, phase, :T]                                # (D, P, T, 4)
+        return bt[..., 0].copy(), np.einsum("dptf,ptf->dpt", bt[..., 1:], X)
 
 
 def accuracy(model: LatencyModel, prof: Profile) -> dict[str, float]:

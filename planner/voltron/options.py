@@ -54,7 +54,7 @@ class OptionTable:
     act_bytes: np.ndarray        # (A,) bytes per activation transfer at each activation precision
     hop: np.ndarray              # (A, D) one-hop time per activation precision
     n_dev: int
-    b: np.ndarray                # (D, P) s regression intercept per device and precision
+    b: np.ndarray                # (D, P, T) s regression intercept per device, precision and present type
     u: np.ndarray                # (D, P, T) s per shard of each present type
     unit: np.ndarray             # (T, P) resident bytes per shard (weights + KV at kv_plan)
     w_unit: np.ndarray           # (T, P) weight bytes per shard
@@ -133,14 +133,15 @@ class OptionBuilder:
         alive = env.alive
         feats, _ = tb.features(env.n_tokens, env.kv_len)                    # (6, 3)
         _, kv_res = tb.features(0, env.kv_plan)                             # resident KV per type at kv_plan
-        icpt, slope = self.latency.type_costs(env.phase, feats)             # (D, P), (D, P, 6)
+        icpt, slope = self.latency.type_costs(env.phase, feats)             # (D, P, 6), (D, P, 6)
         ty = self.types
         S = tb.shards[ty].astype(float)                                     # (T,)
         pruned = np.minimum(np.rint(prune_frac * tb.shards), tb.shards - 1).astype(np.int64)   # (6,)
         Sk = (tb.shards[ty] - pruned[ty])                                   # (T,) kept shards
         unit = (tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] + kv_res[ty][:, None]) / S[:, None]  # (T, P) bytes
         u = slope[:, :, ty] / S[None, None, :]                              # (D, P, T) s per shard
-        b = icpt                                                            # (D, P)
+        b = icpt[:, :, ty]                                                  # (D, P, T)
+        bT = np.transpose(b, (2, 1, 0))                                     # (T, P, D)
         Sub = len(self.subsets)
         O = D + Sub + 1                      # + TP over all live devices with shards ∝ free memory (fallback)
         comp = np.full((T, P, O), np.inf)
@@ -148,7 +149,7 @@ class OptionBuilder:
         shards = np.zeros((T, P, O, D), dtype=np.int64)
         used_all = np.zeros((T, P, O, D), dtype=bool)
         # MP on each live device
-        mp_time = b.T[None, :, :] + (Sk / S)[:, None, None] * np.transpose(u, (2, 1, 0)) * S[:, None, None]  # (T,P,D)
+        mp_time = bT + (Sk / S)[:, None, None] * np.transpose(u, (2, 1, 0)) * S[:, None, None]  # (T,P,D)
         for d in range(D):
             if not alive[d]:
                 continue
@@ -159,7 +160,7 @@ class OptionBuilder:
         # TP over each subset of live devices: greedy = the Sk smallest finishing times b_d + k·u_d
         K = int(Sk.max())
         k = np.arange(1, K + 1)
-        fin = b.T[None, :, :, None] + np.transpose(u, (2, 1, 0))[..., None] * k           # (T, P, D, K)
+        fin = bT[..., None] + np.transpose(u, (2, 1, 0))[..., None] * k           # (T, P, D, K)
         fin = fin + np.arange(D)[None, None, :, None] * 1e-12                               # deterministic ties
         fin = np.where(k[None, None, None, :] <= Sk[:, None, None, None], fin, np.inf)
         # (all subsets of live devices at once: the same per-subset arithmetic, batched along a leading axis)
@@ -173,7 +174,7 @@ class OptionBuilder:
             cnt = (fin[None] <= thr[..., None, None]) & members[:, None, None, :, None]
             kd = cnt.sum(axis=-1)                                                           # (s, T, P, D)
             used = kd > 0
-            t_dev = np.where(used, b.T[None, None] + kd * np.transpose(u, (2, 1, 0))[None], 0.0)
+            t_dev = np.where(used, bT[None] + kd * np.transpose(u, (2, 1, 0))[None], 0.0)
             o = D + subs
             comp[:, :, o] = np.moveaxis(t_dev.max(axis=-1), 0, -1)
             mem[:, :, o, :] = np.moveaxis(kd * unit[None, :, :, None], 0, 2)
@@ -186,13 +187,13 @@ class OptionBuilder:
             o = D + Sub
             for ti, kd in enumerate(self._proportional(free, Sk)):
                 used = kd > 0
-                t_dev = np.where(used[None, :], b.T + kd[None, :] * u[:, :, ti].T, 0.0)    # (P, D)
+                t_dev = np.where(used[None, :], b[:, :, ti].T + kd[None, :] * u[:, :, ti].T, 0.0)    # (P, D)
                 comp[ti, :, o] = t_dev.max(axis=1)
                 mem[ti, :, o, :] = kd[None, :] * unit[ti][:, None]
                 shards[ti, :, o, :] = kd[None, :]
                 used_all[ti, :, o, :] = used[None, :]
         reserve = self._reserve(env, alive)
-        head_time = float(icpt[0, self.head_precision] + slope[0, self.head_precision, HEAD])
+        head_time = float(icpt[0, self.head_precision, HEAD] + slope[0, self.head_precision, HEAD])
         w_unit = tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None]
         layer_bytes = np.maximum(Sk[:, None] * unit, 1.0)                                  # (T, P)
         run_len = np.clip(free[None, None, :] / layer_bytes[:, :, None], 1.0, tb.n)         # (T, P, D) sublayers

@@ -40,7 +40,7 @@ class StaticPolicy(Policy):
 
     def speeds(self, opt: OptionTable, precision: int, alive: np.ndarray) -> np.ndarray:
         """(D,) relative device speed: 1 / predicted time of one block at `precision` (0 for dead devices)."""
-        t = (opt.b[:, precision] * len(opt.u[0, 0])
+        t = (opt.b[:, precision, :].sum(axis=1)
              + (opt.u[:, precision, :] * self.hp.table.shards[self.hp.types]).sum(axis=1))
         return np.where(alive, 1.0 / t, 0.0)
 

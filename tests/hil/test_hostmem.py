@@ -111,3 +111,26 @@ def test_footprint_is_bounded():
     assert hostmem.footprint_bytes(1000, 5) == min(256 << 20, hostmem._available_bytes() // 2)
     big = hostmem.footprint_bytes(10**9, 8, extra_bytes=10**9)
     assert big == min(5 * 10**9, hostmem._available_bytes() // 2)
+
+
+def test_prefault_backs_huge_page_blocks_too(monkeypatch):
+    """The prefault touches one mapping advised MADV_HUGEPAGE (the 2 MiB blocks huge-page buffers are given) and one
+    plain mapping (4 KiB pages), each once per page (docs/hil.md "Host memory")."""
+    import mmap as _mmap
+
+    made = []
+
+    class Rec(_mmap.mmap):
+        def madvise(self, option, *a):
+            made[-1].append(option)
+            return super().madvise(option, *a)
+
+    def fake_mmap(*a, **kw):
+        made.append([])
+        return Rec(*a, **kw)
+
+    monkeypatch.setattr(hostmem.mmap, "mmap", fake_mmap)
+    assert hostmem.prefault(4 << 20) > 0
+    assert len(made) == 2
+    if hasattr(_mmap, "MADV_HUGEPAGE"):
+        assert made == [[_mmap.MADV_HUGEPAGE], []]

@@ -65,10 +65,10 @@ def test_fit_by_layer_type_captures_type_specific_costs():
     rows = []
     for p in range(3):
         for ph in range(2):
-            for t, per_op in ((1, 1e-9), (3, 5e-9)):
+            for t, per_op, b0 in ((1, 1e-9, 1e-3), (3, 5e-9, 4e-3)):   # per-type cost per op and fixed cost
                 for _ in range(12):
                     ops = rng.uniform(1e5, 5e6)
-                    rows.append((0, p, ph, t, 1, 0, np.array([1.0, ops, 0.0, 0.0]), 1e-3 + per_op * ops))
+                    rows.append((0, p, ph, t, 1, 0, np.array([1.0, ops, 0.0, 0.0]), b0 + per_op * ops))
     cols = list(zip(*rows))
     prof = Profile(*(np.array(c) for c in cols[:6]), x=np.stack(cols[6]), time_s=np.array(cols[7]))
     pooled = LatencyModel.fit(prof, ["dev"])
@@ -78,4 +78,9 @@ def test_fit_by_layer_type_captures_type_specific_costs():
     feats = np.zeros((6, 3))
     feats[1, 0] = feats[3, 0] = 2e6                                                   # ops of a whole layer per type
     icpt, slope = typed.type_costs(0, feats)
-    np.testing.assert_allclose(icpt[0, 1] + slope[0, 1, [1, 3]], [1e-3 + 2e-3, 1e-3 + 1e-2], rtol=1e-6)
+    np.testing.assert_allclose(icpt[0, 1, [1, 3]] + slope[0, 1, [1, 3]], [1e-3 + 2e-3, 4e-3 + 1e-2], rtol=1e-6)
+    # a TP shard (a quarter of the layer's ops) costs its own type's intercept + fraction x slope: the fitted model
+    # (with one pooled intercept the two types' shards were off by their fixed costs' difference)
+    half = Profile(*(np.array([0, 0]), np.array([1, 1]), np.array([0, 0]), np.array([1, 3]), np.array([1, 1]),
+                     np.array([0, 0])), x=np.array([[1.0, 5e5, 0, 0]] * 2), time_s=np.ones(2))
+    np.testing.assert_allclose(icpt[0, 1, [1, 3]] + 0.25 * slope[0, 1, [1, 3]], typed.predict(half), rtol=1e-9)
