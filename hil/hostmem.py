@@ -20,9 +20,9 @@ pages cost the kernel's fault and zeroing only, which is the held state here.
 `hold(mode, prefault_bytes)` is a context manager:
 - "hold": sets `page_reporting_order` to the largest value the kernel accepts (11 on this kernel, whose largest free
   block is order 10: nothing new is reported), touches and frees `prefault_bytes` of anonymous memory, on huge
-  pages and on 4 KiB pages (`prefault`: so the free blocks the runs are given next are backed), and on exit restores the order found by the first holder. Holders in
-  several processes share one state file (their pids; the last one out restores; a dead holder is pruned, so a killed
-  process's hold ends with the next holder's exit).
+  pages and on 4 KiB pages (`prefault`: so the free blocks the runs are given next are backed), and on exit
+  restores the order found by the first holder. Holders in several processes share one state file (their pids;
+  the last one out restores; a dead holder is pruned, so a killed process's hold ends with the next holder's exit).
 - "as_is": changes nothing (measure the VM as it is).
 Without the parameter (no reporting balloon, or another kernel) both change nothing; without permission to write it,
 "hold" says so once and measures as is. `HostMemory.metrics()` says which, with the MiB the guest reported during the
