@@ -401,7 +401,7 @@ def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], pee
     after it (when the peer ran) — all measured — and the TTFT predicted at the speed probed right before it
     (modelled)."""
     def f(v) -> str:
-        return "" if v is None else f"{v:.6f}"
+        return "" if v is None else f"{v:.9f}"     # ns: the clocks' resolution
 
     pr = predicted_at_run_speed or []
     rows = ["run,measured_ttft_s,measured_load_s,measured_unpack_s,measured_prefill_s,host_speed,peer_ttft_s,"

@@ -15,6 +15,7 @@ import numpy as np
 
 import native
 from hil.calibrate_stats import Stat, gemm_pool, in_threads, split, timed, timed_after
+from native.compute import aligned, aligned_copy
 
 if TYPE_CHECKING:
     from hil.calibrate import CalibrationSettings
@@ -40,9 +41,9 @@ class Kernels:
         """One GEMM call per invocation; with `weights` (copies of an (N, K) matrix) each call takes the next copy,
         so a set larger than the last-level cache makes every call read its weights from DRAM, as a cold-start pass
         (each layer's weights used once per chunk) does."""
-        x = rng.integers(-127, 128, size=(M, K), dtype=np.int8)
-        ws = weights or [rng.integers(-127, 128, size=(N, K), dtype=np.int8)]
-        out = np.empty((M, N), dtype=np.int32)
+        x = aligned_copy(rng.integers(-127, 128, size=(M, K), dtype=np.int8))   # every operand on a cache line,
+        ws = weights or [aligned_copy(rng.integers(-127, 128, size=(N, K), dtype=np.int8))]   # as the runner's are
+        out = aligned((M, N), np.int32)
         parts = split(N, threads)
         turn = [0]
 
@@ -75,22 +76,23 @@ class Kernels:
 
     # ---- float32 elementwise ops: (callable, bytes read + written) ----------------------------------------------
     def elementwise_calls(self, M: int, d: int, rng: np.random.Generator) -> dict[str, tuple[Callable, int]]:
-        x = rng.standard_normal((M, d)).astype(np.float32)
-        y = rng.standard_normal((M, d)).astype(np.float32)
-        g = rng.standard_normal(d).astype(np.float32)
-        o = np.empty_like(x)
+        f32 = np.float32
+        x = aligned_copy(rng.standard_normal((M, d)).astype(f32))       # cache-line aligned, as the runner's buffers
+        y = aligned_copy(rng.standard_normal((M, d)).astype(f32))
+        g = aligned_copy(rng.standard_normal(d).astype(f32))
+        o = aligned(x.shape, f32)
         dff = (8 * d // 3 + 63) // 64 * 64
-        a = rng.standard_normal((M, dff)).astype(np.float32)
-        b = rng.standard_normal((M, dff)).astype(np.float32)
-        of = np.empty_like(a)
-        i32 = rng.integers(-1 << 20, 1 << 20, size=(M, d), dtype=np.int32)
-        i8 = np.empty((M, d), dtype=np.int8)
-        scale = np.full(d, 1e-3, dtype=np.float32)
+        a = aligned_copy(rng.standard_normal((M, dff)).astype(f32))
+        b = aligned_copy(rng.standard_normal((M, dff)).astype(f32))
+        of = aligned(a.shape, f32)
+        i32 = aligned_copy(rng.integers(-1 << 20, 1 << 20, size=(M, d), dtype=np.int32))
+        i8 = aligned((M, d), np.int8)
+        scale = aligned_copy(np.full(d, 1e-3, dtype=f32))
         hd = 64
         H = max(1, d // hd)
-        q = rng.standard_normal((M, H, hd)).astype(np.float32)
-        cos = np.cos(rng.standard_normal((M, hd // 2))).astype(np.float32)
-        sin = np.sin(rng.standard_normal((M, hd // 2))).astype(np.float32)
+        q = aligned_copy(rng.standard_normal((M, H, hd)).astype(f32))
+        cos = aligned_copy(np.cos(rng.standard_normal((M, hd // 2))).astype(f32))
+        sin = aligned_copy(np.sin(rng.standard_normal((M, hd // 2))).astype(f32))
         nb = 4 * M * d
         sizes = dict(rmsnorm=2 * nb + 4 * d, quantize=nb + M * d, dequant=2 * nb + 4 * d, rope=2 * 4 * M * H * hd
                      + 2 * 4 * M * hd // 2, silu_mul=3 * 4 * M * dff, add=3 * nb)
@@ -128,10 +130,10 @@ class Kernels:
     def attention_call(self, m: int, past: int, H: int, KV: int, hd: int, rng: np.random.Generator
                        ) -> tuple[Callable[[], None], float]:
         cap = past + m
-        q = rng.standard_normal((m, H, hd)).astype(np.float32)
-        k = rng.standard_normal((cap, KV, hd)).astype(np.float32)
-        v = rng.standard_normal((cap, KV, hd)).astype(np.float32)
-        out = np.empty((m, H * hd), dtype=np.float32)
+        q = aligned_copy(rng.standard_normal((m, H, hd)).astype(np.float32))      # cache-line aligned (runner)
+        k = aligned_copy(rng.standard_normal((cap, KV, hd)).astype(np.float32))
+        v = aligned_copy(rng.standard_normal((cap, KV, hd)).astype(np.float32))
+        out = aligned((m, H * hd), np.float32)
         ctx = past + (m + 1) / 2                                    # mean keys per query (causal)
         flops = 4.0 * m * ctx * H * hd
         if self.nc is not None:
@@ -156,8 +158,8 @@ def measure_gemm(k: Kernels, s: CalibrationSettings) -> list[dict]:
     rng = np.random.default_rng(3)
     rows = []
     for K, N in s.gemm_kn:
-        base = rng.integers(-127, 128, size=(N, K), dtype=np.int8)
-        copies = [base] + [base.copy() for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
+        base = aligned_copy(rng.integers(-127, 128, size=(N, K), dtype=np.int8))
+        copies = [base] + [aligned_copy(base) for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
         for M in s.gemm_m:
             for th in s.threads:
                 st = timed(k.gemm_call(M, K, N, th, rng, copies), s.reps, budget_s=s.gemm_budget_s)
@@ -194,8 +196,8 @@ def layer_gemm(k: Kernels, s: CalibrationSettings, rng: np.random.Generator, thr
     """A 16 x 576 x 1536 INT8 GEMM on weights cycled through `cold_set_bytes` (from DRAM) on `threads` threads (the
     runner's pool beyond one): what runs between a layer's elementwise ops in a cold start, streaming that layer's
     weights through the caches."""
-    base = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
-    copies = [base] + [base.copy() for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
+    base = aligned_copy(rng.integers(-127, 128, size=(1536, 576), dtype=np.int8))
+    copies = [base] + [aligned_copy(base) for _ in range(max(1, -(-s.cold_set_bytes // base.nbytes)) - 1)]
     return k.gemm_call(16, 576, 1536, threads, rng, copies)
 
 

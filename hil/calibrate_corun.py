@@ -42,6 +42,7 @@ from hil.calibrate_compute import Kernels
 from hil.calibrate_reads import cold_read
 from hil.calibrate_stats import MIB, Stat, touch_cpu
 from hil.runner_state import fresh_empty
+from native.compute import aligned, aligned_copy
 from planner.device import CORUN_CLASSES as CLASSES
 
 
@@ -64,8 +65,8 @@ def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) ->
     # beside other work, where the runner's own sequence (fresh payload copy, fresh output, kernel) measured x1.25-1.3
     # beside a GEMM loop or a cold reader (its kernels 11.4 ms alone, 14-15 beside; 2026-12-01)
     w0 = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
-    x = rng.integers(-127, 128, size=(16, 576), dtype=np.int8)
-    y = np.empty((16, 1536), dtype=np.int32)
+    x = aligned_copy(rng.integers(-127, 128, size=(16, 576), dtype=np.int8))   # cache-line aligned, as the runner's
+    y = aligned((16, 1536), np.int32)
     C, D = 1536, 576
     q = rng.integers(-15, 16, size=(C, D), dtype=np.int8)
     bits = np.full(C, 5, dtype=np.int8)

@@ -48,8 +48,9 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 13    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
-#                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena)
+STORE_VERSION = 14    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
+#                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena);
+#                       14: every kernel operand of the calibration and the runner is 64-byte aligned (native.compute)
 
 
 # ================================================ identity ===========================================================

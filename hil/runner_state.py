@@ -26,6 +26,8 @@ import numpy as np
 
 import native
 from hil.packed_index import FileIndex
+from native.compute import aligned as _al
+from native.compute import aligned_copy
 from quant.arch import ModelSpec
 from quant.llama import rope_tables
 from quant.pack.formats import BY_CODE, F32_CODE
@@ -309,22 +311,24 @@ class RunState:
 
 
 def chunk_state(spec: ModelSpec, m: int, past: int) -> ChunkState:
+    """One chunk's activation buffers, zero-filled, each starting on a cache line (`native.compute.aligned`: a GEMM
+    or attention operand off a 64-byte boundary runs up to 1.3x slower, docs/hil.md "Operand alignment")."""
     d, qd, kv, f = spec.d_model, spec.q_dim, spec.kv_dim, spec.d_ffn
-    z = np.zeros
-    acc = {"attn_q": z((m, qd), np.int32), "attn_k": z((m, kv), np.int32), "attn_v": z((m, kv), np.int32),
-           "attn_output": z((m, d), np.int32), "ffn_gate": z((m, f), np.int32), "ffn_up": z((m, f), np.int32),
-           "ffn_down": z((m, d), np.int32)}
-    return ChunkState(m, past, z((m, d), np.float32), z((m, d), np.float32),
-                      [z(m * max(d, qd), np.int8) for _ in range(3)], z((m, f), np.int8), acc,
-                      z((m, spec.n_heads, spec.head_dim), np.float32),
-                      z((m, spec.n_kv_heads, spec.head_dim), np.float32),
-                      z((m, spec.n_kv_heads, spec.head_dim), np.float32), z((m, qd), np.float32),
-                      z((m, d), np.float32), z((m, f), np.float32), z((m, f), np.float32), z((m, f), np.float32),
-                      np.ones((m, f), np.float32))
+    H, KV, hd = spec.n_heads, spec.n_kv_heads, spec.head_dim
+    f32, i32 = np.float32, np.int32
+    acc = {"attn_q": _al((m, qd), i32), "attn_k": _al((m, kv), i32), "attn_v": _al((m, kv), i32),
+           "attn_output": _al((m, d), i32), "ffn_gate": _al((m, f), i32), "ffn_up": _al((m, f), i32),
+           "ffn_down": _al((m, d), i32)}
+    ones = _al((m, f), f32)
+    ones[...] = 1.0
+    return ChunkState(m, past, _al((m, d), f32), _al((m, d), f32),
+                      [_al((m * max(d, qd),), np.int8) for _ in range(3)], _al((m, f), np.int8), acc,
+                      _al((m, H, hd), f32), _al((m, KV, hd), f32), _al((m, KV, hd), f32), _al((m, qd), f32),
+                      _al((m, d), f32), _al((m, f), f32), _al((m, f), f32), _al((m, f), f32), ones)
 
 
 def run_state(spec: ModelSpec, sizes: list[int]) -> RunState:
-    """Every buffer of the compute side, allocated (and zero-filled: pages touched) before t0."""
+    """Every buffer of the compute side, allocated (zero-filled: pages touched; cache-line aligned) before t0."""
     T = sum(sizes)
     chunks, past = [], 0
     for m in sizes:
@@ -332,8 +336,8 @@ def run_state(spec: ModelSpec, sizes: list[int]) -> RunState:
         past += m
     cache = (T, spec.n_kv_heads, spec.head_dim)
     cos, sin = rope_tables(T, spec.head_dim, spec.rope_base)
-    return RunState(spec, chunks, [np.zeros(cache, np.float32) for _ in range(spec.n_layers)],
-                    [np.zeros(cache, np.float32) for _ in range(spec.n_layers)], np.ascontiguousarray(cos),
-                    np.ascontiguousarray(sin), np.zeros((1, spec.d_model), np.float32),
-                    np.zeros((1, spec.d_model), np.int8), np.zeros((1, spec.vocab), np.int32),
-                    np.zeros((1, spec.vocab), np.float32))
+    tables = [aligned_copy(t.astype(np.float32)) for t in (cos, sin)]
+    d = spec.d_model
+    return RunState(spec, chunks, [_al(cache, np.float32) for _ in range(spec.n_layers)],
+                    [_al(cache, np.float32) for _ in range(spec.n_layers)], *tables, _al((1, d), np.float32),
+                    _al((1, d), np.int8), _al((1, spec.vocab), np.int32), _al((1, spec.vocab), np.float32))

@@ -131,3 +131,48 @@ def test_gemm_throughput():
         isas=isas, gemm_variant={i: C.gemm_variant(i) for i in isas}, best=best, reps=REPS,
         gemm=rows, gemv=dict(N=Nh, K=Kh, results=gemv), measured_keys=["gemm", "gemv"]))
     print(f"wrote {OUT}")
+
+
+def _offset(a: np.ndarray, off: int) -> np.ndarray:
+    """A copy of `a` whose data starts `off` bytes past a 64-byte boundary."""
+    raw = np.zeros(a.nbytes + 64 + off, np.uint8)
+    s = (-raw.ctypes.data) % 64 + off
+    out = raw[s:s + a.nbytes].view(a.dtype).reshape(a.shape)
+    out[...] = a
+    return out
+
+
+@pytest.mark.bench
+def test_operand_alignment():
+    """Why the runner and the calibration put every kernel operand on a cache line (native.compute.aligned,
+    docs/hil.md "Operand alignment"): the same GEMM (SmolLM2 FFN, 128 x 576 x 1536) and attention (128 tokens, 9 / 3
+    heads of 64) with their inputs 64-byte aligned and at +16 B (malloc's alignment), interleaved best-of; results
+    checked equal. Ratios of the same run (measured); writes outputs/bench/alignment.json."""
+    rng = np.random.default_rng(1)
+    M, K, N = 128, 576, 1536
+    x = rng.integers(-127, 128, (M, K)).astype(np.int8)
+    w = rng.integers(-128, 128, (N, K)).astype(np.int8)
+    q = rng.standard_normal((M, 9, 64)).astype(np.float32)
+    kc = rng.standard_normal((M, 3, 64)).astype(np.float32)
+    vc = rng.standard_normal((M, 3, 64)).astype(np.float32)
+    outs = {}
+    calls = {}
+    for off in (0, 16):
+        xa, wa, oa = _offset(x, off), _offset(w, off), _offset(np.zeros((M, N), np.int32), off)
+        qa, ka, va = _offset(q, off), _offset(kc, off), _offset(vc, off)
+        ao = _offset(np.zeros((M, 576), np.float32), off)
+        outs[off] = (oa, ao)
+        calls[f"gemm +{off}"] = lambda xa=xa, wa=wa, oa=oa: C.gemm_i8_i32(xa, wa, out=oa)
+        calls[f"attention +{off}"] = lambda qa=qa, ka=ka, va=va, ao=ao: C.attention(qa, ka, va, 0, out=ao)
+    t = best_of(calls, reps=4 * REPS)
+    assert np.array_equal(outs[0][0], outs[16][0]) and np.array_equal(outs[0][1], outs[16][1])
+    assert all(a.ctypes.data % C.SIMD_ALIGN == 0 for a in (C.aligned((3, 5), np.int8), C.aligned_copy(x)))
+    res = {k: dict(us=v * 1e6) for k, v in t.items()}
+    print(f"\noperand alignment ({C.best_compute_isa()}; best-of wall time, measured)")
+    for kind in ("gemm", "attention"):
+        a, u = t[f"{kind} +0"], t[f"{kind} +16"]
+        res[kind] = dict(aligned_us=a * 1e6, misaligned_us=u * 1e6, misaligned_x_aligned=u / a)
+        print(f"  {kind:10s} 64-B aligned {a * 1e6:8.1f} us   at +16 B {u * 1e6:8.1f} us   x{u / a:.2f}")
+    atomic_write_json(OUT.parent / "alignment.json", dict(
+        what="kernel time with operands 64-byte aligned vs at +16 B (measured)", isa=C.best_compute_isa(),
+        results=res, measured_keys=["results"]))

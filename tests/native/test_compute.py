@@ -307,3 +307,22 @@ def test_attention_bad_input():
         C.attention(q, kc, kc.copy(), past=2)
     with pytest.raises(ValueError, match="^kcache"):
         C.attention(q, np.zeros((3, 3, 8), np.float32), np.zeros((3, 3, 8), np.float32), past=0)
+
+
+@pytest.mark.parametrize("shape,dtype", [((0,), np.int8), ((7,), np.float32), ((3, 5), np.int32),
+                                         ((2, 3, 65), np.int8)])
+def test_aligned_buffers(shape, dtype):
+    a = C.aligned(shape, dtype)
+    assert a.shape == shape and a.dtype == dtype and a.flags.c_contiguous and a.flags.writeable
+    assert (a.size == 0 or a.ctypes.data % C.SIMD_ALIGN == 0) and not a.any()
+    src = np.arange(int(np.prod(shape)), dtype=dtype).reshape(shape)
+    b = C.aligned_copy(src)
+    assert (b.size == 0 or b.ctypes.data % C.SIMD_ALIGN == 0) and np.array_equal(b, src)
+    assert not np.shares_memory(b, src)
+    assert C.aligned((4,), np.int8, align=4096).ctypes.data % 4096 == 0
+
+
+def test_default_outputs_are_aligned(cisa):
+    x = np.ones((3, 64), np.int8)
+    w = np.ones((5, 64), np.int8)
+    assert C.gemm_i8_i32(x, w, isa=cisa).ctypes.data % C.SIMD_ALIGN == 0
