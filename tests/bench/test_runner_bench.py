@@ -19,6 +19,7 @@ from hil.native_forward import native_last_logits
 from hil.runner import run_plan
 from hil.runner_report import phase_summary
 from hil.runner_state import huge_pages
+from native.compute import aligned
 from quant.atomic import atomic_write_json
 from quant.packed_forward import read_model
 from tests.conftest import REPO
@@ -75,3 +76,45 @@ def test_runner_cold_ttft(smol_pack):  # noqa: F811
                       {"model": spec.name, "bits": 5, "repeats": REPEATS, "measured": True,
                        "device_plan": "xiaomi15pro, NPU graph durations zeroed", "rows": rows,
                        "bytes_read": int(np.median([r["bytes_read"] for r in rows]))})
+
+
+def _at_16(shape, dtype, align: int = 64) -> np.ndarray:
+    """Zeros whose data starts 16 B past a cache line: where malloc's 16-byte alignment often put a buffer."""
+    dt = np.dtype(dtype)
+    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
+    raw = np.zeros(n + 2 * align, np.uint8)
+    s = (-raw.ctypes.data) % align + 16
+    return raw[s:s + n].view(dt).reshape(shape)
+
+
+@needs_model
+def test_runner_operand_alignment(smol_pack, monkeypatch):  # noqa: F811
+    """Cold TTFT with the runner's compute buffers on cache lines (hil.runner_state via native.compute.aligned) and
+    the same buffers at +16 B, runs alternating (same host conditions), 128-token prompt, median of 5 each; logits
+    bit-exact in both. Writes outputs/bench/runner_alignment.json (measured)."""
+    import hil.runner_state as rsm
+    from quant.evaluate import eval_text_tokens
+
+    spec, path = smol_pack
+    T, reps = 128, 5
+    toks = eval_text_tokens(spec, T, 5000)
+    want = native_last_logits(read_model(path), spec, toks)
+    rows = []
+    for fw in ("edgeflow", "llamacpp"):
+        plan = bound_plan(fw, spec, path, T)
+        ttft: dict[str, list[float]] = {"aligned": [], "+16 B": []}
+        for k in range(2 * reps + 2):                      # the first pair warms up, not counted
+            name = "aligned" if k % 2 == 0 else "+16 B"
+            monkeypatch.setattr(rsm, "_al", aligned if name == "aligned" else _at_16)
+            r = run_plan(plan, path, toks, spec=spec)
+            assert np.array_equal(r.logits, want), (fw, name)
+            if k >= 2:
+                ttft[name].append(r.timeline.end_s)
+        med = {n: statistics.median(v) for n, v in ttft.items()}
+        rows.append({"framework": fw, "prompt_tokens": T, "ttft_median_s": med, "ttft_all_s": ttft,
+                     "misaligned_x_aligned": med["+16 B"] / med["aligned"]})
+        print(f"\n{fw:10s} {T} tokens: cold TTFT aligned {med['aligned'] * 1e3:.1f} ms, +16 B "
+              f"{med['+16 B'] * 1e3:.1f} ms (x{med['+16 B'] / med['aligned']:.2f}; measured, median of {reps})")
+    atomic_write_json(REPO / "outputs" / "bench" / "runner_alignment.json",
+                      dict(what="runner cold TTFT, compute buffers 64-B aligned vs at +16 B (measured)", rows=rows,
+                           measured_keys=["rows"]))
