@@ -113,19 +113,20 @@ def _arr(a, name: str, dtype, ndim: int | None = None, shape: tuple | None = Non
     return a
 
 
-def aligned(shape, dtype, align: int = SIMD_ALIGN) -> np.ndarray:
+def aligned(shape, dtype, align: int = SIMD_ALIGN, offset: int = 0) -> np.ndarray:
     """Zero-filled C-contiguous array of `shape` / `dtype` whose first element sits on an `align`-byte boundary (a
-    view into a slightly larger buffer; module doc "Alignment")."""
+    view into a slightly larger buffer; module doc "Alignment"); `offset` bytes past it instead (benchmarks of
+    misaligned operands)."""
     dt = np.dtype(dtype)
     n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    raw = np.zeros(n + align, dtype=np.uint8)
-    start = (-raw.ctypes.data) % align
+    raw = np.zeros(n + align + offset, dtype=np.uint8)
+    start = (-raw.ctypes.data) % align + offset
     return raw[start:start + n].view(dt).reshape(shape)
 
 
-def aligned_copy(a: np.ndarray, align: int = SIMD_ALIGN) -> np.ndarray:
-    """A C-contiguous copy of `a` starting on an `align`-byte boundary."""
-    out = aligned(a.shape, a.dtype, align)
+def aligned_copy(a: np.ndarray, align: int = SIMD_ALIGN, offset: int = 0) -> np.ndarray:
+    """A C-contiguous copy of `a` starting on an `align`-byte boundary (`offset` bytes past it)."""
+    out = aligned(a.shape, a.dtype, align, offset)
     out[...] = a
     return out
 

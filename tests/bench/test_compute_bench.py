@@ -133,15 +133,6 @@ def test_gemm_throughput():
     print(f"wrote {OUT}")
 
 
-def _offset(a: np.ndarray, off: int) -> np.ndarray:
-    """A copy of `a` whose data starts `off` bytes past a 64-byte boundary."""
-    raw = np.zeros(a.nbytes + 64 + off, np.uint8)
-    s = (-raw.ctypes.data) % 64 + off
-    out = raw[s:s + a.nbytes].view(a.dtype).reshape(a.shape)
-    out[...] = a
-    return out
-
-
 @pytest.mark.bench
 def test_operand_alignment():
     """Why the runner and the calibration put every kernel operand on a cache line (native.compute.aligned,
@@ -158,9 +149,10 @@ def test_operand_alignment():
     outs = {}
     calls = {}
     for off in (0, 16):
-        xa, wa, oa = _offset(x, off), _offset(w, off), _offset(np.zeros((M, N), np.int32), off)
-        qa, ka, va = _offset(q, off), _offset(kc, off), _offset(vc, off)
-        ao = _offset(np.zeros((M, 576), np.float32), off)
+        xa, wa = C.aligned_copy(x, offset=off), C.aligned_copy(w, offset=off)
+        oa = C.aligned((M, N), np.int32, offset=off)
+        qa, ka, va = (C.aligned_copy(a, offset=off) for a in (q, kc, vc))
+        ao = C.aligned((M, 576), np.float32, offset=off)
         outs[off] = (oa, ao)
         calls[f"gemm +{off}"] = lambda xa=xa, wa=wa, oa=oa: C.gemm_i8_i32(xa, wa, out=oa)
         calls[f"attention +{off}"] = lambda qa=qa, ka=ka, va=va, ao=ao: C.attention(qa, ka, va, 0, out=ao)

@@ -80,11 +80,7 @@ def test_runner_cold_ttft(smol_pack):  # noqa: F811
 
 def _at_16(shape, dtype, align: int = 64) -> np.ndarray:
     """Zeros whose data starts 16 B past a cache line: where malloc's 16-byte alignment often put a buffer."""
-    dt = np.dtype(dtype)
-    n = int(np.prod(shape, dtype=np.int64)) * dt.itemsize
-    raw = np.zeros(n + 2 * align, np.uint8)
-    s = (-raw.ctypes.data) % align + 16
-    return raw[s:s + n].view(dt).reshape(shape)
+    return aligned(shape, dtype, align, offset=16)
 
 
 @needs_model

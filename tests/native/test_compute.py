@@ -320,6 +320,7 @@ def test_aligned_buffers(shape, dtype):
     assert (b.size == 0 or b.ctypes.data % C.SIMD_ALIGN == 0) and np.array_equal(b, src)
     assert not np.shares_memory(b, src)
     assert C.aligned((4,), np.int8, align=4096).ctypes.data % 4096 == 0
+    assert C.aligned((4,), np.int32, offset=16).ctypes.data % C.SIMD_ALIGN == 16
 
 
 def test_default_outputs_are_aligned(cisa):
