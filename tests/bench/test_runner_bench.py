@@ -10,6 +10,7 @@ transparent huge pages (hil.runner_state.huge_pages), alternately, and the table
 """
 from __future__ import annotations
 
+import functools
 import statistics
 
 import numpy as np
@@ -78,9 +79,7 @@ def test_runner_cold_ttft(smol_pack):  # noqa: F811
                        "bytes_read": int(np.median([r["bytes_read"] for r in rows]))})
 
 
-def _at_16(shape, dtype, align: int = 64) -> np.ndarray:
-    """Zeros whose data starts 16 B past a cache line: where malloc's 16-byte alignment often put a buffer."""
-    return aligned(shape, dtype, align, offset=16)
+_at_16 = functools.partial(aligned, offset=16)    # 16 B past a cache line: where malloc's alignment often put a buffer
 
 
 @needs_model
