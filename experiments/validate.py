@@ -229,6 +229,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     m.update(memory)
     if sched is not None:
         m.update({f"measured_sched_{k}": v for k, v in sched.items() if not isinstance(v, dict)})
+        top = list(sched.get("queued_by_s", {}).items())[:3]     # who waited while a core idled, and why
+        m["measured_sched_queued_top"] = "; ".join(f"{k} {1e3 * v:.1f} ms" for k, v in top)
         atomic_write_json(out / "sched.json", sched)
     if c.check_logits:
         m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
@@ -485,6 +487,9 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"{g('other_pct'):.1f} %; {100 * g('packed_share'):.0f} % of {g('wakes_other_core_idle'):.0f} wake-ups "
               f"that found the other core idle were put on the waker's busy core (the simulator gives a runnable "
               f"thread any free core)")
+        if m.get("measured_sched_queued_top"):
+            print(f"  core time idle while a thread waited in the other core's queue, by thread and why (measured): "
+                  f"{g('queued_top')}")
     if "host_page_reporting" in m:
         mib = m.get("host_pages_reported_mib")
         print(f"  guest free page reporting: {m['host_page_reporting']}"

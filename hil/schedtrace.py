@@ -19,7 +19,9 @@ This module measures that, so the part of a prediction error that is the OS sche
   no_work  - the core idles and no thread of the run is runnable (dependencies, I/O, locks);
   other    - another process or a kernel thread runs.
 and summarizes the run's wake-ups (`wakes`): how many found the other core idle, and of those how many were put on
-the waker's busy core anyway (`packed_share`).
+the waker's busy core anyway (`packed_share`). `queued_by_s` names who waited in the queued time and why: "npu0
+woken" (placed on a busy core) or "cpu0 preempted by npu0" (switched out runnable: on this kernel mostly a thread
+woken onto its waker's vCPU that preempts the waker at once, while the other vCPU idles).
 
 Two facts of this kernel the replay handles: a switch from the idle task to a woken thread is sometimes not traced
 (the next event in the thread's context is the first sign it runs: it is taken to have started at its wake-up, or
@@ -180,6 +182,8 @@ class _Replay:
         self.cur: dict[int, int | None] = {c: None for c in range(ncpu)}      # pid running on each CPU (None: idle)
         self.last: dict[int, float | None] = {c: None for c in range(ncpu)}
         self.queued: dict[int, int] = {}                                   # our runnable, not running pid -> its CPU
+        self.why: dict[int, str] = {}                                      # ... -> why: woken / preempted by whom
+        self.queued_by: dict[str, float] = {}                              # "<role> <why>" -> queued core-seconds
         self.woken_at: dict[int, float] = {}                               # our pid -> its sched_waking time
         self.wakeup_at: dict[int, float] = {}
         self.cat = dict.fromkeys(CATEGORIES, 0.0)
@@ -197,6 +201,11 @@ class _Replay:
                 if p is None:
                     here = any(qc == c for qc in self.queued.values())
                     k = "waking" if here else ("queued" if self.queued else "no_work")
+                    if k == "queued":                          # split among the threads queued elsewhere
+                        q = [p for p, qc in self.queued.items() if qc != c]
+                        for p in q:
+                            key = f"{self.role[p]} {self.why.get(p, 'woken')}"
+                            self.queued_by[key] = self.queued_by.get(key, 0.0) + (hi - lo) / len(q)
                 elif p in self.role:
                     k = "running"
                     self.by_role[self.role[p]] = self.by_role.get(self.role[p], 0.0) + hi - lo
@@ -239,6 +248,7 @@ class _Replay:
         if prev in self.role:
             if ev.fields.get("prev_state", "").startswith("R"):
                 self.queued[prev] = ev.cpu                  # preempted: runnable in this CPU's queue
+                self.why[prev] = f"preempted by {self.role.get(nxt, 'another process') if nxt else 'idle'}"
             else:
                 self.queued.pop(prev, None)
                 self.woken_at.pop(prev, None)
@@ -251,6 +261,7 @@ class _Replay:
         if p in self.role and p not in self.cur.values():
             self.account_all(ev.t)
             self.queued[p] = int(ev.fields.get("target_cpu", ev.cpu))
+            self.why[p] = "woken"
             self.woken_at[p] = ev.t
             if self.a <= ev.t <= self.b:
                 other_idle = any(self.cur[c] is None for c in self.cur if c != ev.cpu)
@@ -285,6 +296,7 @@ def breakdown(events: list[Event], t0: float, duration: float, threads: dict[int
     out = {f"{k}_s": v for k, v in r.cat.items()} | {f"{k}_pct": 100.0 * v / total if total > 0 else 0.0
                                                       for k, v in r.cat.items()}
     out["running_by_thread_s"] = dict(sorted(r.by_role.items(), key=lambda kv: -kv[1]))
+    out["queued_by_s"] = dict(sorted(r.queued_by.items(), key=lambda kv: -kv[1]))
     out["wakes"] = r.wakes["n"]
     out["wakes_other_core_idle"] = r.wakes["other_idle"]
     out["packed_share"] = r.wakes["packed"] / r.wakes["other_idle"] if r.wakes["other_idle"] else 0.0

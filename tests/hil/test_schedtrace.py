@@ -33,6 +33,29 @@ def test_core_time_splits_into_running_queued_waking_and_no_work():
     assert b["running_by_thread_s"] == pytest.approx({"cpu0": 0.004, "npu0": 0.006, "load0": 0.0039})
     assert b["wakes"] == 2 and b["wakes_other_core_idle"] == 2 and b["packed_share"] == pytest.approx(0.5)
     assert b["wake_delay_mean_s"] == pytest.approx((0.004 + 0.0001) / 2)      # waking -> running of 101 and 102
+    assert b["queued_by_s"] == pytest.approx({"npu0 woken": 0.004})
+
+
+def test_queued_time_names_the_thread_and_who_preempted_it():
+    # 101 is woken onto cpu0 and preempts its waker 100 at once (wake-up preemption); cpu1 idles while 100 waits
+    # in cpu0's queue until 101 blocks at 3 ms; from 5 ms to 6 ms 100 waits again, preempted by another process.
+    text = """\
+          python-100     [000] d..2.     0.000000: sched_waking: comm=python pid=101 prio=120 target_cpu=000
+          python-100     [000] d..2.     0.000001: sched_wakeup: comm=python pid=101 prio=120 target_cpu=000
+          python-100     [000] d..2.     0.000002: sched_switch: prev_comm=python prev_pid=100 prev_prio=120 \
+prev_state=R+ ==> next_comm=python next_pid=101 next_prio=120
+          python-101     [000] d..2.     0.003000: sched_switch: prev_comm=python prev_pid=101 prev_prio=120 \
+prev_state=S ==> next_comm=python next_pid=100 next_prio=120
+          python-100     [000] d..2.     0.005000: sched_switch: prev_comm=python prev_pid=100 prev_prio=120 \
+prev_state=R ==> next_comm=kworker/0:1 next_pid=41 next_prio=120
+     kworker/0:1-41      [000] d..2.     0.006000: sched_switch: prev_comm=kworker/0:1 prev_pid=41 prev_prio=120 \
+prev_state=S ==> next_comm=python next_pid=100 next_prio=120
+"""
+    b = breakdown(parse(text), 0.0, 0.008, ROLES, 2)
+    assert b["queued_by_s"] == pytest.approx({"cpu0 preempted by npu0": 0.003 - 0.000002,
+                                              "cpu0 preempted by another process": 0.001,
+                                              "npu0 woken": 0.000002})
+    assert sum(b["queued_by_s"].values()) == pytest.approx(b["queued_s"])
 
 
 def test_other_processes_and_the_window_bound_the_count():
