@@ -47,6 +47,7 @@ from hil.calibrate_compute import (
     measure_gemm,
     measure_pool_wake,
     measure_wake_idle_core,
+    measure_wake_pack,
 )
 from hil.calibrate_reads import (
     BusyReadCost,
@@ -324,6 +325,7 @@ class Measurements:
     wake_idle_core: Stat | None = None    # s until a thread woken on an idle core runs while its waker computes
     random_read_cpu: Stat | None = None   # s of the reading thread's CPU per cold random 4 KiB read
     huge_pages: bool = False              # fresh memory asked for transparent huge pages (hil.runner_state.huge_pages)
+    wake_pack: list[dict] | None = None   # where a woken thread runs, by its core's idle time (measure_wake_pack)
 
 
 def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], None] = lambda m: None
@@ -383,10 +385,11 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
                                                             utouch.median))
     disp_busy = step("dispatch_busy", lambda: measure_dispatch_busy(s))
     wake_idle = step("wake_idle_core", lambda: measure_wake_idle_core(k, s))
+    wake_pack = step("wake_pack", lambda: measure_wake_pack(k, s))
     from hil.runner_state import huge_pages_enabled
 
     return Measurements(s, reads, lat, rbw, req, ra, warm, copy, unpack, k.label, gemm, elem, attn,
                         disp, disp_busy, wake, runner, corun, touch, touch_large, cold, rbusy, rnd, rnd_busy, wall,
                         load, host_probe, pread_ra, pool_wake, sstart, utouch, utouch_large, wake_idle,
-                        rnd_cpu[0] if rnd_cpu else None, huge_pages_enabled())
+                        rnd_cpu[0] if rnd_cpu else None, huge_pages_enabled(), wake_pack)
 

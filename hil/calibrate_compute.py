@@ -307,6 +307,87 @@ def measure_dispatch(s: CalibrationSettings, worker_cpu: list[float] | None = No
     return Stat(st.median / s.dispatch_tasks, st.spread, st.n)
 
 
+PACK_GAPS_US = (0, 20, 50, 100, 200, 500, 1000, 2000)   # us both threads sleep before a hand-off (below)
+
+
+def measure_wake_pack(k: "Kernels", s: CalibrationSettings, hand_offs: int = 60) -> list[dict] | None:
+    """Where the OS puts a thread woken while its waker keeps computing, by how long the other core had been idle:
+    neither thread pinned (the runner's are not), a worker hands a task (one layer GEMM) to a sleeping thread
+    through a threading.Condition and goes on computing (one layer GEMM), both having slept a gap of `PACK_GAPS_US`
+    before (their vCPUs halted; `hand_offs` per gap, the gaps in a seeded shuffled order so that one placement
+    does not decide the next ones of its gap). Per gap: `idle_s`, the median time the woken thread had been asleep
+    at the notify, and `share`, the share of its hand-offs whose woken thread started on its waker's CPU
+    (sched_getcpu) — put on the busy core while another idled (docs/hil.md "Wake-up packing"). None on one core or
+    without sched_getcpu."""
+    import ctypes
+
+    if len(os.sched_getaffinity(0)) < 2:
+        return None
+    try:
+        getcpu = ctypes.CDLL(None).sched_getcpu
+    except (OSError, AttributeError):
+        return None
+    mine = layer_gemm(k, s, np.random.default_rng(5))
+    theirs = layer_gemm(k, s, np.random.default_rng(7))
+    gaps = np.repeat(np.array(PACK_GAPS_US), hand_offs)
+    np.random.default_rng(11).shuffle(gaps)
+    cond = threading.Condition()
+    st = {"task": 0, "done": 0, "stop": False, "cpu": -1, "asleep": 0.0}
+    same: list[bool] = []
+
+    def worker() -> None:
+        with cond:
+            while True:
+                st["asleep"] = time.perf_counter()
+                while st["task"] == st["done"] and not st["stop"]:
+                    cond.wait()
+                if st["stop"]:
+                    return
+                same.append(getcpu() == st["cpu"])
+                cond.release()
+                try:
+                    theirs()
+                finally:
+                    cond.acquire()
+                st["done"] += 1
+                cond.notify_all()
+
+    idle: list[float] = []
+    th = threading.Thread(target=worker, daemon=True)
+    th.start()
+    try:
+        for gap_us in gaps:
+            time.sleep(float(gap_us) * 1e-6)
+            with cond:
+                idle.append(time.perf_counter() - st["asleep"])
+                st["task"] += 1
+                st["cpu"] = getcpu()
+                cond.notify_all()
+            mine()                                          # the waker keeps computing
+            with cond:
+                while st["done"] != st["task"]:
+                    cond.wait()
+    finally:
+        with cond:
+            st["stop"] = True
+            cond.notify_all()
+        th.join()
+    sel = {g: gaps == g for g in PACK_GAPS_US}
+    return [dict(gap_us=int(g), idle_s=float(np.median(np.array(idle)[m])), share=float(np.mean(np.array(same)[m])))
+            for g, m in sel.items()]
+
+
+def pack_threshold(rows: list[dict], least: float = 0.5) -> tuple[float, float]:
+    """(idle s from which wake-ups are packed, share packed from there) of a `measure_wake_pack` curve: the
+    shortest idle time whose share and every longer one's are at least `least`; the mean share over those points.
+    (0, 0) when no such point: not observed."""
+    pts = sorted(rows, key=lambda r: r["idle_s"])
+    for i, r in enumerate(pts):
+        if all(q["share"] >= least for q in pts[i:]):
+            return r["idle_s"], float(np.mean([q["share"] for q in pts[i:]]))
+    return 0.0, 0.0
+
+
 def measure_wake_idle_core(k: "Kernels", s: CalibrationSettings) -> Stat | None:
     """Seconds from a notify through a threading.Condition until the woken thread runs, when its waker keeps
     computing (one layer GEMM, the interpreter lock released) and the woken thread is pinned to another, idle core

@@ -48,9 +48,10 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 14    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
+STORE_VERSION = 15    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
 #                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena);
-#                       14: every kernel operand of the calibration and the runner is 64-byte aligned (native.compute)
+#                       14: every kernel operand of the calibration and the runner is 64-byte aligned (native.compute);
+#                       15: wake-up packing (thread_wake_pack_idle_s / _share, sched_balance_s; measure_wake_pack)
 
 
 # ================================================ identity ===========================================================
@@ -425,6 +426,7 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
               "threading.Condition until the woken thread runs, pinned to another, idle core, while its waker keeps "
               "computing (a layer GEMM): the runner's compute workers hand each other ops and go on (mean per "
               "hand-off)", m.wake_idle_core.spread)
+    put_wake_pack(f, m)
     f.put("thread_wake_busy_s", m.dispatch_busy.median / 2, "measured: the same hand-off while one CPU-bound "
           "thread per core runs short native calls from a Python loop (the woken thread waits for a time slice and "
           "the interpreter lock), half the round trip", m.dispatch_busy.spread)
@@ -468,6 +470,42 @@ def put_float_kernels(f: ProfileFields, m: Measurements, ghz: float) -> None:
           "start-to-start cycle minus the first touch of the INT8 output and the kernel's per-weight / per-channel "
           f"work ({r.bare_unpack.median:.2e} s): output mapping, scale copy, the call's fixed cost, worker loop",
           r.unpack_tensor.spread)
+
+
+def put_wake_pack(f: ProfileFields, m: Measurements) -> None:
+    """Wake-up packing (docs/hil.md "Wake-up packing"): the idle time from which the OS puts a woken thread on its
+    waker's busy core, the share it does so from there, and the balance tick that splits such a pair."""
+    from hil.calibrate_compute import pack_threshold
+
+    if not m.wake_pack:
+        return
+    idle, share = pack_threshold(m.wake_pack)
+    pts = ", ".join(f"{1e6 * r['idle_s']:.0f} us: {r['share']:.2f}" for r in sorted(m.wake_pack,
+                                                                                     key=lambda r: r["idle_s"]))
+    how = ("measured (hil.calibrate_compute.measure_wake_pack): unpinned threads, a Condition hand-off whose waker "
+           "keeps computing (a layer GEMM); share of hand-offs whose woken thread started on its waker's CPU by how "
+           f"long it had slept ({pts})")
+    f.put("thread_wake_pack_idle_s", idle, how + ": the shortest idle time from which every share is >= 0.5 "
+          "(0: not observed)")
+    f.put("thread_wake_pack_share", share, how + ": the mean share from that idle time on")
+    hz = kernel_hz()
+    if hz:
+        f.put("sched_balance_s", 1.0 / hz, f"read: the kernel's scheduler tick, CONFIG_HZ={hz} (/proc/config.gz); "
+              "a busy core with two runnable threads has the idle one pull one at its next tick (nohz idle balance)")
+
+
+def kernel_hz() -> int | None:
+    """CONFIG_HZ of the running kernel from /proc/config.gz (None when the kernel does not expose its config)."""
+    import gzip
+
+    try:
+        with gzip.open("/proc/config.gz", "rt") as fh:
+            for line in fh:
+                if line.startswith("CONFIG_HZ="):
+                    return int(line.split("=", 1)[1])
+    except (OSError, ValueError):
+        return None
+    return None
 
 
 def put_unpack(f: ProfileFields, m: Measurements, ghz: float) -> None:
@@ -576,7 +614,8 @@ def measurements_json(m) -> dict:
                 unpack_touch_large_s_per_byte=stat(m.unpack_touch_large) if m.unpack_touch_large is not None
                 else None,
                 wake_idle_core_s=stat(m.wake_idle_core) if m.wake_idle_core is not None else None,
-                random_read_cpu_s=stat(m.random_read_cpu) if m.random_read_cpu is not None else None)
+                random_read_cpu_s=stat(m.random_read_cpu) if m.random_read_cpu is not None else None,
+                wake_pack=m.wake_pack)
 
 
 # ================================================ store ==============================================================

@@ -88,6 +88,14 @@ class SocProfile:
     #                                           the woken thread starts on that core (a halted vCPU is woken by an
     #                                           interrupt first); thread_wake_s is a ping-pong's, whose waker sleeps
     #                                           at once and leaves it its own core (0 = thread_wake_s)
+    thread_wake_pack_idle_s: float = 0.0      # s, a thread woken while its waker runs and another core idles is put
+    #                                           on its waker's busy core instead, once that idle core has been idle
+    #                                           this long (a guest kernel's placement: docs/hil.md "Wake-up packing");
+    #                                           it preempts its waker until its task ends or the next balance tick
+    #                                           (0 = not modelled: it takes the idle core)
+    thread_wake_pack_share: float = 0.0       # 1, share of those wake-ups packed (expected value; 0 = none)
+    sched_balance_s: float = 0.0              # s between the kernel's load-balancing ticks (1 / CONFIG_HZ): a packed
+    #                                           pair is split at the next one (0 = when the woken thread's task ends)
     load_tensor_s: float = 0.0                # s of core time per tensor a load task reads, beyond its bytes (a
     #                                           runtime's buffer set-up, read call, bookkeeping; 0 = not modelled)
     unpack_tensor_s: float = 0.0              # s of core time per tensor an unpack task unpacks, beyond the kernel's
@@ -173,6 +181,8 @@ class SocProfile:
         if not (0 <= self.read_cpu_overlap_multi <= 1 or self.read_cpu_overlap_multi == -1):
             raise ValueError(f"device.read_cpu_overlap_multi must be in [0, 1], or -1 for read_cpu_overlap (got "
                              f"{self.read_cpu_overlap_multi})")
+        if not 0 <= self.thread_wake_pack_share <= 1:
+            raise ValueError(f"device.thread_wake_pack_share must be in [0, 1] (got {self.thread_wake_pack_share})")
         if not 0 < self.cpu_parallel_eff <= 1:
             raise ValueError(f"device.cpu_parallel_eff must be in (0, 1] (got {self.cpu_parallel_eff})")
         if self.flash_reader_gbps > self.flash_peak_gbps:

@@ -31,7 +31,10 @@ blobs (packed tensors an unpack consumes) reuse buffers released by earlier unpa
 memory beyond the run's high-water mark is fresh). A worker that waited idle starts `thread_wake_s` after being woken (a
 thread hand-off; `thread_wake_busy_s` while other threads occupy every core, `thread_wake_idle_core_s` while some
 run and a core is idle: it starts there) and spends `thread_wake_cpu_s` of core time
-on the wake-up itself. A runtime that splits only GEMMs over its CPU threads (`cpu_split_gemm_only`, the host runner)
+on the wake-up itself. A guest kernel may instead put a thread woken while its waker runs on the waker's busy core
+(`thread_wake_pack_idle_s`, `thread_wake_pack_share`, measured on the host; docs/hil.md "Wake-up packing"): the pair
+shares the waker's core, the woken thread first, until its task ends, it blocks, or the next balance tick
+(`sched_balance_s`), while another core may idle (`Cores.pack`). A runtime that splits only GEMMs over its CPU threads (`cpu_split_gemm_only`, the host runner)
 runs its other ops on the worker's one core; a multi-threaded GEMM's helpers poll their cores for `gemm_pool_spin_s`
 after it (occupied cores; the next GEMM in that window finds them awake) and are woken otherwise (`gemm_pool_wake_s`
 later). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads' page-cache copies, unpack
@@ -42,6 +45,7 @@ order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip th
 from __future__ import annotations
 
 import bisect
+import math
 
 import simpy
 
@@ -111,12 +115,16 @@ class PlanExecutor:
         self.stream_end: dict[object, int] = {}      # loader thread -> end of the file range its stream reached
         self.pool_spin: dict = {}             # worker -> core job of its GEMM helpers polling after the last GEMM
         self.pool_wakes = 0                   # multi-threaded GEMMs whose helpers had to be woken
+        self.packed_wakes = 0                 # wake-ups put on the waker's busy core (SocProfile.thread_wake_pack_*)
+        self.gil_last: object = None          # the thread that last took the interpreter lock (a hand-off's waker)
+        self.sleeping: set = set()            # workers asleep waiting for a task
+        self.pack_acc = 0.0                   # accumulated share of packable wake-ups (`_packs`)
 
     # ---- dispatch (rules in planner.pipeline.dispatch, shared with the HIL runner) --------------------------------
-    def _wake(self, resources: list[str]) -> None:
+    def _wake(self, resources: list[str], waker: object = None) -> None:
         for r in resources:
             if self.idle[r]:
-                self.idle[r].pop(0).succeed()
+                self.idle[r].pop(0).succeed(waker)
 
     def _mem(self, delta: int) -> None:
         if delta:
@@ -162,10 +170,10 @@ class PlanExecutor:
         self.stream_end[owner] = hi if new else max(hi, end)
         return new
 
-    def _after(self, wake: list[str], joins: list[int]) -> None:
+    def _after(self, wake: list[str], joins: list[int], waker: object = None) -> None:
         for j in joins:
             self._mem(-self.plan.tasks[j].mem_free)
-        self._wake(wake)
+        self._wake(wake, waker)
         if self.dispatch.finished and not self.all_done.triggered:
             self.all_done.succeed()
 
@@ -196,6 +204,8 @@ class PlanExecutor:
         EdgeFlow SmolLM2 run made ~1,300-1,500 voluntary context switches in all (2026-12-01), against ~216 waits for
         work and ~210 lock hand-offs in the simulator (docs/hil.md "What is still off")."""
         held = self._gil_held()
+        if held or handoff:
+            self.cores.unpack(owner)                        # it blocks: a packed thread is free again
         with self.gil.request() as lock:
             yield lock
             if held or handoff:
@@ -204,6 +214,8 @@ class PlanExecutor:
                 seconds += self.dev.thread_wake_cpu_s
                 if self.dev.thread_wake_s > 0:       # woken like any futex waiter: it runs thread_wake_s later,
                     yield self.env.timeout(self.dev.thread_wake_s)   # the lock reserved for it meanwhile
+                self._maybe_pack(owner, self.gil_last)      # ... maybe on its waker's busy core
+            self.gil_last = owner
             if seconds > 0:
                 yield self.env.all_of(self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
 
@@ -296,7 +308,7 @@ class PlanExecutor:
                 yield from self._sleep(resource, idx)
                 continue
             tid, stolen, wake = got
-            self._wake(wake)
+            self._wake(wake, me)
             t = self.plan.tasks[tid]
             start = env.now
             fresh = self._fresh_bytes(t)
@@ -316,23 +328,64 @@ class PlanExecutor:
         """An idle worker waits on its resource's queue; once woken it starts `thread_wake_s` later (a thread
         hand-off; `thread_wake_busy_s` while other threads occupy every core, `thread_wake_idle_core_s` while some
         run and a core is idle: it starts there) and spends `thread_wake_cpu_s` of core time on the wake-up."""
-        env = self.env
+        env, dev, me = self.env, self.dev, (resource, idx)
+        self.cores.unpack(me)
         ev = env.event()
         self.idle[resource].append(ev)
-        yield ev
+        self.sleeping.add(me)
+        waker = yield ev
+        self.sleeping.discard(me)
         self.idle_wakes += 1
-        self._count_wait((resource, idx))
-        wake_s = self.dev.thread_wake_s     # an idle worker thread takes this long to run once woken
-        if self.dev.thread_wake_busy_s > 0 or self.dev.thread_wake_idle_core_s > 0:
+        self._count_wait(me)
+        wake_s = dev.thread_wake_s          # an idle worker thread takes this long to run once woken
+        if dev.thread_wake_busy_s > 0 or dev.thread_wake_idle_core_s > 0 or dev.thread_wake_pack_share > 0:
             yield env.timeout(0)                # the waker and others woken at this instant start first
-            if self.dev.thread_wake_busy_s > 0 and self.cores.full_without():
-                wake_s = self.dev.thread_wake_busy_s    # ... longer while other threads occupy every core
-            elif self.dev.thread_wake_idle_core_s > 0 and self.cores.active:
-                wake_s = self.dev.thread_wake_idle_core_s   # ... on an idle core while others keep running
+            if dev.thread_wake_busy_s > 0 and self.cores.full_without():
+                wake_s = dev.thread_wake_busy_s     # ... longer while other threads occupy every core
+            elif self._maybe_pack(me, waker):
+                wake_s = dev.thread_wake_s          # ... put on its waker's busy core, which it preempts at once
+            elif dev.thread_wake_idle_core_s > 0 and self.cores.active:
+                wake_s = dev.thread_wake_idle_core_s    # ... on an idle core while others keep running
         if wake_s > 0:
             yield env.timeout(wake_s)
         if self.dev.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
             yield env.all_of(self._runtime(self.dev.thread_wake_cpu_s, owner=(resource, idx)))
+
+    def _packs(self, waker: object) -> bool:
+        """Whether the OS puts a thread woken now by `waker` (running, another core idle) on the waker's core: once
+        the idle core has been idle `thread_wake_pack_idle_s`, a `thread_wake_pack_share` of such wake-ups are
+        (deterministic: an accumulator of that share packs every time it reaches one)."""
+        dev = self.dev
+        if waker is None or dev.thread_wake_pack_share <= 0 or dev.thread_wake_pack_idle_s <= 0:
+            return False
+        if waker in self.sleeping:                          # it went to sleep: nothing keeps its core busy
+            return False
+        idle = self.cores.idle_for()
+        if idle is None or idle < dev.thread_wake_pack_idle_s:
+            return False
+        self.pack_acc += dev.thread_wake_pack_share
+        if self.pack_acc < 1.0 - 1e-9:
+            return False
+        self.pack_acc -= 1.0
+        return True
+
+    def _maybe_pack(self, wakee: object, waker: object) -> bool:
+        """Thread `wakee`, just woken by `waker`: put it on the waker's core if the OS would (`_packs`), until its
+        task ends, it blocks, or the next balance tick (`sched_balance_s`) splits the pair."""
+        if not self._packs(waker):
+            return False
+        self.cores.pack(wakee, waker)
+        self.packed_wakes += 1
+        tick = self.dev.sched_balance_s
+        if tick > 0:
+            self.env.process(self._balance(wakee, waker, (math.floor(self.env.now / tick) + 1) * tick - self.env.now))
+        return True
+
+    def _balance(self, wakee: object, waker: object, after_s: float):
+        """The kernel's balance tick: a pair still packed then is split (one of them moves to the idle core)."""
+        yield self.env.timeout(after_s)
+        if self.cores.packs.get(wakee) == waker:
+            self.cores.unpack(wakee)
 
     def _load(self, t, fresh: int, me: tuple[str, int]):
         """A load task on loader thread `me`: the runtime's per-tensor set-up, the flash transfer with the CPU side of
@@ -362,6 +415,8 @@ class PlanExecutor:
         if nread > 0 and self._starts_stream(t, me):     # a new sequential stream: its start-up latency
             yield env.timeout(dev.flash_stream_start_s)
         ahead, hi = self._read_ahead(t, nread, me)     # already in the page cache: copied, not transferred
+        if nread - ahead > 0:
+            self.cores.unpack(me)                      # it blocks on the device: a packed loader is free again
         transfer = self.flash.read(nread - ahead, t.request_bytes, t.random_reads, owner=me)
         t_start, t_end = env.now, [env.now]
         if not t.random_reads:
@@ -450,7 +505,8 @@ class PlanExecutor:
                 if r.nbytes > 0:
                     bisect.insort(self.pool, r.nbytes)
         self._mem(-t.mem_free)
-        self._after(*self.dispatch.complete(tid))
+        self.cores.unpack((resource, idx))                  # its task ended: a packed thread is free again
+        self._after(*self.dispatch.complete(tid), waker=(resource, idx))
 
     def _unpack(self, t, fresh: int, me: tuple[str, int]):
         """An unpack task on one thread, as the runner does it: per packed tensor (`OpWork.calls` kernel calls per
@@ -500,7 +556,8 @@ class PlanExecutor:
             raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
         return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples,
                         self.mem_samples, core_busy_s=self.cores.busy_core_s(),
-                        waits=self.idle_wakes + self.gil_waits, waits_by_thread=dict(sorted(self.waits_by.items())))
+                        waits=self.idle_wakes + self.gil_waits, waits_by_thread=dict(sorted(self.waits_by.items())),
+                        packed_wakes=self.packed_wakes)
 
 
 def simulate(plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0) -> Timeline:

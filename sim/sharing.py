@@ -100,7 +100,10 @@ class SharedRate:
             return
         self._share()
         self.samples.append((self.env.now, sum(j.rate for j in self.active)))
-        dt = min(max(j.left, 0.0) / j.rate for j in self.active)
+        moving = [j for j in self.active if j.rate > 0]       # (Cores: a preempted waker's jobs stand still)
+        if not moving:
+            return
+        dt = min(max(j.left, 0.0) / j.rate for j in moving)
         gen = self.gen
         t = self.env.timeout(dt)
         t.callbacks.append(lambda _e: self._on_timer(gen))
@@ -111,7 +114,7 @@ class SharedRate:
         self._advance()
         done = [j for j in self.active if j.left <= j.eps]
         if not done:   # float rounding: finish the closest one
-            done = [min(self.active, key=lambda j: j.left / j.rate)]
+            done = [min((j for j in self.active if j.rate > 0), key=lambda j: j.left / j.rate)]
         self.active = [j for j in self.active if j not in done]
         for j in done:
             j.event.succeed()
@@ -163,10 +166,107 @@ class Cores(SharedRate):
     def __init__(self, env: simpy.Environment, capacity: float) -> None:
         super().__init__(env, capacity)
         self.occupied: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, cores occupied) at every change
+        self.packs: dict[object, object] = {}     # woken thread -> the waker whose core it was put on (`pack`)
+        self.full_at = 0.0                        # s, when every core was last occupied (or the start)
+
+    def pack(self, wakee: object, waker: object) -> None:
+        """Put thread `wakee` on the core of thread `waker` (a wake-up the OS packed onto its waker's busy core):
+        while both have work, their jobs share the cores `waker`'s jobs occupy and `wakee`'s come first (it preempted
+        its waker); another core may stay idle meanwhile. Ends with `unpack`."""
+        if wakee is not None and waker is not None and wakee != waker:
+            self._advance()
+            self.packs.pop(wakee, None)
+            o, seen = waker, set()
+            while o in self.packs and o not in seen:     # the waker is already packed onto the woken thread's core
+                seen.add(o)
+                o = self.packs[o]
+            if o == wakee:
+                self.packs.pop(waker, None)              # ... the two share it: the woken thread now first
+            self.packs[wakee] = waker
+            self._reschedule()
+            self._notify()
+
+    def unpack(self, wakee: object) -> None:
+        """End `wakee`'s pack (its task ended, it blocked, or a balance moved it to a free core)."""
+        if self.packs.pop(wakee, None) is not None:
+            self._advance()
+            self._reschedule()
+            self._notify()
+
+    def idle_for(self) -> float | None:
+        """s a core has been idle now (since every core was last occupied); None when every core is occupied."""
+        return None if self._occupancy() >= self.capacity - 1e-9 else self.env.now - self.full_at
+
+    def unpack_all(self) -> None:
+        """A balance: every packed thread may run on any core again."""
+        if self.packs:
+            self._advance()
+            self.packs.clear()
+            self._reschedule()
+            self._notify()
+
+    def _entities(self) -> list[tuple[float, float, list[_Job], list[_Job]]]:
+        """The jobs as scheduling entities (cap, weight, jobs in the order served, []): one per job, except that the
+        threads packed onto one core (chains of `pack`s) form one entity capped at the most cores any of its jobs
+        uses, served most recently woken first (each preempted the thread it was packed on)."""
+        if not self.packs:
+            return [(j.cap, j.weight, [j], []) for j in self.active]
+        root: dict[object, object] = {}
+
+        def find(o: object) -> object:
+            seen = []
+            while o in self.packs and o not in seen:
+                seen.append(o)
+                o = self.packs[o]
+            return o
+        order = {o: i for i, o in enumerate(self.packs)}           # pack order: later = woken more recently
+        for o in {j.owner for j in self.active}:
+            root[o] = find(o)
+        comps: dict[object, list[_Job]] = {}
+        for j in self.active:
+            comps.setdefault(root[j.owner], []).append(j)
+        out = []
+        for r, jobs in comps.items():
+            if len({j.owner for j in jobs}) == 1:
+                out += [(j.cap, j.weight, [j], []) for j in jobs]
+                continue
+            jobs.sort(key=lambda j: -order.get(j.owner, -1))
+            out.append((max(j.cap for j in jobs), sum(j.weight for j in jobs), jobs, []))
+        return out
+
+    def _occupancy(self) -> float:
+        return min(self.capacity, sum(min(cap, sum(j.cap for j in a + b)) for cap, _w, a, b in self._entities()))
 
     def _reschedule(self) -> None:
         super()._reschedule()
-        self.occupied.append((self.env.now, min(self.capacity, sum(j.cap for j in self.active))))
+        occ = self._occupancy()
+        if occ >= self.capacity - 1e-9:
+            self.full_at = self.env.now
+        self.occupied.append((self.env.now, occ))
+
+    def full_without(self, owner: object = None) -> bool:
+        """Other threads than `owner` occupy every core (a packed pair occupies its waker's cores)."""
+        load = 0.0
+        for cap, _w, a, b in self._entities():
+            others = [j for j in a + b if owner is None or j.owner != owner]
+            load += min(cap, sum(j.weight for j in others))
+        return load >= self.capacity - 1e-9
+
+    def _share_entities(self) -> None:
+        """Weighted water filling over the entities (`SharedRate._share` when nothing is packed); within a packed
+        pair the woken thread's jobs take the pair's rate first, its waker's get what they leave."""
+        if not self.packs:
+            super()._share()
+            return
+        ents = sorted(self._entities(), key=lambda e: e[0] / e[1])
+        left, wsum = self.capacity, sum(e[1] for e in ents)
+        for cap, w, first, rest in ents:
+            rate = min(cap, left * w / wsum)
+            left -= rate
+            wsum -= w
+            for j in first + rest:
+                j.rate = min(j.cap, rate)
+                rate -= j.rate
 
     def busy_core_s(self) -> float:
         """Core-seconds the cores were occupied from 0 to now (a job slowed by co-running occupies its cores all the
@@ -188,7 +288,7 @@ class Cores(SharedRate):
                         memory=memory, neutral=neutral)
 
     def _share(self) -> None:
-        super()._share()
+        self._share_entities()
         if self.capacity <= 1 or all(j.slow == 1.0 and j.slow_mem == 1.0 for j in self.active):
             return
         base = [(j, j.rate) for j in self.active]     # shares before the co-run slowdown

@@ -95,6 +95,20 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
         assert doc["sources"][key].startswith("measured"), key
     el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool
     assert model.op_time(el, "cpu", 2) == model.op_time(el, "cpu", 1)
+    if (os.cpu_count() or 1) > 1:                               # wake-up packing: where woken threads ran
+        pack = raw["wake_pack"]
+        assert [r["gap_us"] for r in pack] == list(comp.PACK_GAPS_US)
+        assert all(0 <= r["share"] <= 1 and r["idle_s"] > 0 for r in pack)
+        assert (prof.thread_wake_pack_idle_s, prof.thread_wake_pack_share) == comp.pack_threshold(pack)
+        assert doc["sources"]["thread_wake_pack_share"].startswith("measured")
+
+
+def test_pack_threshold_is_where_packing_holds_from_on():
+    rows = [dict(gap_us=g, idle_s=i, share=sh) for g, i, sh in
+            ((0, 60e-6, 0.2), (20, 80e-6, 0.6), (50, 110e-6, 0.4), (100, 160e-6, 0.9), (200, 260e-6, 0.8))]
+    assert comp.pack_threshold(rows) == pytest.approx((160e-6, 0.85))    # 0.6 at 80 us does not hold on
+    assert comp.pack_threshold([dict(gap_us=0, idle_s=1e-4, share=0.1)]) == (0.0, 0.0)   # never: not modelled
+    assert host.kernel_hz() in (None, 100, 250, 300, 1000)
 
 
 def raw_pool_wake(d):

@@ -578,3 +578,54 @@ def test_an_unpack_re_takes_the_interpreter_lock_after_each_kernel_call():
         ends[calls] = ex.run().end_s
         assert ex.waits_by.get("unpack0") == 1                                   # one hand-off either way
     assert ends[1] == pytest.approx(0.51) and ends[3] == pytest.approx(0.71)
+
+
+def _handoff_plan() -> Plan:
+    """One unpacker runs u0 then u1 back to back; the CPU worker's m waits for u0: at u0's end the unpacker wakes
+    the CPU worker and keeps computing, while the second core has been idle since the start."""
+    b = PlanBuilder()
+    u0 = b.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])             # type: ignore[arg-type]
+    b.add("u1", "unpack", works=[OpWork("unpack", n=2.0)])                  # type: ignore[arg-type]
+    b.add("m", "cpu", [u0], works=[OpWork("matmul", k=1.0, n=0.5)])          # type: ignore[arg-type]
+    return Plan("t", "m", "d", 1, 0, b.tasks, unpack_threads=1)
+
+
+def _ends(plan: Plan, dev) -> dict[str, float]:
+    tl = simulate(plan, dev, FakeCost())
+    return {plan.tasks[s.task].name: s.end for s in tl.spans} | {"packs": tl.packed_wakes}
+
+
+def test_a_wake_up_packed_onto_its_wakers_core_preempts_the_waker():
+    """thread_wake_pack_*: the woken worker is put on its waker's busy core (the other one idle long enough) and
+    runs first; its waker stands still until the woken task ends, or until the next balance tick splits them."""
+    plan = _handoff_plan()
+    base = _ends(plan, device(2))
+    assert base["m"] == pytest.approx(1.5) and base["u1"] == pytest.approx(3.0) and base["packs"] == 0
+    packed = _ends(plan, device(2, thread_wake_pack_idle_s=0.5, thread_wake_pack_share=1.0))
+    assert packed["m"] == pytest.approx(1.5)            # the woken task runs at once, on the waker's core
+    assert packed["u1"] == pytest.approx(3.5)           # its waker lost the woken task's 0.5 s
+    assert packed["packs"] == 1
+    ticked = _ends(plan, device(2, thread_wake_pack_idle_s=0.5, thread_wake_pack_share=1.0, sched_balance_s=0.4))
+    assert ticked["u1"] == pytest.approx(3.2)           # split at the tick at 1.2 s: the waker lost 0.2 s
+    short = _ends(plan, device(2, thread_wake_pack_idle_s=1.5, thread_wake_pack_share=1.0))
+    assert short["u1"] == pytest.approx(3.0) and short["packs"] == 0    # the idle core idled 1 s < 1.5 s: used
+    half = _ends(plan, device(2, thread_wake_pack_idle_s=0.5, thread_wake_pack_share=0.5))
+    assert half["packs"] == 0                           # a share of 0.5: the first of two such wake-ups is not
+
+
+def test_packed_threads_share_their_core_most_recent_first():
+    env = simpy.Environment()
+    cores = Cores(env, 2.0)
+    done: dict[str, float] = {}
+    for name, sec in (("a", 1.0), ("b", 1.0), ("c", 1.0)):
+        cores.run(sec, owner=name).callbacks.append(lambda _e, n=name: done.setdefault(n, env.now))
+    cores.pack("b", "a")
+    cores.pack("c", "b")                                # a chain: a, b, c on one core, c woken last
+    assert cores.idle_for() == pytest.approx(0.0)       # one core idle since now
+    env.run(until=0.5)
+    assert cores.idle_for() == pytest.approx(0.5)
+    env.run()
+    assert done == pytest.approx({"c": 1.0, "b": 2.0, "a": 3.0})
+    assert cores.busy_core_s() == pytest.approx(3.0)    # one core occupied for 3 s, the other idle
+    with pytest.raises(ValueError, match="thread_wake_pack_share"):
+        device(2, thread_wake_pack_share=1.5)
