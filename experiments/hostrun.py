@@ -93,7 +93,8 @@ def core_metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
     busy = None
     if tl.core_busy_s is not None and tl.end_s > 0:
         busy = 100.0 * tl.core_busy_s / (dev.cpu_cores * tl.end_s)
-    return {"core_busy_pct": busy, "thread_waits": tl.waits, "waits_by_thread": tl.waits_by_thread}
+    return {"core_busy_pct": busy, "thread_waits": tl.waits, "waits_by_thread": tl.waits_by_thread,
+            "packed_wakes": tl.packed_wakes}
 
 
 def _metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
@@ -221,6 +222,7 @@ def compare(run: HostRun) -> dict[str, Any]:
         out[f"measured_{name}_max{unit}"] = max(vals) if vals else None
         out[f"{name}_error_pct"] = _err(p, med)
     out["predicted_waits_by_thread"] = run.pred_metrics.get("waits_by_thread")
+    out["predicted_packed_wakes"] = run.pred_metrics.get("packed_wakes")     # sched trace: measured_sched_packed_*
     out["measured_waits_by_thread"] = _median_by_key([m.get("waits_by_thread") for m in run.meas_metrics])
     return out
 

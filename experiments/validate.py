@@ -485,8 +485,8 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"waits in the other core's queue {g('queued_pct'):.1f} %, idle until a woken thread starts "
               f"{g('waking_pct'):.1f} %, idle with nothing runnable {g('no_work_pct'):.1f} %, other processes "
               f"{g('other_pct'):.1f} %; {100 * g('packed_share'):.0f} % of {g('wakes_other_core_idle'):.0f} wake-ups "
-              f"that found the other core idle were put on the waker's busy core (the simulator gives a runnable "
-              f"thread any free core)")
+              f"that found the other core idle were put on the waker's busy core (modelled: "
+              f"{m.get('predicted_packed_wakes') or 0} wake-ups packed, docs/hil.md \"Wake-up packing\")")
         if m.get("measured_sched_queued_top"):
             print(f"  core time idle while a thread waited in the other core's queue, by thread and why (measured): "
                   f"{g('queued_top')}")

@@ -34,11 +34,11 @@ run and a core is idle: it starts there) and spends `thread_wake_cpu_s` of core 
 on the wake-up itself. A guest kernel may instead put a thread woken while its waker runs on the waker's busy core
 (`thread_wake_pack_idle_s`, `thread_wake_pack_share`, measured on the host; docs/hil.md "Wake-up packing"): the pair
 shares the waker's core, the woken thread first, until its task ends, it blocks, or the next balance tick
-(`sched_balance_s`), while another core may idle (`Cores.pack`). A runtime that splits only GEMMs over its CPU threads (`cpu_split_gemm_only`, the host runner)
-runs its other ops on the worker's one core; a multi-threaded GEMM's helpers poll their cores for `gemm_pool_spin_s`
-after it (occupied cores; the next GEMM in that window finds them awake) and are woken otherwise (`gemm_pool_wake_s`
-later). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads' page-cache copies, unpack
-writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
+(`sched_balance_s`), while another core may idle (`Cores.pack`). A runtime that splits only GEMMs over its CPU threads
+(`cpu_split_gemm_only`, the host runner) runs its other ops on the worker's one core; a multi-threaded GEMM's helpers
+poll their cores for `gemm_pool_spin_s` after it (occupied cores; the next GEMM in that window finds them awake) and are
+woken otherwise (`gemm_pool_wake_s` later). DRAM bandwidth (`dram_gbps`) is one shared resource for copies, reads'
+page-cache copies, unpack writes, CPU GEMM operands and NPU weight reads (`CostModel.dram_bytes`).
 Memory: `mem_alloc` at task start, `mem_free` at task end, peak tracked. `preloaded_bytes` of layer weights (in load
 order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip the flash read but keep copy/deserialize.
 """
