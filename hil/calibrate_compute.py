@@ -307,6 +307,19 @@ def measure_dispatch(s: CalibrationSettings, worker_cpu: list[float] | None = No
     return Stat(st.median / s.dispatch_tasks, st.spread, st.n)
 
 
+def _hand_off(cond: threading.Condition, st: dict, work: Callable[[], None], mark: Callable[[], object]) -> None:
+    """One hand-off of the wake-up probes: under `cond`, `mark()` (what the probe records at the notify), post a task
+    (`st["task"]`) and notify; then the waker keeps computing (`work`) and waits until the task is done."""
+    with cond:
+        mark()
+        st["task"] += 1
+        cond.notify_all()
+    work()
+    with cond:
+        while st["done"] != st["task"]:
+            cond.wait()
+
+
 PACK_GAPS_US = (0, 20, 50, 100, 200, 500, 1000, 2000)   # us both threads sleep before a hand-off (below)
 
 
@@ -358,15 +371,8 @@ def measure_wake_pack(k: "Kernels", s: CalibrationSettings, hand_offs: int = 60)
     try:
         for gap_us in gaps:
             time.sleep(float(gap_us) * 1e-6)
-            with cond:
-                idle.append(time.perf_counter() - st["asleep"])
-                st["task"] += 1
-                st["cpu"] = getcpu()
-                cond.notify_all()
-            mine()                                          # the waker keeps computing
-            with cond:
-                while st["done"] != st["task"]:
-                    cond.wait()
+            _hand_off(cond, st, mine, lambda: (idle.append(time.perf_counter() - st["asleep"]),
+                                               st.__setitem__("cpu", getcpu())))
     finally:
         with cond:
             st["stop"] = True
@@ -425,14 +431,7 @@ def measure_wake_idle_core(k: "Kernels", s: CalibrationSettings) -> Stat | None:
         try:
             os.sched_setaffinity(0, {cpus[0]})
             for _ in range(n):
-                with cond:
-                    st["task"] += 1
-                    sent[0] = time.perf_counter()
-                    cond.notify_all()
-                work()                                      # the waker keeps computing
-                with cond:
-                    while st["done"] != st["task"]:
-                        cond.wait()
+                _hand_off(cond, st, work, lambda: sent.__setitem__(0, time.perf_counter()))
         finally:
             os.sched_setaffinity(0, mask)
             with cond:
