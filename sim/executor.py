@@ -372,7 +372,7 @@ class PlanExecutor:
     def _maybe_pack(self, wakee: object, waker: object) -> bool:
         """Thread `wakee`, just woken by `waker`: put it on the waker's core if the OS would (`_packs`), until its
         task ends, it blocks, or the next balance tick (`sched_balance_s`) splits the pair."""
-        if not self._packs(waker):
+        if waker is None or waker == wakee or not self._packs(waker):
             return False
         self.cores.pack(wakee, waker)
         self.packed_wakes += 1

@@ -161,6 +161,10 @@ class Cores(SharedRate):
     class of work and per kind of co-runner: `slow` = (x beside compute, x beside memory-system work). Each other
     job adds its factor's excess in proportion to the cores it occupies: rate / (1 + sum_o (f(o) - 1) r_o / free),
     free = the cores this job does not use.
+
+    Wake-up packing (docs/hil.md "Wake-up packing"): `pack(wakee, waker)` confines a thread the OS put on its waker's
+    busy core to that core: the jobs of a packed pair (or chain) form one entity capped at the cores the waker's jobs
+    use, the most recently woken thread served first, while another core may idle (`idle_for`), until `unpack`.
     """
 
     def __init__(self, env: simpy.Environment, capacity: float) -> None:
