@@ -180,12 +180,8 @@ class Cores(SharedRate):
         if wakee is not None and waker is not None and wakee != waker:
             self._advance()
             self.packs.pop(wakee, None)
-            o, seen = waker, set()
-            while o in self.packs and o not in seen:     # the waker is already packed onto the woken thread's core
-                seen.add(o)
-                o = self.packs[o]
-            if o == wakee:
-                self.packs.pop(waker, None)              # ... the two share it: the woken thread now first
+            if self._root(waker) == wakee:               # the waker is already packed onto the woken thread's core:
+                self.packs.pop(waker, None)              # the two share it, the woken thread now first
             self.packs[wakee] = waker
             self._reschedule()
             self._notify()
@@ -201,45 +197,37 @@ class Cores(SharedRate):
         """s a core has been idle now (since every core was last occupied); None when every core is occupied."""
         return None if self._occupancy() >= self.capacity - 1e-9 else self.env.now - self.full_at
 
-    def unpack_all(self) -> None:
-        """A balance: every packed thread may run on any core again."""
-        if self.packs:
-            self._advance()
-            self.packs.clear()
-            self._reschedule()
-            self._notify()
+    def _root(self, owner: object) -> object:
+        """The thread at the end of `owner`'s chain of packs: whose core `owner` runs on."""
+        seen = set()
+        while owner in self.packs and owner not in seen:
+            seen.add(owner)
+            owner = self.packs[owner]
+        return owner
 
-    def _entities(self) -> list[tuple[float, float, list[_Job], list[_Job]]]:
-        """The jobs as scheduling entities (cap, weight, jobs in the order served, []): one per job, except that the
+    def _entities(self) -> list[tuple[float, float, list[_Job]]]:
+        """The jobs as scheduling entities (cap, weight, jobs in the order served): one per job, except that the
         threads packed onto one core (chains of `pack`s) form one entity capped at the most cores any of its jobs
         uses, served most recently woken first (each preempted the thread it was packed on)."""
         if not self.packs:
-            return [(j.cap, j.weight, [j], []) for j in self.active]
-        root: dict[object, object] = {}
-
-        def find(o: object) -> object:
-            seen = []
-            while o in self.packs and o not in seen:
-                seen.append(o)
-                o = self.packs[o]
-            return o
+            return [(j.cap, j.weight, [j]) for j in self.active]
         order = {o: i for i, o in enumerate(self.packs)}           # pack order: later = woken more recently
-        for o in {j.owner for j in self.active}:
-            root[o] = find(o)
         comps: dict[object, list[_Job]] = {}
         for j in self.active:
-            comps.setdefault(root[j.owner], []).append(j)
+            comps.setdefault(self._root(j.owner), []).append(j)
         out = []
-        for r, jobs in comps.items():
+        for jobs in comps.values():
             if len({j.owner for j in jobs}) == 1:
-                out += [(j.cap, j.weight, [j], []) for j in jobs]
+                out += [(j.cap, j.weight, [j]) for j in jobs]
                 continue
             jobs.sort(key=lambda j: -order.get(j.owner, -1))
-            out.append((max(j.cap for j in jobs), sum(j.weight for j in jobs), jobs, []))
+            out.append((max(j.cap for j in jobs), sum(j.weight for j in jobs), jobs))
         return out
 
     def _occupancy(self) -> float:
-        return min(self.capacity, sum(min(cap, sum(j.cap for j in a + b)) for cap, _w, a, b in self._entities()))
+        if not self.packs:
+            return min(self.capacity, sum(j.cap for j in self.active))
+        return min(self.capacity, sum(min(cap, sum(j.cap for j in jobs)) for cap, _w, jobs in self._entities()))
 
     def _reschedule(self) -> None:
         super()._reschedule()
@@ -250,10 +238,10 @@ class Cores(SharedRate):
 
     def full_without(self, owner: object = None) -> bool:
         """Other threads than `owner` occupy every core (a packed pair occupies its waker's cores)."""
-        load = 0.0
-        for cap, _w, a, b in self._entities():
-            others = [j for j in a + b if owner is None or j.owner != owner]
-            load += min(cap, sum(j.weight for j in others))
+        if not self.packs:
+            return super().full_without(owner)
+        load = sum(min(cap, sum(j.weight for j in jobs if owner is None or j.owner != owner))
+                   for cap, _w, jobs in self._entities())
         return load >= self.capacity - 1e-9
 
     def _share_entities(self) -> None:
@@ -264,11 +252,11 @@ class Cores(SharedRate):
             return
         ents = sorted(self._entities(), key=lambda e: e[0] / e[1])
         left, wsum = self.capacity, sum(e[1] for e in ents)
-        for cap, w, first, rest in ents:
+        for cap, w, jobs in ents:
             rate = min(cap, left * w / wsum)
             left -= rate
             wsum -= w
-            for j in first + rest:
+            for j in jobs:
                 j.rate = min(j.cap, rate)
                 rate -= j.rate
 
