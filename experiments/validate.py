@@ -208,7 +208,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits,
                                              gguf.stat().st_size if gguf else 0)) as mem, huge_pages(c.huge_pages):
         dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages)
-        run_, probes, around, before, peer_runs, vs = _measure(c, dev, table, tokens, gguf)
+        run_, probes, around, before, peer_runs, vs, places = _measure(c, dev, table, tokens, gguf)
         sched = _sched_trace(run_, tokens, c.model, dev.cpu_cores) if c.sched_trace else None
         memory = mem.metrics()
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
@@ -226,6 +226,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
                             run_speeds(reference, around, "unpack_s")[c.warmup:]))
     at_run, pred_runs = compare_per_run(run_, dev, str(table), speeds_before(reference, before)[c.warmup:])
     m.update(at_run)
+    m.update(_at_run_placement(run_, dev, table, places))
     m.update(memory)
     if sched is not None:
         m.update({f"measured_sched_{k}": v for k, v in sched.items() if not isinstance(v, dict)})
@@ -287,7 +288,7 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
     (HostRun, host probes before / after, speed probes around the runs, the probe right before each run, the peer's
     measured runs)."""
     from experiments.hostrun import run_host
-    from hil.drift import probe, speed_probe
+    from hil.drift import placement_probe, probe, speed_probe
 
     peer_runs: list = []
     run_peer = None
@@ -305,6 +306,7 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
                 peer_runs.append(r)
         run_peer = _peer
     probes = [probe()]                                   # the host now vs when its profile was measured
+    places = [placement_probe()]                         # where the OS puts woken threads now (and after the runs)
     around = [probes[0]]                                 # speed probes around the runs: [k] before run k
     before = [probes[0]]                                 # [k]: the last probe before run k started
 
@@ -323,8 +325,9 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
                     progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
                     between=between)
     probes.append(probe())
+    places.append(placement_probe())
     print(file=sys.stderr)
-    return run_, probes, around, before, peer_runs, vs
+    return run_, probes, around, before, peer_runs, vs, places
 
 
 class Versus:
@@ -395,6 +398,30 @@ def _at_host_speed(run_, dev, table, gemm: list[float | None], elementwise: list
     _tl, pm = predict(run_.plan, dev, str(table), speeds)
     out: dict[str, Any] = {f"host_speed_{k}": v for k, v in speeds.items() if k != "gemm"}
     return out | compare_at_speed(run_, pm)
+
+
+def _at_run_placement(run_, dev, table, places: list) -> dict[str, Any]:
+    """The wake-up placement measured around the runs (`hil.drift.placement_probe` before and after, merged) and the
+    plan re-simulated with it instead of the calibrated one: modelled, conditioned on that measurement, like the
+    prediction at the run-time host speed (docs/hil.md "Wake-up packing"). {} where the probe cannot run."""
+    import dataclasses
+
+    from experiments.hostrun import predict
+    from hil.calibrate_compute import pack_threshold
+    from hil.drift import merge_placements
+
+    rows = merge_placements(places)
+    if rows is None:
+        return {}
+    idle, share = pack_threshold(rows)
+    at = dataclasses.replace(dev, thread_wake_pack_idle_s=idle, thread_wake_pack_share=share)
+    pred = predict(run_.plan, at, str(table))[1]["ttft_s"]
+    meas = statistics.median([x["ttft_s"] for x in run_.meas_metrics])
+    return {"measured_run_pack_idle_s": idle, "measured_run_pack_share": share,
+            "measured_calibration_pack_idle_s": dev.thread_wake_pack_idle_s,
+            "measured_calibration_pack_share": dev.thread_wake_pack_share,
+            "predicted_at_run_placement_ttft_s": pred,
+            "ttft_error_at_run_placement_pct": 100.0 * (pred - meas) / meas if meas > 0 else None}
 
 
 def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], peer_runs: list[dict],
@@ -478,6 +505,15 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"the run had happened): TTFT {m['predicted_at_run_speed_ttft_s']:.3f} s (median), error "
               f"{m['ttft_error_at_run_speed_pct']:+.1f} % (median of the runs' errors, "
               f"{m['ttft_error_at_run_speed_min_pct']:+.1f} ... {m['ttft_error_at_run_speed_max_pct']:+.1f} %)")
+    if m.get("predicted_at_run_placement_ttft_s") is not None:
+        e = m.get("ttft_error_at_run_placement_pct")
+        print(f"  wake-up placement around the runs (measured, probes before and after): "
+              f"{100 * m['measured_run_pack_share']:.0f} % of hand-offs put on the waker's busy core from "
+              f"{1e6 * m['measured_run_pack_idle_s']:.0f} us of idle on (calibrated: "
+              f"{100 * m['measured_calibration_pack_share']:.0f} % from "
+              f"{1e6 * m['measured_calibration_pack_idle_s']:.0f} us); predicted at that placement "
+              f"(modelled): TTFT {m['predicted_at_run_placement_ttft_s']:.3f} s"
+              f"{'' if e is None else f', error {e:+.1f} %'}")
     if "measured_sched_running_pct" in m:
         g = lambda k: m[f"measured_sched_{k}"]  # noqa: E731
         print(f"  one more cold run with the kernel's scheduler traced (measured, not in the medians; TTFT "

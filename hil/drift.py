@@ -26,6 +26,7 @@ from hil.calibrate_compute import Kernels
 from hil.calibrate_stats import touch_cpu
 
 PROBES = ("gemm_s", "elementwise_s", "unpack_s", "first_touch_s_per_byte")
+PLACEMENT_HAND_OFFS = 30     # hand-offs per idle gap of a placement probe (the calibration takes 60)
 
 
 def _cpu_median(fn, calls: int, reps: int) -> float:
@@ -111,4 +112,29 @@ def drift_pct(reference: dict[str, float], now: list[dict[str, float]]) -> dict[
         vals = [n[key] for n in now if key in n]
         if vals and reference.get(key, 0) > 0:
             out[key] = 100.0 * (float(np.median(vals)) / reference[key] - 1.0)
+    return out
+
+
+def placement_probe(hand_offs: int = PLACEMENT_HAND_OFFS) -> list[dict] | None:
+    """The calibration's wake-up placement probe (`hil.calibrate_compute.measure_wake_pack`, `hand_offs` per gap):
+    where the OS puts a thread woken while its waker computes, now. On this VM that placement moves within the hour
+    (the same probe measured 0.10 of the hand-offs packed at 02:22 UTC and 0.60 at 02:50 on 2026-12-06; docs/hil.md
+    "Wake-up packing"), so `experiments.validate` runs it right before and right after its cold runs. None where the
+    calibration's probe is (one core, no sched_getcpu)."""
+    from hil.calibrate import CalibrationSettings
+    from hil.calibrate_compute import measure_wake_pack
+
+    return measure_wake_pack(Kernels(), CalibrationSettings(), hand_offs)
+
+
+def merge_placements(probes: list[list[dict] | None]) -> list[dict] | None:
+    """Several `placement_probe` curves as one: per gap, the mean idle time and the mean share (None if any is)."""
+    if not probes or any(p is None for p in probes):
+        return None
+    out = []
+    for rows in zip(*probes):
+        if len({r["gap_us"] for r in rows}) != 1:
+            raise ValueError("placement probes measured different gaps")
+        out.append(dict(gap_us=rows[0]["gap_us"], idle_s=float(np.mean([r["idle_s"] for r in rows])),
+                        share=float(np.mean([r["share"] for r in rows]))))
     return out

@@ -105,6 +105,12 @@ def _per_run(m: dict) -> str:
             f"{m['ttft_error_at_run_speed_max_pct']:+.1f})")
 
 
+def _pack(m: dict, when: str) -> str:
+    """A wake-up placement (hil.drift.placement_probe): the share packed and the idle time it holds from."""
+    share, idle = m[f"measured_{when}_pack_share"], m[f"measured_{when}_pack_idle_s"]
+    return f"{100 * share:.0f} % from {1e6 * idle:.0f} us" if share > 0 else "none"
+
+
 def markdown(roots: list[Path] | None = None) -> str:
     """The README / docs tables of the host validate results under `roots` (newest run per configuration):
     predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
@@ -130,6 +136,14 @@ def markdown(roots: list[Path] | None = None) -> str:
                      f"{m.get('predicted_core_busy_pct', float('nan')):.0f} % | {g('running_pct'):.1f} % | "
                      f"{g('queued_pct'):.1f} % | {g('waking_pct'):.1f} % | {g('no_work_pct'):.1f} % | "
                      f"{100 * g('packed_share'):.0f} % of {g('wakes_other_core_idle'):.0f} |")
+    place = ["| model | framework | bits | prompt | wake-ups packed, calibration | around the runs | TTFT error | "
+             "TTFT error at the run-time placement |", "|" + "---|" * 8]
+    for m in ms:
+        if m.get("predicted_at_run_placement_ttft_s") is None:
+            continue
+        place.append(f"| {m['model']} | {m['framework']} | {m['bits']} | {m['prompt_tokens']} | "
+                     f"{_pack(m, 'calibration')} | {_pack(m, 'run')} | {_pct(m.get('ttft_error_pct'))} | "
+                     f"{_pct(m.get('ttft_error_at_run_placement_pct'))} |")
     sp = ["| model | baseline | prompt | EdgeFlow speed-up predicted | measured | error |", "|" + "---|" * 6]
     for m, p, q in speedup_pairs(ms):                     # interleaved runs where a row has them (versus=edgeflow)
         sp.append(f"| {m['model']} | {m['framework']} | {m['prompt_tokens']} | {p:.2f}× | {q:.2f}× | "
@@ -143,6 +157,7 @@ def markdown(roots: list[Path] | None = None) -> str:
                         f"{m['peer_ttft_max_s']:.3f}) | {m['speedup_vs_peer']:.2f}× |")
     out = "\n".join(lines) + "\n\n" + ("\n".join(sp) if len(sp) > 2 else "")
     out += "\n\n" + "\n".join(sched) if len(sched) > 2 else ""
+    out += "\n\n" + "\n".join(place) if len(place) > 2 else ""
     return out + ("\n\n" + "\n".join(peer) if len(peer) > 2 else "")
 
 

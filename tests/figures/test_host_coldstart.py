@@ -42,6 +42,12 @@ def test_markdown_tables_carry_the_run_time_speed_error_and_the_scheduler_breakd
     assert "| TTFT error at that speed |" in md and "| -12.5 % |" in md
     assert "| -7.2 % (-11.0 … +3.0) |" in md
     assert "| 96 % | 70.6 % | 17.6 % | 3.9 % | 7.6 % | 40 % of 462 |" in md
+    assert "packed, calibration" not in md                                  # older results: no placement table
+    m.update(measured_calibration_pack_share=0.6, measured_calibration_pack_idle_s=9.4e-5,
+             measured_run_pack_share=0.0, measured_run_pack_idle_s=0.0, predicted_at_run_placement_ttft_s=0.13,
+             ttft_error_at_run_placement_pct=-13.3)
+    (tmp_path / "r" / "metrics.json").write_text(json.dumps(m))
+    assert "| 60 % from 94 us | none | -20.0 % | -13.3 % |" in host_coldstart.markdown([tmp_path])
     del m["measured_sched_running_pct"]
     (tmp_path / "r" / "metrics.json").write_text(json.dumps(m))
     assert "queued behind" not in host_coldstart.markdown([tmp_path])      # runs without a trace: no such table

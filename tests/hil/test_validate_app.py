@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import subprocess
 import sys
 
@@ -95,6 +96,13 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert m["ttft_error_at_run_speed_pct"] == pytest.approx((errs[0] + errs[1]) / 2, abs=1e-3)
     assert m["ttft_error_at_run_speed_min_pct"] == pytest.approx(errs[0], abs=1e-3)
     assert "predicted_at_run_speed_ttft_s" in m["modelled_keys"] and "at the kernel speeds probed" in r.stdout
+    # the wake-up placement probed around the runs, and the plan re-simulated with it (hil.drift.placement_probe)
+    if (os.cpu_count() or 1) > 1:
+        assert 0 <= m["measured_run_pack_share"] <= 1 and m["measured_run_pack_idle_s"] >= 0
+        assert "measured_run_pack_share" in m["measured_keys"]
+        assert "predicted_at_run_placement_ttft_s" in m["modelled_keys"] and "wake-up placement around" in r.stdout
+        want = 100 * (m["predicted_at_run_placement_ttft_s"] - m["measured_ttft_s"]) / m["measured_ttft_s"]
+        assert m["ttft_error_at_run_placement_pct"] == pytest.approx(want)
     if traced:                      # one more cold run with the kernel's scheduler traced (hil.schedtrace)
         pcts = [m[f"measured_sched_{k}_pct"] for k in ("running", "queued", "waking", "no_work", "other")]
         assert sum(pcts) == pytest.approx(100.0) and m["measured_sched_running_pct"] > 0
@@ -205,3 +213,16 @@ def test_speeds_before_use_only_the_probe_before_each_run():
     ref = {"gemm_s": 1.0, "elementwise_s": 2.0, "unpack_s": 0.0}          # no unpack reference: class left out
     got = speeds_before(ref, [{"gemm_s": 2.0, "elementwise_s": 2.0, "unpack_s": 1.0}, {"gemm_s": 0.5}])
     assert got == [{"gemm": 0.5, "elementwise": 1.0}, {"gemm": 2.0}]
+
+
+def test_placement_probes_merge_per_gap_and_none_wins():
+    from hil.drift import merge_placements
+
+    a = [dict(gap_us=0, idle_s=1e-4, share=0.2), dict(gap_us=500, idle_s=6e-4, share=0.6)]
+    b = [dict(gap_us=0, idle_s=3e-4, share=0.4), dict(gap_us=500, idle_s=8e-4, share=1.0)]
+    got = merge_placements([a, b])
+    assert [r["gap_us"] for r in got] == [0, 500]
+    assert got[0]["idle_s"] == pytest.approx(2e-4) and got[1]["share"] == pytest.approx(0.8)
+    assert merge_placements([a, None]) is None and merge_placements([]) is None
+    with pytest.raises(ValueError, match="different gaps"):
+        merge_placements([a, [dict(b[0], gap_us=20), b[1]]])
