@@ -418,6 +418,7 @@ def _at_run_placement(run_, dev, table, places: list) -> dict[str, Any]:
     pred = predict(run_.plan, at, str(table))[1]["ttft_s"]
     meas = statistics.median([x["ttft_s"] for x in run_.meas_metrics])
     return {"measured_run_pack_idle_s": idle, "measured_run_pack_share": share,
+            "measured_run_pack_curve": ", ".join(f"{1e6 * r['idle_s']:.0f} us: {r['share']:.2f}" for r in rows),
             "measured_calibration_pack_idle_s": dev.thread_wake_pack_idle_s,
             "measured_calibration_pack_share": dev.thread_wake_pack_share,
             "predicted_at_run_placement_ttft_s": pred,

@@ -48,10 +48,11 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 15    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
+STORE_VERSION = 16    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
 #                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena);
 #                       14: every kernel operand of the calibration and the runner is 64-byte aligned (native.compute);
 #                       15: wake-up packing (thread_wake_pack_idle_s / _share, sched_balance_s; measure_wake_pack)
+#                       16: the wake-up packing share is the least-squares step over the probe's curve (pack_threshold)
 
 
 # ================================================ identity ===========================================================
@@ -485,9 +486,9 @@ def put_wake_pack(f: ProfileFields, m: Measurements) -> None:
     how = ("measured (hil.calibrate_compute.measure_wake_pack): unpinned threads, a Condition hand-off whose waker "
            "keeps computing (a layer GEMM); share of hand-offs whose woken thread started on its waker's CPU by how "
            f"long it had slept ({pts})")
-    f.put("thread_wake_pack_idle_s", idle, how + ": the shortest idle time from which every share is >= 0.5 "
-          "(0: not observed)")
-    f.put("thread_wake_pack_share", share, how + ": the mean share from that idle time on")
+    f.put("thread_wake_pack_idle_s", idle, how + ": the idle time of the least-squares step over that curve "
+          "(hil.calibrate_compute.pack_threshold; 0: no step fits better than no packing)")
+    f.put("thread_wake_pack_share", share, how + ": the step's share, the mean share from that idle time on")
     hz = kernel_hz()
     if hz:
         f.put("sched_balance_s", 1.0 / hz, f"read: the kernel's scheduler tick, CONFIG_HZ={hz} (/proc/config.gz); "

@@ -103,11 +103,20 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
         assert doc["sources"]["thread_wake_pack_share"].startswith("measured")
 
 
-def test_pack_threshold_is_where_packing_holds_from_on():
-    rows = [dict(gap_us=g, idle_s=i, share=sh) for g, i, sh in
-            ((0, 60e-6, 0.2), (20, 80e-6, 0.6), (50, 110e-6, 0.4), (100, 160e-6, 0.9), (200, 260e-6, 0.8))]
-    assert comp.pack_threshold(rows) == pytest.approx((160e-6, 0.85))    # 0.6 at 80 us does not hold on
-    assert comp.pack_threshold([dict(gap_us=0, idle_s=1e-4, share=0.1)]) == (0.0, 0.0)   # never: not modelled
+def test_pack_threshold_is_the_least_squares_step_over_the_curve():
+    def rows(*pts):
+        return [dict(gap_us=g, idle_s=i, share=sh) for g, (i, sh) in enumerate(pts)]
+
+    # 0.2 below 80 us, 0.6 / 0.4 / 0.9 / 0.8 from there: the step at 80 us (SSE 0.19) beats one at 60 (0.33) or 160
+    assert comp.pack_threshold(rows((60e-6, 0.2), (80e-6, 0.6), (110e-6, 0.4), (160e-6, 0.9), (260e-6, 0.8))) \
+        == pytest.approx((80e-6, 0.675))
+    flat = rows((1e-4, 0.1), (2e-4, 0.07), (6e-4, 0.13), (2e-3, 0.1))            # a low share at every idle time
+    assert comp.pack_threshold(flat) == pytest.approx((1e-4, 0.1))
+    near = rows((1e-4, 0.5), (3e-4, 0.43), (6e-4, 0.47), (1.1e-3, 0.57))         # around 0.5: no all-or-nothing
+    assert comp.pack_threshold(near) == pytest.approx((1e-4, 0.4925))
+    late = rows((1e-4, 0.0), (3e-4, 0.02), (1e-3, 0.8), (2e-3, 0.9))
+    assert comp.pack_threshold(late) == pytest.approx((1e-3, 0.85))
+    assert comp.pack_threshold(rows((1e-4, 0.0), (2e-4, 0.0))) == (0.0, 0.0)     # never: not modelled
     assert host.kernel_hz() in (None, 100, 250, 300, 1000)
 
 
