@@ -286,7 +286,7 @@ def ops_csv(rows: list[dict[str, Any]]) -> str:
 def _measure(c: ValidateConfig, dev, table, tokens, gguf):
     """The cold runs (`c.warmup` + `c.repeats`), a speed probe after each, llama.cpp's run after each when `gguf`;
     (HostRun, host probes before / after, speed probes around the runs, the probe right before each run, the peer's
-    measured runs)."""
+    measured runs, the `versus` runs, the wake-up placement probed before / after the runs)."""
     from experiments.hostrun import run_host
     from hil.drift import placement_probe, probe, speed_probe
 
