@@ -117,8 +117,8 @@ def predict(plan: Plan, dev: SocProfile, cost_table: str, speeds: dict[str, floa
 
 
 def compare_at_speed(run: HostRun, m_pred: dict[str, Any], tag: str = "at_host_speed") -> dict[str, Any]:
-    """predicted_<tag>_<phase> (modelled with the measured host speed) and <phase>_error_<tag>_pct against the
-    measured medians of `run` (TTFT and the three phases)."""
+    """predicted_<tag>_<phase> (modelled under a condition measured around the runs: the host speed, the wake-up
+    placement) and <phase>_error_<tag>_pct against the measured medians of `run` (TTFT and the three phases)."""
     out: dict[str, Any] = {}
     for ph in ("ttft_s", "load_s", "unpack_s", "prefill_s"):
         name = ph[:-2]

@@ -406,7 +406,7 @@ def _at_run_placement(run_, dev, table, places: list) -> dict[str, Any]:
     prediction at the run-time host speed (docs/hil.md "Wake-up packing"). {} where the probe cannot run."""
     import dataclasses
 
-    from experiments.hostrun import predict
+    from experiments.hostrun import compare_at_speed, predict
     from hil.calibrate_compute import pack_threshold
     from hil.drift import merge_placements
 
@@ -414,15 +414,13 @@ def _at_run_placement(run_, dev, table, places: list) -> dict[str, Any]:
     if rows is None:
         return {}
     idle, share = pack_threshold(rows)
-    at = dataclasses.replace(dev, thread_wake_pack_idle_s=idle, thread_wake_pack_share=share)
-    pred = predict(run_.plan, at, str(table))[1]["ttft_s"]
-    meas = statistics.median([x["ttft_s"] for x in run_.meas_metrics])
-    return {"measured_run_pack_idle_s": idle, "measured_run_pack_share": share,
-            "measured_run_pack_curve": ", ".join(f"{1e6 * r['idle_s']:.0f} us: {r['share']:.2f}" for r in rows),
-            "measured_calibration_pack_idle_s": dev.thread_wake_pack_idle_s,
-            "measured_calibration_pack_share": dev.thread_wake_pack_share,
-            "predicted_at_run_placement_ttft_s": pred,
-            "ttft_error_at_run_placement_pct": 100.0 * (pred - meas) / meas if meas > 0 else None}
+    _tl, pm = predict(run_.plan, dataclasses.replace(dev, thread_wake_pack_idle_s=idle, thread_wake_pack_share=share),
+                      str(table))
+    out = {"measured_run_pack_idle_s": idle, "measured_run_pack_share": share,
+           "measured_run_pack_curve": ", ".join(f"{1e6 * r['idle_s']:.0f} us: {r['share']:.2f}" for r in rows),
+           "measured_calibration_pack_idle_s": dev.thread_wake_pack_idle_s,
+           "measured_calibration_pack_share": dev.thread_wake_pack_share}
+    return out | compare_at_speed(run_, pm, "at_run_placement")
 
 
 def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], peer_runs: list[dict],
