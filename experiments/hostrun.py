@@ -106,12 +106,15 @@ def _metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
 def predict(plan: Plan, dev: SocProfile, cost_table: str, speeds: dict[str, float] | None = None
             ) -> tuple[Timeline, dict[str, Any]]:
     """The simulator's timeline and metrics for `plan` with the host's cost table; `speeds` (per kernel class, e.g.
-    {"gemm": 0.8}): the kernels at that measured speed of the host instead of the calibrated one
-    (`planner.cost.scaled`; docs/hil.md "Prediction at the run-time host speed")."""
-    from planner.cost.scaled import ScaledCostModel
+    {"gemm": 0.8}, and the read classes "read" / "read_cpu"): the kernels and reads at that measured speed of the
+    host instead of the calibrated one (`planner.cost.scaled`; docs/hil.md "Prediction at the run-time host
+    speed")."""
+    from planner.cost.scaled import ScaledCostModel, at_read_speed
     from sim.executor import simulate
 
     cost = make_cost_model("table", dev, cost_table)
+    if speeds:                          # reads are rates of the device profile, the kernels the cost model's
+        dev, speeds = at_read_speed(dev, speeds)
     tl = simulate(plan, dev, ScaledCostModel(cost, speeds) if speeds else cost)
     return tl, _metrics(tl, dev)
 

@@ -188,7 +188,7 @@ def validate(cfg: DictConfig) -> Estimate:
 def run(cfg: DictConfig) -> dict[str, Any]:
     from experiments.hostrun import compare, compare_per_run, logits_check, merged_trace, per_op
     from hil.deploy import plan_summary
-    from hil.drift import drift_pct, run_speeds, speeds_before
+    from hil.drift import SPEED_KEYS, drift_pct, run_speeds, speeds_before
     from quant.evaluate import eval_text_tokens
 
     watch_parent()
@@ -222,8 +222,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
     speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
     m.update(speed_summary(speeds))
-    m.update(_at_host_speed(run_, dev, table, speeds, run_speeds(reference, around, "elementwise_s")[c.warmup:],
-                            run_speeds(reference, around, "unpack_s")[c.warmup:]))
+    m.update(_at_host_speed(run_, dev, table, {cls: run_speeds(reference, around, key)[c.warmup:]
+                                               for cls, key in SPEED_KEYS.items()}))
     at_run, pred_runs = compare_per_run(run_, dev, str(table), speeds_before(reference, before)[c.warmup:])
     m.update(at_run)
     m.update(_at_run_placement(run_, dev, table, places))
@@ -288,7 +288,8 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
     (HostRun, host probes before / after, speed probes around the runs, the probe right before each run, the peer's
     measured runs, the `versus` runs, the wake-up placement probed before / after the runs)."""
     from experiments.hostrun import run_host
-    from hil.drift import placement_probe, probe, speed_probe
+    from hil.calibrate_reads import scratch_file
+    from hil.drift import READ_PROBE_BYTES, placement_probe, probe, speed_probe
 
     peer_runs: list = []
     run_peer = None
@@ -305,27 +306,29 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
             if k >= c.warmup:
                 peer_runs.append(r)
         run_peer = _peer
-    probes = [probe()]                                   # the host now vs when its profile was measured
-    places = [placement_probe()]                         # where the OS puts woken threads now (and after the runs)
-    around = [probes[0]]                                 # speed probes around the runs: [k] before run k
-    before = [probes[0]]                                 # [k]: the last probe before run k started
+    # a scratch file for the read probe, as the calibration's (hil.drift.read_probe), removed on every exit path
+    with scratch_file(Path(table).parent.parent / "scratch", READ_PROBE_BYTES) as scratch:
+        probes = [probe(read_path=scratch)]              # the host now vs when its profile was measured
+        places = [placement_probe()]                     # where the OS puts woken threads now (and after the runs)
+        around = [probes[0]]                             # speed probes around the runs: [k] before run k
+        before = [probes[0]]                             # [k]: the last probe before run k started
 
-    def between(k: int) -> None:
-        around.append(speed_probe())                     # right after run k, before anything else
-        if vs is not None:
-            vs.run(k >= c.warmup)
-        if run_peer is not None:
-            run_peer(k)
-        if vs is not None or run_peer is not None:
-            before.append(speed_probe())                 # others ran since: probe again, right before run k + 1
-        else:
-            before.append(around[-1])
+        def between(k: int) -> None:
+            around.append(speed_probe(scratch))          # right after run k, before anything else
+            if vs is not None:
+                vs.run(k >= c.warmup)
+            if run_peer is not None:
+                run_peer(k)
+            if vs is not None or run_peer is not None:
+                before.append(speed_probe(scratch))      # others ran since: probe again, right before run k + 1
+            else:
+                before.append(around[-1])
 
-    run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
-                    progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
-                    between=between)
-    probes.append(probe())
-    places.append(placement_probe())
+        run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
+                        progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
+                        between=between)
+        probes.append(probe(read_path=scratch))
+        places.append(placement_probe())
     print(file=sys.stderr)
     return run_, probes, around, before, peer_runs, vs, places
 
@@ -383,15 +386,14 @@ def speed_summary(speeds: list[float | None]) -> dict[str, float]:
     return {"host_speed": float(statistics.median(vals)), "host_speed_min": min(vals), "host_speed_max": max(vals)}
 
 
-def _at_host_speed(run_, dev, table, gemm: list[float | None], elementwise: list[float | None],
-                   unpack: list[float | None]) -> dict[str, Any]:
-    """The plan re-simulated with its kernels at the host speed measured around the runs (median over the measured
-    runs of each probe's speed; planner.cost.scaled): modelled, conditioned on that measurement — the calibrated
-    prediction's error minus this one's is the host's drift (docs/hil.md "Prediction at the run-time host speed")."""
+def _at_host_speed(run_, dev, table, per_class: dict[str, list[float | None]]) -> dict[str, Any]:
+    """The plan re-simulated with its kernels at the host speed measured around the runs (`per_class`: each speed
+    class's speed per measured run, hil.drift.run_speeds; their medians; planner.cost.scaled): modelled, conditioned
+    on that measurement — the calibrated prediction's error minus this one's is the host's drift (docs/hil.md
+    "Prediction at the run-time host speed")."""
     from experiments.hostrun import compare_at_speed, predict
 
-    speeds = {cls: float(statistics.median(v)) for cls, vals in (("gemm", gemm), ("elementwise", elementwise),
-                                                                 ("unpack", unpack))
+    speeds = {cls: float(statistics.median(v)) for cls, vals in per_class.items()
               if (v := [x for x in vals if x is not None])}
     if not speeds:
         return {}
@@ -494,7 +496,9 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"in runs.csv")
     if m.get("predicted_at_host_speed_ttft_s") is not None:
         e = m.get("ttft_error_at_host_speed_pct")
-        other = "".join(f", {k} {m[f'host_speed_{k}']:.2f}" for k in ("elementwise", "unpack")
+        other = "".join(f", {name} {m[f'host_speed_{k}']:.2f}" for k, name in
+                        (("gemm_mt", "2-thread GEMM"), ("elementwise", "elementwise"), ("unpack", "unpack"),
+                         ("read", "cold read"), ("read_cpu", "read CPU"))
                         if f"host_speed_{k}" in m)
         print(f"  predicted with the kernels at that measured speed (GEMM {m['host_speed']:.2f}{other}; modelled): "
               f"TTFT {m['predicted_at_host_speed_ttft_s']:.3f} s"

@@ -341,11 +341,15 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         log(f"calibrate: {name} {wall[name]:.1f} s")
         return r
 
-    from hil.drift import probe
+    from hil.drift import READ_PROBE_BYTES, probe, read_probe
 
     # first, in a fresh process state, as experiments.validate probes before its runs (after the calibration's
     # other steps the same GEMM probe measured 191 us where a fresh process measured 131)
     host_probe = step("host_probe", lambda: probe())
+    # the read probe as validate takes it: a READ_PROBE_BYTES scratch file of its own, just written (the first 32
+    # MiB of the 256 MiB file below read 15-25 % slower right after its write: 2.31-2.81 against 3.15-3.30 GB/s)
+    with scratch_file(scratch_dir, READ_PROBE_BYTES) as path:        # (removed before the next one is written)
+        host_probe.update(step("read_probe", lambda: read_probe(path)))
     with scratch_file(scratch_dir, s.scratch_bytes) as path:
         reads = step("cold_read", lambda: measure_cold_reads(path, s))
         ra = step("mmap_readahead", lambda: mmap_readahead(path, s.reps))

@@ -14,29 +14,45 @@ none of it.
 Probes (each the median of `reps` timings, thread CPU time so other processes' load does not enter): one INT8 GEMM
 at a SmolLM2 FFN shape (16 x 576 x 1536, 1 thread), one set of the float32 elementwise ops at 16 x 576, one
 weightlet unpack of a 1536 x 576 tensor at 5 bits into a touched output, and first touch of 32 fresh 1 MiB mappings
-(`hil.runner_state.fresh_empty`, as the runner allocates its tensors).
+(`hil.runner_state.fresh_empty`, as the runner allocates its tensors). On a machine with two or more CPUs also the
+same GEMM split over two threads by the runner's native pool (`gemm_mt_s`, wall time: the caller waits for its
+helper on the other vCPU), because the two vCPUs do not keep one speed together: on the Zen 5 VM of 2026-12-06 a
+pinned 1-thread 128 x 576 x 1536 GEMM took 468-487 us on either vCPU in eight of ten seconds (709 / 750 us on one
+in two) while the 2-thread GEMM took 262-285 us in five and 329-446 us in the other five, two of them with both
+vCPUs at full speed alone; the llama.cpp- and MNN-style plans, whose every matmul is a 2-thread GEMM, measured
+their GEMMs 1.6x slower than predicted in the processes of such minutes with the 1-thread probe at 1.03-1.06
+(docs/hil.md "Prediction at the run-time host speed"). Each GEMM thread count is then its own speed class.
+With a scratch file (`read_path`: the calibration's, or one `experiments.validate` writes for its runs) also a cold
+read of its first `READ_PROBE_BYTES` in 1 MiB preads into one reused buffer, wall and thread CPU time per byte
+(`read_s_per_byte`, `read_cpu_s_per_byte`): the loads of the cycle of 04:26 UTC on 2026-12-06 took 1.3-1.7x their
+predicted time with the kernel probes at 0.92-1.01, the same plan's loads 0.057, 0.068 and 0.085 s in processes
+fifteen minutes apart.
 """
 from __future__ import annotations
 
+import os
 import time
+from pathlib import Path
 
 import numpy as np
 
 from hil.calibrate_compute import Kernels
 from hil.calibrate_stats import touch_cpu
 
-PROBES = ("gemm_s", "elementwise_s", "unpack_s", "first_touch_s_per_byte")
+PROBES = ("gemm_s", "gemm_mt_s", "elementwise_s", "unpack_s", "first_touch_s_per_byte", "read_s_per_byte",
+          "read_cpu_s_per_byte")
+READ_PROBE_BYTES = 32 << 20   # B read cold per read probe (~10 ms at this host's 3-4 GB/s)
 PLACEMENT_HAND_OFFS = 30     # hand-offs per idle gap of a placement probe (the calibration takes 60)
 
 
-def _cpu_median(fn, calls: int, reps: int) -> float:
+def _cpu_median(fn, calls: int, reps: int, clock=time.thread_time) -> float:
     fn()
     vals = []
     for _ in range(reps):
-        c0 = time.thread_time()
+        c0 = clock()
         for _ in range(calls):
             fn()
-        vals.append((time.thread_time() - c0) / calls)
+        vals.append((clock() - c0) / calls)
     return float(np.median(vals))
 
 
@@ -53,9 +69,37 @@ def unpack_call(rng: np.random.Generator, C: int = 1536, D: int = 576, bits: int
     return lambda: f.unpack_native(payload, b3, C, D, 128, out=out)
 
 
-def probe(reps: int = 9, touch: bool = True) -> dict[str, float]:
+def read_probe(path: str | Path, reps: int = 3, nbytes: int = READ_PROBE_BYTES) -> dict[str, float]:
+    """A cold read of the first `nbytes` of `path` (its page cache evicted first) in 1 MiB preads into one reused
+    buffer, `reps` times: the median wall and thread CPU seconds per byte (`read_s_per_byte`, `read_cpu_s_per_byte`)."""
+    from hil.pagecache import evict
+    from hil.runner_state import aligned_empty
+
+    buf = memoryview(aligned_empty(1 << 20))
+    walls, cpus = [], []
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        for _ in range(reps):
+            evict(path)
+            n, w0, c0 = 0, time.perf_counter(), time.thread_time()
+            while n < nbytes:
+                k = os.preadv(fd, [buf[:min(len(buf), nbytes - n)]], n)
+                if k <= 0:
+                    break
+                n += k
+            if n == 0:
+                raise ValueError(f"read probe: {path} is empty")
+            walls.append((time.perf_counter() - w0) / n)
+            cpus.append((time.thread_time() - c0) / n)
+    finally:
+        os.close(fd)
+    return {"read_s_per_byte": float(np.median(walls)), "read_cpu_s_per_byte": float(np.median(cpus))}
+
+
+def probe(reps: int = 9, touch: bool = True, read_path: str | Path | None = None) -> dict[str, float]:
     """Thread CPU seconds of each probe (module doc), median of `reps`; `touch=False` leaves out first touch (the
-    per-run speed probe: a first-touch probe between cold runs would leave freed memory behind for the next run)."""
+    per-run speed probe: a first-touch probe between cold runs would leave freed memory behind for the next run);
+    `read_path`: a scratch file to read cold (`read_probe`; None: no read probe)."""
     k = Kernels()
     rng = np.random.default_rng(5)
     gemm = k.gemm_call(16, 576, 1536, 1, rng)
@@ -67,15 +111,20 @@ def probe(reps: int = 9, touch: bool = True) -> dict[str, float]:
 
     out = {"gemm_s": _cpu_median(gemm, 50, reps), "elementwise_s": _cpu_median(elementwise, 50, reps),
            "unpack_s": _cpu_median(unpack_call(rng), 20, reps)}
+    if len(os.sched_getaffinity(0)) > 1:      # the runner's 2-thread GEMM (its native pool, pinned apart): wall time
+        out["gemm_mt_s"] = _cpu_median(k.gemm_call(16, 576, 1536, 2, rng), 50, reps, time.perf_counter)
     if touch:
         keep: list = []  # every repeat's buffers stay alive until the end (no repeat reuses pages another freed)
         out["first_touch_s_per_byte"] = float(np.median([touch_cpu(32, keep) for _ in range(reps)]))
+    if read_path is not None:
+        out.update(read_probe(read_path))
     return out
 
 
-def speed_probe() -> dict[str, float]:
-    """The GEMM, elementwise and unpack probes, 5 repeats (~50 ms here): taken between cold runs."""
-    return probe(reps=5, touch=False)
+def speed_probe(read_path: str | Path | None = None) -> dict[str, float]:
+    """The GEMM (1 and 2 threads), elementwise and unpack probes, 5 repeats, and the read probe when given a scratch
+    file (~100 ms here): taken between cold runs."""
+    return probe(reps=5, touch=False, read_path=read_path)
 
 
 def run_speeds(reference: dict[str, float], around: list[dict[str, float]], key: str = "gemm_s"
@@ -91,7 +140,8 @@ def run_speeds(reference: dict[str, float], around: list[dict[str, float]], key:
     return out
 
 
-SPEED_KEYS = {"gemm": "gemm_s", "elementwise": "elementwise_s", "unpack": "unpack_s"}
+SPEED_KEYS = {"gemm": "gemm_s", "gemm_mt": "gemm_mt_s", "elementwise": "elementwise_s", "unpack": "unpack_s",
+              "read": "read_s_per_byte", "read_cpu": "read_cpu_s_per_byte"}
 
 
 def speeds_before(reference: dict[str, float], before: list[dict[str, float]]) -> list[dict[str, float]]:

@@ -90,11 +90,13 @@ def _pct(v) -> str:
 
 
 def _speed(m: dict) -> str:
-    """The host speed during the runs vs its calibration (validate's GEMM probe around each run; older results
-    have none)."""
+    """The host speed during the runs vs its calibration (validate's GEMM probe around each run, and its 2-thread
+    GEMM probe's median where it ran; older results have none)."""
     if m.get("host_speed") is None:
         return ""
-    return f"{m['host_speed']:.2f} ({m['host_speed_min']:.2f}–{m['host_speed_max']:.2f})"
+    mt = m.get("host_speed_gemm_mt")
+    return (f"{m['host_speed']:.2f} ({m['host_speed_min']:.2f}–{m['host_speed_max']:.2f})"
+            + ("" if mt is None else f"; {mt:.2f}"))
 
 
 def _per_run(m: dict) -> str:
@@ -116,7 +118,7 @@ def markdown(roots: list[Path] | None = None) -> str:
     predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
     ms = runs(roots)
     lines = ["| model | framework | bits | prompt | TTFT predicted s | TTFT measured s (min–max) | TTFT error | "
-             "load error | unpack error | prefill error | host speed (min–max) | TTFT error at that speed | "
+             "load error | unpack error | prefill error | host speed (min–max); 2-thread GEMM | TTFT error at that speed | "
              "TTFT error at the pre-run speed (min … max) |",
              "|" + "---|" * 13]
     for m in ms:

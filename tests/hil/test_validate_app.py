@@ -69,8 +69,10 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     loads = [r for r in ops if r["op"].startswith("load:")]
     assert loads and all(float(r["predicted_cpu_s"]) > 0 and float(r["measured_cpu_s"]) > 0 for r in loads)
     drift = {k for k in m if k.startswith("host_drift_")}        # the host now vs at calibration (hil.drift)
-    assert drift == {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_unpack_pct",
-                     "host_drift_first_touch_pct"}
+    base = {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_unpack_pct", "host_drift_first_touch_pct"}
+    newer = {"host_drift_read_pct", "host_drift_read_cpu_pct"} | ({"host_drift_gemm_mt_pct"}    # 2+ CPUs: the
+                                                                   if len(os.sched_getaffinity(0)) > 1 else set())
+    assert drift == base | newer                                                                # 2-thread GEMM
     assert drift <= set(m["measured_keys"]) and "host since its calibration" in r.stdout
     runs = list(csv.DictReader((run / "runs.csv").open()))      # per measured run, with the host speed around it
     assert len(runs) == 2 and all(float(x["host_speed"]) > 0 for x in runs)
@@ -90,6 +92,11 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     want = 100 * (m["predicted_at_host_speed_ttft_s"] - m["measured_ttft_s"]) / m["measured_ttft_s"]
     assert m["ttft_error_at_host_speed_pct"] == pytest.approx(want)
     assert m["host_speed_elementwise"] > 0 and m["host_speed_unpack"] > 0
+    if "host_drift_gemm_mt_pct" in m:               # the 2-thread GEMM's own speed (hil.drift, planner.cost.scaled)
+        assert m["host_speed_gemm_mt"] > 0 and "host_speed_gemm_mt" in m["measured_keys"]
+        assert "2-thread GEMM" in r.stdout
+    assert m["host_speed_read"] > 0 and m["host_speed_read_cpu"] > 0 and "cold read" in r.stdout   # read probe
+    assert not list(store.glob("scratch/read-*.bin"))          # the read probe's scratch file is gone
     # each run against the plan re-simulated at the speeds probed right before it: the median of the runs' errors
     pr = [float(x["predicted_at_run_speed_ttft_s"]) for x in runs]
     errs = sorted(100 * (p - float(x["measured_ttft_s"])) / float(x["measured_ttft_s"]) for p, x in zip(pr, runs))
@@ -115,7 +122,9 @@ def test_drift_is_the_change_of_the_median_probe_against_the_profile():
     from hil.drift import PROBES, drift_pct, probe
 
     now = probe(reps=3)
-    assert set(now) == set(PROBES) and all(v > 0 for v in now.values())
+    multi = set() if len(os.sched_getaffinity(0)) > 1 else {"gemm_mt_s"}
+    reads = {"read_s_per_byte", "read_cpu_s_per_byte"}                  # only with a scratch file (read_path)
+    assert set(now) == set(PROBES) - multi - reads and all(v > 0 for v in now.values())
     ref = {"gemm_s": 2.0, "elementwise_s": 1.0}                   # a probe the profile lacks is left out
     got = drift_pct(ref, [{"gemm_s": 1.0, "elementwise_s": 1.5, "first_touch_s_per_byte": 1.0},
                           {"gemm_s": 3.0, "elementwise_s": 0.5}])
@@ -126,7 +135,8 @@ def test_run_speed_is_the_calibration_probe_over_the_probes_around_each_run():
     from hil.drift import run_speeds, speed_probe
 
     now = speed_probe()
-    assert set(now) == {"gemm_s", "elementwise_s", "unpack_s"} and all(v > 0 for v in now.values())
+    multi = {"gemm_mt_s"} if len(os.sched_getaffinity(0)) > 1 else set()     # the 2-thread GEMM: 2+ CPUs only
+    assert set(now) == {"gemm_s", "elementwise_s", "unpack_s"} | multi and all(v > 0 for v in now.values())
     ref = {"gemm_s": 2.0}
     around = [{"gemm_s": 2.0}, {"gemm_s": 4.0}, {"gemm_s": 1.0}, {}]
     assert run_speeds(ref, around) == pytest.approx([2.0 / 3.0, 2.0 / 2.5, 2.0])   # the last run: one probe only
@@ -207,12 +217,30 @@ def test_sched_trace_without_tracefs_is_a_config_error_before_any_work(monkeypat
         v.settings(cfg)
 
 
+def test_read_probe_reads_the_file_cold_and_gives_rates_per_byte(tmp_path):
+    from hil.drift import read_probe
+
+    f = tmp_path / "scratch.bin"
+    f.write_bytes(os.urandom(3 << 20))
+    got = read_probe(f, reps=2, nbytes=2 << 20)
+    assert set(got) == {"read_s_per_byte", "read_cpu_s_per_byte"} and all(v > 0 for v in got.values())
+    assert got["read_cpu_s_per_byte"] < 1e-6 and got["read_s_per_byte"] < 1e-6     # ns per byte, not per call
+    (tmp_path / "empty.bin").write_bytes(b"")
+    with pytest.raises(ValueError, match="empty"):
+        read_probe(tmp_path / "empty.bin", reps=1)
+
+
 def test_speeds_before_use_only_the_probe_before_each_run():
     from hil.drift import speeds_before
 
     ref = {"gemm_s": 1.0, "elementwise_s": 2.0, "unpack_s": 0.0}          # no unpack reference: class left out
     got = speeds_before(ref, [{"gemm_s": 2.0, "elementwise_s": 2.0, "unpack_s": 1.0}, {"gemm_s": 0.5}])
     assert got == [{"gemm": 0.5, "elementwise": 1.0}, {"gemm": 2.0}]
+    two = speeds_before({"gemm_s": 1.0, "gemm_mt_s": 0.6}, [{"gemm_s": 1.0, "gemm_mt_s": 1.2}])
+    assert two == [{"gemm": 1.0, "gemm_mt": 0.5}]                  # the 2-thread GEMM is its own class
+    reads = speeds_before({"read_s_per_byte": 2e-10, "read_cpu_s_per_byte": 5e-11},
+                          [{"read_s_per_byte": 4e-10, "read_cpu_s_per_byte": 5e-11}])
+    assert reads == [{"read": pytest.approx(0.5), "read_cpu": pytest.approx(1.0)}]
 
 
 def test_placement_probes_merge_per_gap_and_none_wins():

@@ -2,6 +2,8 @@
 and leaves the fixed per-op overhead, other kinds, copies and DRAM traffic as they were."""
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from planner.cost.base import CostModel
@@ -37,3 +39,28 @@ def test_kernels_take_longer_at_a_lower_speed_overhead_does_not():
 def test_bad_speeds_are_refused(speeds):
     with pytest.raises(ValueError, match="speed"):
         ScaledCostModel(_Fixed(), speeds)
+
+
+def test_a_multi_threaded_gemm_takes_the_2_thread_speed_when_one_was_measured():
+    mm = OpWork("matmul", m=4, k=8, n=8)
+    c = ScaledCostModel(_Fixed(), {"gemm": 1.0, "gemm_mt": 0.5, "elementwise": 2.0})
+    assert c.op_time(mm, "cpu", threads=1) == pytest.approx(1e-3)                 # one thread: the 1-thread speed
+    assert c.op_time(mm, "cpu", threads=2) == pytest.approx(1e-4 + 9e-4 / 0.5)
+    assert c.op_time(OpWork("elementwise", nbytes=64), "cpu", threads=2) == pytest.approx(1e-4 + 9e-4 / 2.0)
+    only_1 = ScaledCostModel(_Fixed(), {"gemm": 0.5})                              # no 2-thread probe: gemm's speed
+    assert only_1.op_time(mm, "cpu", threads=2) == pytest.approx(1e-4 + 9e-4 / 0.5)
+
+
+def test_reads_at_a_measured_speed_scale_the_device_rates_not_the_kernels():
+    from planner.cost.scaled import at_read_speed
+    from planner.device import SocProfile
+    from sim.coldstart.sweep import load_conf
+
+    base = dataclasses.replace(load_conf("device", "xiaomi15pro", SocProfile), flash_peak_gbps=4.0,
+                               flash_reader_gbps=3.0, read_cpu_gbps=20.0)
+    d, rest = at_read_speed(base, {"read": 0.5, "read_cpu": 0.8, "gemm": 0.9})
+    assert (d.flash_peak_gbps, d.flash_reader_gbps, d.read_cpu_gbps) == pytest.approx((2.0, 1.5, 16.0))
+    assert rest == {"gemm": 0.9}
+    assert at_read_speed(base, {"gemm": 1.2}) == (base, {"gemm": 1.2})       # no read speed: the same profile
+    with pytest.raises(ValueError, match="speed of read"):
+        at_read_speed(base, {"read": 0.0})
