@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Callable, Iterator
 import numpy as np
 
 from hil.calibrate_compute import busy_cores
-from hil.calibrate_stats import MIB, Stat, in_threads, split, timed
+from hil.calibrate_stats import MIB, Stat, in_threads, interleave, split, timed
 from hil.pagecache import PAGE, evict, resident_fraction, resident_pages
 
 if TYPE_CHECKING:
@@ -89,19 +89,29 @@ def _read_range(path: Path, lo: int, hi: int, request: int) -> int:
         os.close(fd)
 
 
+READ_BLOCK = 4 * MIB    # B per piece several cold readers take in turn (a SmolLM2 layer's blob is 2-4 MiB)
+
+
 def read_rate(path: Path, request: int, threads: int, cold: bool) -> tuple[float, float]:
-    """One measurement: `threads` readers each read a contiguous 1/threads of the file in `request`-byte preads.
-    cold: the file is evicted first. Returns (aggregate B/s, resident fraction before the read)."""
+    """One measurement: `threads` readers take `READ_BLOCK` pieces of the file in turn (`interleave`, as a plan's
+    loaders take its layers), each read in `request`-byte preads. cold: the file is evicted first. Returns (aggregate
+    B/s, resident fraction before the read).
+
+    Why in turn, not a contiguous 1/threads each: two loaders taking alternate layers read slower than one
+    (SmolLM2 5-bit EdgeFlow loads alone through the runner, 2026-12-06, Zen 5 VM: 38.8-46.4 ms with two loaders,
+    40.1-44.0 with one; the 1B model's 0.71 GB 257-327 and 237-289 ms), where two readers of the file's two halves
+    gained (2.71-3.20 GB/s against 1.82-2.96 taking 3 MiB pieces in turn, 96 MiB file, eight alternations): the
+    profile measured the halves, and the simulator predicted two loaders 10 % faster than one."""
     size = path.stat().st_size
     if cold:
         evict(path)
     before = resident_fraction(path)
     got = [0] * threads
-    ranges = split(size, threads)
+    parts = interleave(size, threads, READ_BLOCK)
 
     def reader(i: int) -> Callable[[], None]:
         def run() -> None:
-            got[i] = _read_range(path, *ranges[i], request)
+            got[i] = sum(_read_range(path, lo, hi, request) for lo, hi in parts[i])
         return run
 
     t0 = time.perf_counter()
@@ -381,37 +391,36 @@ def measure_warm_read(path: Path, s: CalibrationSettings) -> dict[int, Stat]:
 def cold_read(path: Path, request: int, blob: int, fresh: bool, threads: int = 1) -> tuple[float, float]:
     """(wall s, thread CPU s summed over the readers) of one cold sequential read of `path` in `request`-byte preads:
     into fresh `blob`-byte buffers that stay alive (the runner's loads: `hil.runner_state.fresh_empty`, one buffer per
-    tensor) or into one reused, already touched buffer per reader. `threads` > 1: each reads its own contiguous part
-    of the file at the same time (a plan's loaders)."""
+    tensor) or into one reused, already touched buffer per reader. `threads` > 1: the readers take the file's
+    `blob`-byte pieces in turn at the same time (`interleave`: a plan's loaders taking its layers; `read_rate`'s doc
+    says why)."""
     from hil.runner_state import fresh_empty
 
     evict(path)
     size = path.stat().st_size
     cpu = [0.0] * threads
 
-    def read_part(i: int, lo: int, hi: int) -> None:
+    def read_part(i: int, pieces: list[tuple[int, int]]) -> None:
         keep = []
         reused = fresh_empty(blob)
         reused[:] = 1
         fd = os.open(path, os.O_RDONLY)
         try:
             c0 = time.thread_time()
-            off = lo
-            while off < hi:
-                n = min(blob, hi - off)
+            for off, hi in pieces:
+                n = hi - off
                 buf = fresh_empty(n) if fresh else reused[:n]
                 mv = memoryview(buf)
                 _fill(fd, mv, off, request, path)
                 del mv
                 if fresh:
                     keep.append(buf)
-                off += n
             cpu[i] = time.thread_time() - c0
         finally:
             os.close(fd)
 
-    t0 = time.perf_counter()
-    in_threads([lambda i=i, a=a, b=b: read_part(i, a, b) for i, (a, b) in enumerate(split(size, threads))])
+    t0 = time.perf_counter()       # the blobs dealt in turn, as the simulated twin's loaders take them (hil.host)
+    in_threads([lambda i=i, p=p: read_part(i, p) for i, p in enumerate(interleave(size, threads, blob))])
     wall = time.perf_counter() - t0
     return wall, sum(cpu)
 

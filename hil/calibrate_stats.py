@@ -129,6 +129,15 @@ def touch_cpu(k: int, keep: list | None = None) -> float:
     return cpu / (k * MIB)
 
 
+def interleave(n: int, parts: int, block: int) -> list[list[tuple[int, int]]]:
+    """[0, n) cut into `block`-byte pieces dealt to `parts` readers in turn (reader k: pieces k, k + parts, ...): how
+    a plan's loaders share a model file, each taking the next layer's blob from one queue."""
+    if block <= 0 or parts <= 0:
+        raise ValueError(f"interleave: block and parts must be > 0 (got {block}, {parts})")
+    pieces = [(lo, min(lo + block, n)) for lo in range(0, n, block)]
+    return [pieces[k::parts] for k in range(parts)]
+
+
 def split(n: int, parts: int) -> list[tuple[int, int]]:
     """[0, n) cut into `parts` contiguous ranges."""
     cuts = [n * k // parts for k in range(parts + 1)]

@@ -46,6 +46,10 @@ class SocProfile:
     flash_request_busy_s: float = 0.0         # s added to each sequential read request while other threads occupy
     #                                           every core (the reader waits for a time slice before it can issue the
     #                                           next request and the kernel's next readahead; 0 = not modelled)
+    flash_multi_gbps: float = 0.0             # GB/s, aggregate read bandwidth while two or more sequential readers
+    #                                           stream at once, taking one file's pieces in turn as a plan's loaders
+    #                                           do (below flash_peak_gbps where their readahead windows interfere;
+    #                                           0 = flash_peak_gbps)
     flash_bulk_request_bytes: int = 0         # B, request size of explicit read() loaders
     mmap_readahead_bytes: int = 0             # B, request size of on-demand paging (mmap page-fault readahead)
     # ---- memory -------------------------------------------------------------------------------------------------

@@ -4,6 +4,10 @@ Every active read has a rate cap that depends on its request size (`SocProfile.r
 transfer at the per-reader streaming cap), and the device's aggregate bandwidth `flash_peak_gbps` is shared max-min
 fairly (water filling, `sim.sharing.SharedRate`) among active reads. Byte counts are integers; the residual of a read
 is a float only inside the sharing math.
+
+While two or more sequential reads stream at once the aggregate is `flash_multi_gbps` where the profile has it
+(several loaders taking one file's pieces in turn: on the host VM two of them read 2.37-2.87 GB/s together where one
+read 3.08-3.22, by request size; docs/hil.md "Loads").
 """
 from __future__ import annotations
 
@@ -52,6 +56,10 @@ class Flash(SharedRate):
             self.active[-1].random, self.active[-1].request = pending[1], pending[0]
             self._req_random = None
         busy = any(not j.random for j in self.active)
+        multi = self.dev.flash_multi_gbps
+        if multi > 0:
+            streams = sum(1 for j in self.active if not j.random)
+            self.capacity = 1e9 * (min(multi, self.dev.flash_peak_gbps) if streams >= 2 else self.dev.flash_peak_gbps)
         for j in self.active:
             if j.random:
                 j.cap = self.dev.reader_rate(j.request, True, busy)

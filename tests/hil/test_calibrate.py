@@ -522,3 +522,13 @@ def test_kernel_costs_are_the_expected_call_not_the_typical_one(monkeypatch):
                             cold_set_bytes=4096)
     rows = comp.measure_gemm(comp.Kernels(), s)
     assert [r["seconds"] for r in rows] == [pytest.approx(1.2)]
+
+
+def test_interleave_deals_pieces_in_turn_and_covers_the_file_once():
+    from hil.calibrate_stats import interleave
+
+    parts = interleave(10, 2, 3)
+    assert parts == [[(0, 3), (6, 9)], [(3, 6), (9, 10)]]                 # reader k: pieces k, k + 2, ...
+    assert sorted(r for p in interleave(1000, 3, 7) for r in p) == [(lo, min(lo + 7, 1000)) for lo in range(0, 1000, 7)]
+    with pytest.raises(ValueError, match="block"):
+        interleave(10, 2, 0)

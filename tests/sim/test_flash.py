@@ -65,3 +65,13 @@ def test_capped_reader_leaves_bandwidth_to_others():
     done, _ = _run(dev, [(0, 1 * MB, 4096), (0, 100 * MB, 8 * MB)])
     assert done[1] == pytest.approx(100 * MB / dev.reader_rate(8 * MB), rel=1e-6)   # only its own cap binds it
     assert done[0] == pytest.approx(1 * MB / cap0, rel=1e-6)
+
+
+def test_two_streams_share_the_multi_reader_rate_one_keeps_the_peak():
+    dev = replace(_dev(peak=2.0, reader=2.0), flash_multi_gbps=1.0)
+    done, _ = _run(dev, [(0, 200 * MB, 8 * MB)])
+    assert done[0] == pytest.approx(200 * MB / 2.0e9)                       # one stream: the full rate
+    done, _ = _run(dev, [(0, 100 * MB, 8 * MB), (0, 100 * MB, 8 * MB)])
+    assert done[0] == pytest.approx(200 * MB / 1.0e9)                       # two: 1 GB/s together
+    done, _ = _run(replace(dev, flash_multi_gbps=0.0), [(0, 100 * MB, 8 * MB), (0, 100 * MB, 8 * MB)])
+    assert done[0] == pytest.approx(200 * MB / 2.0e9)                       # 0: not modelled
