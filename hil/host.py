@@ -230,7 +230,7 @@ def fit_read_overlaps(prof: SocProfile, f: ProfileFields, m: Measurements) -> So
     reader's exposed part gives the other the whole device), so the closed form would make two readers ~25 % too
     fast. Bisection on eta in [0, 1]. Measured here (2026-12-01): two fresh readers of one file together reach
     1.7-1.9 GB/s, where the device gives 2.5-2.8 with reused buffers and one fresh reader 1.6 — slower than the
-    simulator's no-overlap bound (eta = 0, ~2.2 GB/s); that rest is not modelled (docs/hil.md "Loads")."""
+    simulator's no-overlap bound (eta = 0, ~2.2 GB/s); that rest is not modelled (docs/hil.md "Host profile")."""
     cr, s = m.cold_read, m.settings
     size, blob, req = s.scratch_bytes, s.overlap_blob_bytes, int(m.bulk_request_bytes)
     targets = [("read_cpu_overlap", 1, cr.fresh_wall.median * size)]

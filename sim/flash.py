@@ -7,7 +7,7 @@ is a float only inside the sharing math.
 
 While two or more sequential reads stream at once the aggregate is `flash_multi_gbps` where the profile has it
 (several loaders taking one file's pieces in turn: on the host VM two of them read 2.37-2.87 GB/s together where one
-read 3.08-3.22, by request size; docs/hil.md "Loads").
+read 3.08-3.22, by request size; docs/hil.md "Host profile").
 """
 from __future__ import annotations
 
