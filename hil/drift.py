@@ -72,23 +72,23 @@ def unpack_call(rng: np.random.Generator, C: int = 1536, D: int = 576, bits: int
 def read_probe(path: str | Path, reps: int = 3, nbytes: int = READ_PROBE_BYTES) -> dict[str, float]:
     """A cold read of the first `nbytes` of `path` (its page cache evicted first) in 1 MiB preads into one reused
     buffer, `reps` times: the median wall and thread CPU seconds per byte (`read_s_per_byte`, `read_cpu_s_per_byte`)."""
+    from hil.calibrate_reads import _fill
     from hil.pagecache import evict
     from hil.runner_state import aligned_empty
 
-    buf = memoryview(aligned_empty(1 << 20))
+    n = min(nbytes, os.path.getsize(path))
+    if n == 0:
+        raise ValueError(f"read probe: {path} is empty")
+    chunk = 1 << 20
+    buf = memoryview(aligned_empty(chunk))
     walls, cpus = [], []
     fd = os.open(path, os.O_RDONLY)
     try:
         for _ in range(reps):
             evict(path)
-            n, w0, c0 = 0, time.perf_counter(), time.thread_time()
-            while n < nbytes:
-                k = os.preadv(fd, [buf[:min(len(buf), nbytes - n)]], n)
-                if k <= 0:
-                    break
-                n += k
-            if n == 0:
-                raise ValueError(f"read probe: {path} is empty")
+            w0, c0 = time.perf_counter(), time.thread_time()
+            for off in range(0, n, chunk):
+                _fill(fd, buf[:min(chunk, n - off)], off, chunk, Path(path))
             walls.append((time.perf_counter() - w0) / n)
             cpus.append((time.thread_time() - c0) / n)
     finally:
