@@ -113,6 +113,52 @@ def _pack(m: dict, when: str) -> str:
     return f"{100 * share:.0f} % from {1e6 * idle:.0f} us" if share > 0 else "none"
 
 
+def repeatability(roots: list[Path] | None = None) -> list[dict]:
+    """Every configuration validated more than once with the same prediction (the same profile): the spread of
+    its measured medians across invocations, minutes apart on the same host. A fixed prediction can be within
+    ±`tol` % of every one of those medians only if max / min ≤ (1 + tol) / (1 − tol); `within` counts the
+    invocations whose own error is within ±10 % — the noise ceiling of a per-row error criterion."""
+    groups: dict[tuple, list[tuple[float, dict]]] = {}
+    for path, m in metrics_files(RESULT_ROOTS if roots is None else roots):
+        if m.get("predicted_ttft_s") is None or m.get("measured_ttft_s") is None:
+            continue
+        key = (m.get("model"), m.get("framework"), m.get("bits"), m.get("prompt_tokens"),
+               round(m["predicted_ttft_s"], 9))
+        groups.setdefault(key, []).append((path.stat().st_mtime, m))
+    out = []
+    for (model, fw, bits, pt, pred), ms in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len(ms) < 2:
+            continue
+        med = [m["measured_ttft_s"] for _, m in sorted(ms, key=lambda t: t[0])]
+        lo, hi = min(med), max(med)
+        out.append({"model": model, "framework": fw, "bits": bits, "prompt_tokens": pt, "predicted_ttft_s": pred,
+                    "invocations": len(med), "measured_min_s": lo, "measured_max_s": hi,
+                    "spread_pct": 100 * (hi - lo) / lo, "constant_within_10pct_possible": hi / lo <= 1.1 / 0.9,
+                    "within_10pct": sum(abs(pred - x) <= 0.1 * x for x in med)})
+    return out
+
+
+def repeatability_markdown(roots: list[Path] | None = None) -> str:
+    rows = repeatability(roots)
+    if not rows:
+        return ""
+    lines = ["| model | framework | bits | prompt | TTFT predicted s (modelled) | invocations | median of each, "
+             "min–max s (measured) | spread (max − min) / min | one prediction within ±10 % of all possible | "
+             "invocations within ±10 % |", "|" + "---|" * 10]
+    for r in rows:
+        lines.append(f"| {r['model']} | {r['framework']} | {r['bits']} | {r['prompt_tokens']} | "
+                     f"{r['predicted_ttft_s']:.3f} | {r['invocations']} | {r['measured_min_s']:.3f}–"
+                     f"{r['measured_max_s']:.3f} | {r['spread_pct']:.1f} % | "
+                     f"{'yes' if r['constant_within_10pct_possible'] else 'no'} | "
+                     f"{r['within_10pct']} of {r['invocations']} |")
+    n = sum(r["within_10pct"] for r in rows)
+    tot = sum(r["invocations"] for r in rows)
+    ok = sum(r["constant_within_10pct_possible"] for r in rows)
+    lines.append(f"\n{n} of {tot} invocations within ±10 % of their prediction; for {ok} of {len(rows)} "
+                 "configurations some single prediction could be within ±10 % of every invocation.")
+    return "\n".join(lines)
+
+
 def markdown(roots: list[Path] | None = None) -> str:
     """The README / docs tables of the host validate results under `roots` (newest run per configuration):
     predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
@@ -160,7 +206,9 @@ def markdown(roots: list[Path] | None = None) -> str:
     out = "\n".join(lines) + "\n\n" + ("\n".join(sp) if len(sp) > 2 else "")
     out += "\n\n" + "\n".join(sched) if len(sched) > 2 else ""
     out += "\n\n" + "\n".join(place) if len(place) > 2 else ""
-    return out + ("\n\n" + "\n".join(peer) if len(peer) > 2 else "")
+    out += ("\n\n" + "\n".join(peer) if len(peer) > 2 else "")
+    rep = repeatability_markdown(roots)
+    return out + ("\n\n" + rep if rep else "")
 
 
 if __name__ == "__main__":       # python -m experiments.figures.host_coldstart [result dir ...]

@@ -51,3 +51,23 @@ def test_markdown_tables_carry_the_run_time_speed_error_and_the_scheduler_breakd
     del m["measured_sched_running_pct"]
     (tmp_path / "r" / "metrics.json").write_text(json.dumps(m))
     assert "queued behind" not in host_coldstart.markdown([tmp_path])      # runs without a trace: no such table
+
+
+def test_repeatability_counts_invocations_of_one_prediction(tmp_path):
+    import json
+
+    base = {"framework": "edgeflow", "model": "smollm2_135m", "bits": 5, "prompt_tokens": 64, "repeats": 5,
+            "measured_ttft_min_s": 0.1, "measured_ttft_max_s": 0.2, "ttft_error_pct": 0.0}
+    for i, (pred, meas) in enumerate([(0.100, 0.095), (0.100, 0.125), (0.100, 0.104), (0.200, 0.2)]):
+        (tmp_path / f"r{i}").mkdir()
+        (tmp_path / f"r{i}" / "metrics.json").write_text(
+            json.dumps({**base, "predicted_ttft_s": pred, "measured_ttft_s": meas}))
+    rows = host_coldstart.repeatability([tmp_path])
+    assert len(rows) == 1                                  # the 0.2 s prediction is another profile: one invocation
+    r = rows[0]
+    assert r["invocations"] == 3 and r["within_10pct"] == 2
+    assert abs(r["spread_pct"] - 100 * (0.125 - 0.095) / 0.095) < 1e-9
+    assert r["constant_within_10pct_possible"] is False    # 0.125 / 0.095 > 1.1 / 0.9
+    md = host_coldstart.markdown([tmp_path])
+    assert "| 3 | 0.095–0.125 | 31.6 % | no | 2 of 3 |" in md
+    assert "2 of 3 invocations within ±10 % of their prediction" in md
