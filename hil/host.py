@@ -48,13 +48,14 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 17    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
+STORE_VERSION = 18    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
 #                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena);
 #                       14: every kernel operand of the calibration and the runner is 64-byte aligned (native.compute);
 #                       15: wake-up packing (thread_wake_pack_idle_s / _share, sched_balance_s; measure_wake_pack)
 #                       16: the wake-up packing share is the least-squares step over the probe's curve (pack_threshold)
 #                       17: several cold readers take the file's pieces in turn, as a plan's loaders do
 #                       (hil.calibrate_reads.interleave); host probes of the 2-thread GEMM and a cold read (hil.drift)
+#                       18: read_cpu_multi, the CPU per byte of two cold readers at once / one reader's
 
 
 # ================================================ identity ===========================================================
@@ -377,6 +378,11 @@ def put_memory_touch(f: ProfileFields, m: Measurements) -> None:
               f"per reader {F2 * 1e9:.3f} ns/B of wall time into fresh buffers, {T2 * 1e9:.3f} into reused ones "
               f"(transfer, the device shared), CPU {C2 * 1e9:.3f} ns/B; overlap by the same formula",
               max(cr.fresh_wall_2.spread, cr.reused_wall_2.spread))
+        ratio = cr.fresh_cpu_2.median / C
+        f.put("read_cpu_multi", max(1.0, ratio), f"measured: thread CPU time per byte of 2 readers at once into fresh "
+              f"kept {blob_mib} MiB buffers, taking its pieces in turn (summed over both), / 1 reader's: "
+              f"{C2 * 1e9:.3f} / {C * 1e9:.3f} ns/B = {ratio:.2f} (the sequential read's CPU side while another "
+              "reader streams; below 1 = noise, taken as 1)", max(cr.fresh_cpu_2.spread, cr.fresh_cpu.spread))
 
 
 def put_cores(f: ProfileFields, ident: HostIdentity, ghz: float, ghz_how: str) -> None:

@@ -63,6 +63,10 @@ class SocProfile:
     #                                           0 = one after the other
     read_cpu_overlap_multi: float = -1.0      # 1, the same while another sequential reader reads at the same time
     #                                           (measured lower on the host); -1 = read_cpu_overlap
+    read_cpu_multi: float = 1.0               # x, CPU side of a sequential read (copy + first touch) while another
+    #                                           sequential reader streams too: two readers' CPU per byte / one's
+    #                                           (threads of one address space fault pages in at once; docs/hil.md
+    #                                           "Host profile"); 1 = the same
     read_ahead_bytes: int = 0                 # B the kernel reads ahead of a sequential pread stream into the page
     #                                           cache while the device has nothing else to do (0 = not modelled)
     dram_gbps: float = 0.0                    # GB/s, shared DRAM bandwidth of all cores together; 0 = not modelled
@@ -185,6 +189,9 @@ class SocProfile:
         if not (0 <= self.read_cpu_overlap_multi <= 1 or self.read_cpu_overlap_multi == -1):
             raise ValueError(f"device.read_cpu_overlap_multi must be in [0, 1], or -1 for read_cpu_overlap (got "
                              f"{self.read_cpu_overlap_multi})")
+        if self.read_cpu_multi < 1:
+            raise ValueError(f"device.read_cpu_multi must be >= 1 (x CPU per byte with another reader; got "
+                             f"{self.read_cpu_multi})")
         if not 0 <= self.thread_wake_pack_share <= 1:
             raise ValueError(f"device.thread_wake_pack_share must be in [0, 1] (got {self.thread_wake_pack_share})")
         if not 0 < self.cpu_parallel_eff <= 1:

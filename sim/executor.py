@@ -13,7 +13,7 @@ Durations come from the
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works — unpack
 and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for sequential reads
 overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`, readahead keeps the device busy; after
-it otherwise; bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`;
+it otherwise; x `read_cpu_multi` while another loader reads too, measured CPU per byte of two readers at once; bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`;
 a loader that starts a new sequential stream waits `flash_stream_start_s` first),
 copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a runtime's
 fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls, bookkeeping; an
@@ -109,6 +109,7 @@ class PlanExecutor:
         self.idle_wakes = 0                   # idle workers woken for a task
         self.waits_by: dict[str, int] = {}     # worker ("cpu0", "load1", ...) -> its blocking waits (both kinds above)
         self.reading = 0                      # sequential loads in their device transfer now
+        self.loading = 0                      # sequential loads under way (set-up, transfer or CPU side)
         # per loader thread (its own file descriptor, as the runner's: its own readahead state): (end of the file
         # range its last sequential load streamed, when that read call returned)
         self.ra: dict[object, tuple[int, float]] = {}
@@ -391,8 +392,7 @@ class PlanExecutor:
         """A load task on loader thread `me`: the runtime's per-tensor set-up, the flash transfer with the CPU side of
         the read (module doc), the re-take of the interpreter lock, the copy into a fresh NPU buffer and the task's
         own CPU work (deserialization). Yields until done; returns the core seconds."""
-        env, dev = self.env, self.dev
-        cpu_s = 0.0
+        dev = self.dev
         hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
         self.preloaded -= hit
         nread = t.read_bytes - hit
@@ -409,9 +409,26 @@ class PlanExecutor:
         if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
             read_cpu += fresh * dev.read_fault_s_per_byte(fresh / n_buf)
         setup = len(t.tensors) * dev.load_tensor_s if t.ops != ["embed"] else 0.0
+        sequential = nread > 0 and not t.random_reads
+        self.loading += sequential
+        try:
+            cpu_s = yield from self._load_read(t, nread, read_cpu, setup, n_buf, sequential, me)
+        finally:
+            self.loading -= sequential
+        return cpu_s
+
+    def _load_read(self, t, nread: int, read_cpu: float, setup: float, n_buf: int, sequential: bool,
+                   me: tuple[str, int]):
+        """_load's set-up, transfer, CPU side and copy (module doc); returns the core seconds."""
+        env, dev = self.env, self.dev
+        cpu_s = 0.0
         if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
             cpu_s += setup
             yield env.all_of(self._runtime(setup, owner=me))
+        if sequential and dev.read_cpu_multi != 1.0:
+            yield env.timeout(0)               # every load that starts at this instant has registered
+            if self.loading > 1:
+                read_cpu *= dev.read_cpu_multi     # another loader reads too: more CPU per byte (read_cpu_multi)
         if nread > 0 and self._starts_stream(t, me):     # a new sequential stream: its start-up latency
             yield env.timeout(dev.flash_stream_start_s)
         ahead, hi = self._read_ahead(t, nread, me)     # already in the page cache: copied, not transferred

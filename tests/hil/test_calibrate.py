@@ -63,6 +63,7 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     assert 0 <= prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
     assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
     assert 0 <= prof.read_cpu_overlap_multi <= 1                 # measured with two readers (not the -1 default)
+    assert prof.read_cpu_multi >= 1                               # two readers' CPU per byte / one's (noise: 1)
     assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0 and prof.interpreter_lock
     # the runner's GEMM pool: only GEMMs split, helpers poll for the runner's window, their wake-up measured
     from hil.runner_state import POOL_SPIN_US
@@ -90,7 +91,7 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
         # 256 MiB: 0.145 s at eta 0, 0.133 at 0.005; 2026-12-03), so the measured time can fall in a jump
         lo, hi = sorted((sim(eta + 1e-6), sim(eta - 1e-6)))
         assert lo * (1 - 1e-3) <= meas <= hi * (1 + 1e-3) or eta in (0.0, 1.0), (readers, lo, hi, meas, eta)
-    for key in ("thread_wake_s", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s",
+    for key in ("thread_wake_s", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s", "read_cpu_multi",
                 "unpack_tensor_s", *corun):
         assert doc["sources"][key].startswith("measured"), key
     el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool

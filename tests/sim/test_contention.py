@@ -629,3 +629,19 @@ def test_packed_threads_share_their_core_most_recent_first():
     assert cores.busy_core_s() == pytest.approx(3.0)    # one core occupied for 3 s, the other idle
     with pytest.raises(ValueError, match="thread_wake_pack_share"):
         device(2, thread_wake_pack_share=1.5)
+
+
+def test_two_loaders_at_once_pay_the_measured_cpu_per_byte_factor():
+    """read_cpu_multi (measured on the host: two cold readers' CPU per byte / one's) applies to a load while another
+    loader reads too, not to a load alone. T = 1 s per GB alone, C = 0.5 s per GB, no overlap: one load 1.5 s; two at
+    once share the device (2 s each) and pay C x 1.5 = 0.75 s after it."""
+    dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0, read_cpu_gbps=2.0,
+                 read_cpu_overlap=0.0)
+    multi = dataclasses.replace(dev, read_cpu_multi=1.5)
+    assert simulate(_load_plan(1), multi, FakeCost()).end_s == pytest.approx(1.5, rel=1e-6)
+    assert simulate(_load_plan(2), dev, FakeCost()).end_s == pytest.approx(2.5, rel=1e-6)
+    tl = simulate(_load_plan(2), multi, FakeCost())
+    assert tl.end_s == pytest.approx(2.75, rel=1e-6)
+    assert [s.cpu_s for s in tl.spans] == pytest.approx([0.75, 0.75])
+    with pytest.raises(ValueError, match="read_cpu_multi"):
+        dataclasses.replace(dev, read_cpu_multi=0.9)
