@@ -13,7 +13,8 @@ Durations come from the
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works — unpack
 and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for sequential reads
 overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`, readahead keeps the device busy; after
-it otherwise; x `read_cpu_multi` while another loader reads too, measured CPU per byte of two readers at once; bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`;
+it otherwise; x `read_cpu_multi` while another loader reads too, measured CPU per byte of two readers at once;
+bytes the kernel read ahead while the device was idle come from the page cache, `read_ahead_bytes`;
 a loader that starts a new sequential stream waits `flash_stream_start_s` first),
 copies, deserialization and graph restore (which also holds one of `npu_driver_slots` NPU driver slots), a runtime's
 fixed costs per loaded / unpacked tensor (`load_tensor_s`, `unpack_tensor_s`: buffer set-up, calls, bookkeeping; an
