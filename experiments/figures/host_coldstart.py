@@ -116,8 +116,9 @@ def _pack(m: dict, when: str) -> str:
 def repeatability(roots: list[Path] | None = None) -> list[dict]:
     """Every configuration validated more than once with the same prediction (the same profile): the spread of
     its measured medians across invocations, minutes apart on the same host. A fixed prediction can be within
-    ±`tol` % of every one of those medians only if max / min ≤ (1 + tol) / (1 − tol); `within` counts the
-    invocations whose own error is within ±10 % — the noise ceiling of a per-row error criterion."""
+    ±10 % of every one of those medians only if max / min ≤ 1.1 / 0.9 (`constant_within_10pct_possible`);
+    `within_10pct` counts the invocations whose own error is within ±10 % — the noise ceiling of a per-row error
+    criterion (docs/hil.md "Results on this host")."""
     groups: dict[tuple, list[tuple[float, dict]]] = {}
     for path, m in metrics_files(RESULT_ROOTS if roots is None else roots):
         if m.get("predicted_ttft_s") is None or m.get("measured_ttft_s") is None:
