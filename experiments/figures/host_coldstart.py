@@ -139,6 +139,29 @@ def repeatability(roots: list[Path] | None = None) -> list[dict]:
     return out
 
 
+def speedup_repeatability(roots: list[Path] | None = None) -> list[dict]:
+    """The same for EdgeFlow's interleaved speed-up over a baseline plan (`versus=edgeflow` rows): per (model, bits,
+    baseline, prompt, predicted speed-up) validated more than once, the measured speed-ups' min–max and whether any
+    single prediction could be within ±15 % of all of them (max / min ≤ 1.15 / 0.85)."""
+    groups: dict[tuple, list[float]] = {}
+    for _, m in metrics_files(RESULT_ROOTS if roots is None else roots):
+        if m.get("versus_framework") != "edgeflow" or not m.get("measured_versus_speedup"):
+            continue
+        key = (m.get("model"), m.get("bits"), m.get("framework"), m.get("prompt_tokens"),
+               round(m["predicted_versus_speedup"], 9))
+        groups.setdefault(key, []).append(m["measured_versus_speedup"])
+    out = []
+    for (model, bits, fw, pt, pred), ms in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len(ms) < 2:
+            continue
+        lo, hi = min(ms), max(ms)
+        out.append({"model": model, "bits": bits, "baseline": fw, "prompt_tokens": pt, "predicted_speedup": pred,
+                    "invocations": len(ms), "measured_min": lo, "measured_max": hi,
+                    "constant_within_15pct_possible": hi / lo <= 1.15 / 0.85,
+                    "within_15pct": sum(abs(pred - x) <= 0.15 * x for x in ms)})
+    return out
+
+
 def repeatability_markdown(roots: list[Path] | None = None) -> str:
     rows = repeatability(roots)
     if not rows:
@@ -157,6 +180,16 @@ def repeatability_markdown(roots: list[Path] | None = None) -> str:
     ok = sum(r["constant_within_10pct_possible"] for r in rows)
     lines.append(f"\n{n} of {tot} invocations within ±10 % of their prediction; for {ok} of {len(rows)} "
                  "configurations some single prediction could be within ±10 % of every invocation.")
+    sp = speedup_repeatability(roots)
+    if sp:
+        lines += ["", "| model | baseline | prompt | EdgeFlow speed-up predicted (modelled) | invocations | measured, "
+                  "min–max (interleaved runs) | one prediction within ±15 % of all possible | invocations within "
+                  "±15 % |", "|" + "---|" * 8]
+        for r in sp:
+            lines.append(f"| {r['model']} | {r['baseline']} | {r['prompt_tokens']} | {r['predicted_speedup']:.2f}× | "
+                         f"{r['invocations']} | {r['measured_min']:.2f}–{r['measured_max']:.2f}× | "
+                         f"{'yes' if r['constant_within_15pct_possible'] else 'no'} | "
+                         f"{r['within_15pct']} of {r['invocations']} |")
     return "\n".join(lines)
 
 

@@ -71,3 +71,18 @@ def test_repeatability_counts_invocations_of_one_prediction(tmp_path):
     md = host_coldstart.markdown([tmp_path])
     assert "| 3 | 0.095–0.125 | 31.6 % | no | 2 of 3 |" in md
     assert "2 of 3 invocations within ±10 % of their prediction" in md
+
+
+def test_speedup_repeatability_from_interleaved_rows(tmp_path):
+    import json
+
+    base = {"framework": "mnn", "model": "smollm2_135m", "bits": 5, "prompt_tokens": 16, "repeats": 5,
+            "predicted_ttft_s": 0.1, "measured_ttft_s": 0.1, "measured_ttft_min_s": 0.1, "measured_ttft_max_s": 0.1,
+            "ttft_error_pct": 0.0, "versus_framework": "edgeflow", "predicted_versus_speedup": 1.05}
+    for i, s in enumerate([1.0, 1.3, 1.1]):
+        (tmp_path / f"v{i}").mkdir()
+        (tmp_path / f"v{i}" / "metrics.json").write_text(json.dumps({**base, "measured_versus_speedup": s}))
+    (r,) = host_coldstart.speedup_repeatability([tmp_path])
+    assert (r["invocations"], r["within_15pct"]) == (3, 2)            # 1.05 vs 1.3: −19 %
+    assert r["constant_within_15pct_possible"] is True                  # 1.3 / 1.0 ≤ 1.15 / 0.85
+    assert "| smollm2_135m | mnn | 16 | 1.05× | 3 | 1.00–1.30× | yes | 2 of 3 |" in host_coldstart.markdown([tmp_path])
