@@ -113,68 +113,69 @@ def _pack(m: dict, when: str) -> str:
     return f"{100 * share:.0f} % from {1e6 * idle:.0f} us" if share > 0 else "none"
 
 
+def _repeat_rows(roots: list[Path] | None, pred_key: str, meas_key: str, tol: float, versus: bool,
+                 names: dict[str, str]) -> list[dict]:
+    """One row per validate configuration (model, framework, bits, prompt) found more than once with the same
+    prediction (`pred_key`; `versus`: only rows with interleaved EdgeFlow runs): the measured values' (`meas_key`)
+    min, max and spread, whether one prediction could be within ±`tol` of all of them (max / min ≤ (1 + tol) /
+    (1 − tol)) and how many invocations were; `names` renames the generic keys (framework, pred, lo, hi, possible,
+    within)."""
+    groups: dict[tuple, list[float]] = {}
+    for _, m in metrics_files(RESULT_ROOTS if roots is None else roots):
+        if m.get(pred_key) is None or not m.get(meas_key) or (versus and m.get("versus_framework") != "edgeflow"):
+            continue
+        key = (m.get("model"), m.get("framework"), m.get("bits"), m.get("prompt_tokens"), round(m[pred_key], 9))
+        groups.setdefault(key, []).append(m[meas_key])
+    out = []
+    for (model, fw, bits, pt, pred), vals in sorted(groups.items(), key=lambda kv: str(kv[0])):
+        if len(vals) < 2:
+            continue
+        lo, hi = min(vals), max(vals)
+        out.append({"model": model, names["framework"]: fw, "bits": bits, "prompt_tokens": pt, names["pred"]: pred,
+                    "invocations": len(vals), names["lo"]: lo, names["hi"]: hi, "spread_pct": 100 * (hi - lo) / lo,
+                    names["possible"]: hi / lo <= (1 + tol) / (1 - tol),
+                    names["within"]: sum(abs(pred - x) <= tol * x for x in vals)})
+    return out
+
+
 def repeatability(roots: list[Path] | None = None) -> list[dict]:
     """Every configuration validated more than once with the same prediction (the same profile): the spread of
     its measured medians across invocations, minutes apart on the same host. A fixed prediction can be within
     ±10 % of every one of those medians only if max / min ≤ 1.1 / 0.9 (`constant_within_10pct_possible`);
     `within_10pct` counts the invocations whose own error is within ±10 % — the noise ceiling of a per-row error
     criterion (docs/hil.md "Results on this host")."""
-    groups: dict[tuple, list[tuple[float, dict]]] = {}
-    for path, m in metrics_files(RESULT_ROOTS if roots is None else roots):
-        if m.get("predicted_ttft_s") is None or m.get("measured_ttft_s") is None:
-            continue
-        key = (m.get("model"), m.get("framework"), m.get("bits"), m.get("prompt_tokens"),
-               round(m["predicted_ttft_s"], 9))
-        groups.setdefault(key, []).append((path.stat().st_mtime, m))
-    out = []
-    for (model, fw, bits, pt, pred), ms in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        if len(ms) < 2:
-            continue
-        med = [m["measured_ttft_s"] for _, m in sorted(ms, key=lambda t: t[0])]
-        lo, hi = min(med), max(med)
-        out.append({"model": model, "framework": fw, "bits": bits, "prompt_tokens": pt, "predicted_ttft_s": pred,
-                    "invocations": len(med), "measured_min_s": lo, "measured_max_s": hi,
-                    "spread_pct": 100 * (hi - lo) / lo, "constant_within_10pct_possible": hi / lo <= 1.1 / 0.9,
-                    "within_10pct": sum(abs(pred - x) <= 0.1 * x for x in med)})
-    return out
+    return _repeat_rows(roots, "predicted_ttft_s", "measured_ttft_s", 0.10, False,
+                        {"framework": "framework", "pred": "predicted_ttft_s", "lo": "measured_min_s",
+                         "hi": "measured_max_s", "possible": "constant_within_10pct_possible",
+                         "within": "within_10pct"})
 
 
 def speedup_repeatability(roots: list[Path] | None = None) -> list[dict]:
     """The same for EdgeFlow's interleaved speed-up over a baseline plan (`versus=edgeflow` rows): per (model, bits,
     baseline, prompt, predicted speed-up) validated more than once, the measured speed-ups' min–max and whether any
     single prediction could be within ±15 % of all of them (max / min ≤ 1.15 / 0.85)."""
-    groups: dict[tuple, list[float]] = {}
-    for _, m in metrics_files(RESULT_ROOTS if roots is None else roots):
-        if m.get("versus_framework") != "edgeflow" or not m.get("measured_versus_speedup"):
-            continue
-        key = (m.get("model"), m.get("bits"), m.get("framework"), m.get("prompt_tokens"),
-               round(m["predicted_versus_speedup"], 9))
-        groups.setdefault(key, []).append(m["measured_versus_speedup"])
-    out = []
-    for (model, bits, fw, pt, pred), ms in sorted(groups.items(), key=lambda kv: str(kv[0])):
-        if len(ms) < 2:
-            continue
-        lo, hi = min(ms), max(ms)
-        out.append({"model": model, "bits": bits, "baseline": fw, "prompt_tokens": pt, "predicted_speedup": pred,
-                    "invocations": len(ms), "measured_min": lo, "measured_max": hi,
-                    "constant_within_15pct_possible": hi / lo <= 1.15 / 0.85,
-                    "within_15pct": sum(abs(pred - x) <= 0.15 * x for x in ms)})
-    return out
+    return _repeat_rows(roots, "predicted_versus_speedup", "measured_versus_speedup", 0.15, True,
+                        {"framework": "baseline", "pred": "predicted_speedup", "lo": "measured_min",
+                         "hi": "measured_max", "possible": "constant_within_15pct_possible",
+                         "within": "within_15pct"})
+
+
+def _cells(*cells) -> str:
+    return "| " + " | ".join(str(c) for c in cells) + " |"
 
 
 def repeatability_markdown(roots: list[Path] | None = None) -> str:
+    """The two repeatability tables (TTFT medians, interleaved speed-ups) as markdown; "" when nothing repeats."""
     rows = repeatability(roots)
     if not rows:
         return ""
     lines = ["| model | framework | bits | prompt | TTFT predicted s (modelled) | invocations | median of each, "
              "min–max s (measured) | spread (max − min) / min | one prediction within ±10 % of all possible | "
              "invocations within ±10 % |", "|" + "---|" * 10]
-    for r in rows:
-        lines.append(f"| {r['model']} | {r['framework']} | {r['bits']} | {r['prompt_tokens']} | "
-                     f"{r['predicted_ttft_s']:.3f} | {r['invocations']} | {r['measured_min_s']:.3f}–"
-                     f"{r['measured_max_s']:.3f} | {r['spread_pct']:.1f} % | "
-                     f"{'yes' if r['constant_within_10pct_possible'] else 'no'} | "
-                     f"{r['within_10pct']} of {r['invocations']} |")
+    lines += [_cells(r["model"], r["framework"], r["bits"], r["prompt_tokens"], f"{r['predicted_ttft_s']:.3f}",
+                     r["invocations"], f"{r['measured_min_s']:.3f}–{r['measured_max_s']:.3f}",
+                     f"{r['spread_pct']:.1f} %", "yes" if r["constant_within_10pct_possible"] else "no",
+                     f"{r['within_10pct']} of {r['invocations']}") for r in rows]
     n = sum(r["within_10pct"] for r in rows)
     tot = sum(r["invocations"] for r in rows)
     ok = sum(r["constant_within_10pct_possible"] for r in rows)
@@ -185,11 +186,10 @@ def repeatability_markdown(roots: list[Path] | None = None) -> str:
         lines += ["", "| model | baseline | prompt | EdgeFlow speed-up predicted (modelled) | invocations | measured, "
                   "min–max (interleaved runs) | one prediction within ±15 % of all possible | invocations within "
                   "±15 % |", "|" + "---|" * 8]
-        for r in sp:
-            lines.append(f"| {r['model']} | {r['baseline']} | {r['prompt_tokens']} | {r['predicted_speedup']:.2f}× | "
-                         f"{r['invocations']} | {r['measured_min']:.2f}–{r['measured_max']:.2f}× | "
-                         f"{'yes' if r['constant_within_15pct_possible'] else 'no'} | "
-                         f"{r['within_15pct']} of {r['invocations']} |")
+        lines += [_cells(r["model"], r["baseline"], r["prompt_tokens"], f"{r['predicted_speedup']:.2f}×",
+                         r["invocations"], f"{r['measured_min']:.2f}–{r['measured_max']:.2f}×",
+                         "yes" if r["constant_within_15pct_possible"] else "no",
+                         f"{r['within_15pct']} of {r['invocations']}") for r in sp]
     return "\n".join(lines)
 
 
