@@ -378,7 +378,7 @@ def put_memory_touch(f: ProfileFields, m: Measurements) -> None:
               f"per reader {F2 * 1e9:.3f} ns/B of wall time into fresh buffers, {T2 * 1e9:.3f} into reused ones "
               f"(transfer, the device shared), CPU {C2 * 1e9:.3f} ns/B; overlap by the same formula",
               max(cr.fresh_wall_2.spread, cr.reused_wall_2.spread))
-        ratio = cr.fresh_cpu_2.median / C
+        ratio = C2 / C
         f.put("read_cpu_multi", max(1.0, ratio), f"measured: thread CPU time per byte of 2 readers at once into fresh "
               f"kept {blob_mib} MiB buffers, taking its pieces in turn (summed over both), / 1 reader's: "
               f"{C2 * 1e9:.3f} / {C * 1e9:.3f} ns/B = {ratio:.2f} (the sequential read's CPU side while another "
