@@ -48,7 +48,7 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 18    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
+STORE_VERSION = 19    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
 #                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena);
 #                       14: every kernel operand of the calibration and the runner is 64-byte aligned (native.compute);
 #                       15: wake-up packing (thread_wake_pack_idle_s / _share, sched_balance_s; measure_wake_pack)
@@ -56,6 +56,7 @@ STORE_VERSION = 18    # 12: kernel costs are their calls' expected value (hil.ca
 #                       17: several cold readers take the file's pieces in turn, as a plan's loaders do
 #                       (hil.calibrate_reads.interleave); host probes of the 2-thread GEMM and a cold read (hil.drift)
 #                       18: read_cpu_multi, the CPU per byte of two cold readers at once / one reader's
+#                       19: the cold read curve reads each reader's pieces through one descriptor (_read_pieces)
 
 
 # ================================================ identity ===========================================================
