@@ -533,3 +533,18 @@ def test_interleave_deals_pieces_in_turn_and_covers_the_file_once():
     assert sorted(r for p in interleave(1000, 3, 7) for r in p) == [(lo, min(lo + 7, 1000)) for lo in range(0, 1000, 7)]
     with pytest.raises(ValueError, match="block"):
         interleave(10, 2, 0)
+
+
+def test_cold_read_curve_reads_each_readers_pieces_through_one_descriptor(tmp_path, monkeypatch):
+    """The kernel keeps readahead state per open file: a reader of the curve opens the file once for all its pieces,
+    as the runner's loader threads do, and reads every byte of the file exactly once over all readers."""
+    p = tmp_path / "f"
+    data = bytes(range(256)) * (3 * reads.READ_BLOCK // 256 + 5)             # 3 pieces and a short fourth
+    p.write_bytes(data)
+    opened: list[str] = []
+    real_open = os.open
+    monkeypatch.setattr(reads.os, "open", lambda path, *a, **k: (opened.append(str(path)), real_open(path, *a, **k))[1])
+    rate, _ = reads.read_rate(p, 1 * cal.MIB, 2, cold=False)
+    assert opened == [str(p), str(p)] and rate > 0                          # one descriptor per reader, not per piece
+    assert reads._read_pieces(p, [(0, 5), (10, 12)], 4) == 7
+    assert reads._read_pieces(p, [(len(data) - 3, len(data) + 100)], 64) == 3   # stops at the end of the file
