@@ -542,9 +542,13 @@ def test_cold_read_curve_reads_each_readers_pieces_through_one_descriptor(tmp_pa
     data = bytes(range(256)) * (3 * reads.READ_BLOCK // 256 + 5)             # 3 pieces and a short fourth
     p.write_bytes(data)
     opened: list[str] = []
-    real_open = os.open
+    got: list[int] = []
+    real_open, real_pieces = os.open, reads._read_pieces
     monkeypatch.setattr(reads.os, "open", lambda path, *a, **k: (opened.append(str(path)), real_open(path, *a, **k))[1])
+    monkeypatch.setattr(reads, "_read_pieces", lambda *a: (got.append(real_pieces(*a)), got[-1])[1])
     rate, _ = reads.read_rate(p, 1 * cal.MIB, 2, cold=False)
     assert opened == [str(p), str(p)] and rate > 0                          # one descriptor per reader, not per piece
+    assert len(got) == 2 and sum(got) == len(data)
+    monkeypatch.undo()
     assert reads._read_pieces(p, [(0, 5), (10, 12)], 4) == 7
     assert reads._read_pieces(p, [(len(data) - 3, len(data) + 100)], 64) == 3   # stops at the end of the file
