@@ -8,6 +8,8 @@ Conventions every app follows:
   run echoed for convenience (e.g. the bit budget), neither measured nor modelled. `metrics.json` is written last, so a
   run directory is finished exactly when it holds `metrics.json` (`prepare_run_dir` removes it first on a re-run).
 - `config.yaml`: the resolved config of the run.
+- `manifest.json`: the app, the one-job command, the commit (and whether the tree was dirty), the machine's identity
+  and the finish time (`run_manifest`); `experiments.report` builds the results pages of docs/results/ from it.
 - Bad input: one line `error: <key>: ...` on stderr naming the key, exit status 2, before any work, nothing written.
   `precheck` composes the config of every job (all jobs of a `-m` sweep) and validates it before Hydra creates a run
   directory or a log file.
@@ -82,6 +84,55 @@ def int_in(value: Any, key: str, lo: int | None = None, hi: int | None = None) -
     if hi is not None and value > hi:
         raise ConfigError(f"{key}: must be <= {hi} (documented maximum; got {value})")
     return value
+
+
+# A name that becomes part of a path (a run directory, a profile store, a cache file) is checked by `check_name`, the
+# model.name rule: every config key named `name`, and every key the app's `hydra.run.dir` / `hydra.sweep.dir` /
+# `hydra.sweep.subdir` interpolates (`${trace.name}`), for every job, in `precheck`.
+HYDRA_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir", "hydra.sweep.subdir")
+_DIR_REF = re.compile(r"\$\{([A-Za-z_][\w.]*)\}")    # ${key.sub}; not ${now:...} / ${hydra:...} (resolver calls)
+
+
+def dir_template_keys(templates: Iterable[str]) -> list[str]:
+    """Config keys interpolated by run-directory templates (hydra.* keys excluded: Hydra's own, e.g. job.num)."""
+    keys = {m.group(1) for t in templates if isinstance(t, str) for m in _DIR_REF.finditer(t)}
+    return sorted(k for k in keys if not k.startswith("hydra."))
+
+
+def path_name_keys(cfg: DictConfig, templates: Iterable[str] = ()) -> list[str]:
+    """Every key of `cfg` named `name` (at any depth) plus the keys the run-directory `templates` interpolate."""
+    found: list[str] = []
+
+    def walk(node: Any, prefix: str) -> None:
+        if not isinstance(node, DictConfig):
+            return
+        for k in node.keys():
+            key = f"{prefix}.{k}" if prefix else str(k)
+            if key == "hydra":
+                continue
+            if k == "name":
+                found.append(key)
+            elif not OmegaConf.is_missing(node, k) and not OmegaConf.is_interpolation(node, k):
+                walk(node._get_node(k), key)
+
+    walk(cfg, "")
+    return sorted(set(found) | set(dir_template_keys(templates)))
+
+
+def check_path_names(cfg: DictConfig, templates: Iterable[str] = ()) -> None:
+    """`check_name` on every value that becomes part of a path (`path_name_keys`); numbers pass (`b${bits}`)."""
+    for key in path_name_keys(cfg, templates):
+        try:
+            value = OmegaConf.select(cfg, key, throw_on_missing=False)
+        except Exception:               # an interpolation that does not resolve: the app's own check names it
+            continue
+        if value is None and not key.endswith("name"):
+            continue
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            continue
+        if isinstance(value, str) and value == "???":
+            continue
+        check_name(value, key)
 
 
 def strict_bool(value: Any, key: str) -> bool:
@@ -246,7 +297,81 @@ def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any]
     doc["input_keys"] = sorted(k for k in inputs if k in metrics)
     if cfg is not None:
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
+    write_manifest(out)
     return atomic_write_json(out / "metrics.json", doc)
+
+
+# ================================================ run manifest =======================================================
+REPO_DIR = Path(__file__).resolve().parents[1]
+MANIFEST_VERSION = 1
+
+
+def _git(*args: str) -> str | None:
+    """stdout of `git <args>` in the repository, or None (no git, not a checkout, error)."""
+    import subprocess
+
+    try:
+        r = subprocess.run(["git", "-C", str(REPO_DIR), *args], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+def _app_module() -> str:
+    """`experiments.<app>` of the running app: the `-m` module, else the Hydra job name (apps called in-process)."""
+    spec = getattr(sys.modules.get("__main__"), "__spec__", None)
+    if spec is not None and spec.name.startswith("experiments."):
+        return spec.name
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        return f"experiments.{HydraConfig.get().job.name}"
+    except Exception:  # outside a Hydra app
+        return ""
+
+
+def _job_overrides() -> list[str]:
+    """This job's command-line overrides (one job of a `-m` sweep: its own values), `hydra.*` keys left out."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        task = list(HydraConfig.get().overrides.task)
+    except Exception:  # outside a Hydra app
+        return []
+    return [o for o in task if not o.lstrip("+~").startswith("hydra")]
+
+
+def run_manifest() -> dict[str, Any]:
+    """What a run's numbers depend on besides its config: the app and the one-job command that reproduces the run,
+    the commit and whether the tree had uncommitted changes, this machine's identity (`hil.host.host_identity`, the
+    one the host profile store is keyed by) and the UTC time the run finished. Read by `experiments.report`."""
+    import datetime
+    import platform
+    import shlex
+
+    from hil.host import host_identity
+
+    ident = host_identity()
+    app = _app_module()
+    overrides = _job_overrides()
+    status = _git("status", "--porcelain", "--untracked-files=no")
+    return {
+        "version": MANIFEST_VERSION,
+        "app": app,
+        "command": " ".join(["python", "-m", app or "experiments.?", *map(shlex.quote, overrides)]),
+        "overrides": overrides,
+        "argv": list(sys.argv[1:]),
+        "commit": _git("rev-parse", "HEAD"),
+        "dirty": None if status is None else bool(status),
+        "finished_utc": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "machine": {**ident.to_json(), "id_hash": ident.id_hash()},
+        "python": platform.python_version(),
+    }
+
+
+def write_manifest(out: Path) -> Path:
+    """`manifest.json` (`run_manifest`) into the run directory, atomically."""
+    return atomic_write_json(Path(out) / "manifest.json", run_manifest())
 
 
 # ================================================ run directories ====================================================
@@ -262,15 +387,18 @@ def is_finished(d: Path) -> bool:
 
 
 def prepare_run_dir(out: Path, outputs: Iterable[str] = ()) -> list[Path]:
-    """Start of a run in `out`: remove what a killed earlier run in the same directory may have left (hidden
-    partial `.*.tmp` files of atomic writes) and the previous run's `metrics.json` and app `outputs` (so the directory
-    counts as finished again only when this run ends). Returns the removed paths."""
+    """Start of a run in `out`: remove what a killed earlier run in the same directory may have left (the hidden
+    partial `.<file>.<random>.tmp` of an atomic write of one of this app's files) and the previous run's
+    `metrics.json` and app `outputs` (so the directory counts as finished again only when this run ends). Other files
+    are the user's: a hidden `.x.tmp` of theirs is never touched. Returns the removed paths."""
     out = Path(out)
     removed = []
     if not out.is_dir():
         return removed
-    stale = [p for p in out.iterdir() if p.is_file() and TMP_RE.match(p.name)]
-    stale += [out / n for n in ("metrics.json", *outputs) if (out / n).is_file()]
+    own = ("metrics.json", *outputs)
+    stale = [p for p in out.iterdir() if p.is_file() and TMP_RE.match(p.name)
+             and any(p.name.startswith(f".{n}.") and "/" not in n for n in own)]
+    stale += [out / n for n in own if (out / n).is_file()]
     for p in stale:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
@@ -426,6 +554,27 @@ def _compose_error(e: BaseException, override: str = "") -> str:
     return f"{key}: {first}" if key else first
 
 
+def run_dir_templates(config_name: str, hydra_overrides: Iterable[str] = ()) -> list[str]:
+    """The run-directory templates of an app: `hydra.run.dir` / `hydra.sweep.dir` / `hydra.sweep.subdir` of
+    conf/<config_name>.yaml, and those given on the command line (`hydra.run.dir=...`)."""
+    import yaml
+
+    templates: list[str] = []
+    path = CONF_DIR / f"{config_name}.yaml"
+    doc = yaml.safe_load(path.read_text()) if path.is_file() else None
+    for k in HYDRA_DIR_KEYS:
+        node = doc
+        for part in k.split("."):
+            node = node.get(part) if isinstance(node, dict) else None
+        if isinstance(node, str):
+            templates.append(node)
+    for o in hydra_overrides:
+        k, _, v = o.lstrip("+~").partition("=")
+        if k in HYDRA_DIR_KEYS:
+            templates.append(v)
+    return templates
+
+
 def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig], Any],
              groups: dict[str, Callable[[], list[str]] | None] | None = None, parallel: int = 1) -> int:
     """Validate every job of an app invocation before Hydra starts: compose the config of each job (the one run, or
@@ -464,6 +613,7 @@ def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig],
             jobs = [j for batch in BasicSweeper.split_arguments(job_ovr, None) for j in batch]
         except Exception as e:
             fail(_compose_error(e))
+    templates = run_dir_templates(name or config_name, [text[id(o)] for o in parsed if o.is_hydra_override()])
     estimates: list[Estimate] = []
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=config_name):
         for n, job in enumerate(jobs):
@@ -474,6 +624,7 @@ def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig],
                 bad = next((o for o in job if o.lstrip("+~").split("=", 1)[0] in str(e)), "")
                 fail(_compose_error(e, bad) + where)
             try:
+                check_path_names(cfg, templates)
                 est = validate(cfg)
             except (ConfigError, ValueError, TypeError, FileNotFoundError) as e:
                 msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -1,0 +1,143 @@
+"""Results pages (experiments.report): the apps record a manifest, the generator builds pages from real run
+directories made at toy size, and the README's results blocks are exactly what the generator makes of the committed
+pages in docs/results/ (a hand edit of either fails here)."""
+from __future__ import annotations
+
+import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from experiments import report
+from tests.conftest import REPO
+
+ENV = {**os.environ, "PYTHONPATH": str(REPO)}
+
+
+def _app(tmp_path, *args: str) -> None:
+    r = subprocess.run([sys.executable, "-m", *args], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env=ENV)
+    assert r.returncode == 0, r.stderr[-2000:]
+
+
+def _head() -> str | None:
+    r = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() if r.returncode == 0 else None
+
+
+@pytest.fixture(scope="module")
+def coldstart_sweep(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("cs")
+    _app(tmp, "experiments.coldstart", "-m", "model=smollm2_135m", "framework=mnn,edgeflow",
+         "workload=lambada,mmlu", "write_trace=false", "hydra.launcher.n_jobs=1", f"hydra.sweep.dir={tmp / 'sweep'}")
+    return tmp / "sweep"
+
+
+def test_every_run_dir_gets_a_manifest_with_a_command_that_names_its_job(coldstart_sweep):
+    runs = report.load_runs([coldstart_sweep])
+    assert len(runs) == 4
+    for r in runs:
+        man = json.loads((r.dir / "manifest.json").read_text())
+        assert man["app"] == "experiments.coldstart" and man["commit"] == _head()
+        assert man["dirty"] in (True, False) and man["finished_utc"].endswith("Z")
+        assert man["machine"]["logical_cores"] == os.cpu_count() and len(man["machine"]["id_hash"]) == 16
+        fw, wl = r.metrics["framework"], r.metrics["workload"]
+        assert man["command"].startswith("python -m experiments.coldstart ")
+        assert f"framework={fw}" in man["command"] and f"workload={wl}" in man["command"]
+        assert "," not in man["command"] and "hydra." not in man["command"]      # one job, no sweep lists
+
+
+def test_coldstart_page_pivots_ttft_per_framework_and_workload(coldstart_sweep, tmp_path):
+    (page,) = report.pages_for(report.load_runs([coldstart_sweep]))
+    assert page.topic == "coldstart"
+    md, csv_path = report.write_page(page, tmp_path)
+    text = md.read_text()
+    summary = report.page_summary(text)
+    assert "| framework | lambada (" in summary and "mmlu (" in summary
+    runs = {(r.metrics["framework"], r.metrics["workload"]): r.metrics["ttft_s"]
+            for r in report.load_runs([coldstart_sweep])}
+    edgeflow_row = next(ln for ln in summary.splitlines() if ln.startswith("| edgeflow |"))
+    assert f"{runs['edgeflow', 'lambada']:.2f}" in edgeflow_row and f"{runs['edgeflow', 'mmlu']:.2f}" in edgeflow_row
+    rows = list(csv.DictReader(csv_path.open()))
+    assert len(rows) == 4 and {float(r["ttft_s"]) for r in rows} == set(runs.values())
+    assert f"`{_head()}`" in text and "## Manifest" in text
+    assert "python -m experiments.coldstart -m model=smollm2_135m framework=mnn,edgeflow" in text   # the invocation
+
+
+def test_a_run_dir_without_manifest_rebuilds_its_command_and_says_what_is_unknown(coldstart_sweep, tmp_path):
+    job = sorted(p.parent for p in coldstart_sweep.rglob("metrics.json"))[0]
+    old = tmp_path / job.name
+    shutil.copytree(job, old)
+    (old / "manifest.json").unlink()
+    (r,) = report.load_runs([old])
+    assert r.app == "experiments.coldstart" and r.commit is None
+    assert f"framework={r.metrics['framework']}" in r.command
+    text = report.pages_for([r])[0].markdown
+    assert "unknown (run directories without manifest.json)" in text
+
+
+def test_multidevice_page_from_a_toy_run(tmp_path):
+    for planner in ("voltron", "mp"):
+        _app(tmp_path, "experiments.multidevice", "cluster=home", "model=qwen2_5_3b", f"planner={planner}",
+             "turns=1", "workload.max_out=16", "timeline=false", f"hydra.run.dir={tmp_path / planner}")
+    (page,) = report.pages_for(report.load_runs([tmp_path / "voltron", tmp_path / "mp"]))
+    assert page.topic == "multidevice" and list(page.table["planner"]) == ["mp-hetero", "voltron"]
+    summary = report.page_summary(page.markdown)
+    m = json.loads((tmp_path / "voltron" / "metrics.json").read_text())
+    assert f"| home | qwen2_5_3b | voltron | {m['precision']} | {m['ttft_s']:.2f} / " in summary
+
+
+def _fake_validate_run(root, name, kind_sig, framework, predicted, measured, lo, hi):
+    """A validate run directory as the app writes it (keys of experiments.validate). The app itself is not run here:
+    it times the host (its own tests run it); this checks the page generator on its output format."""
+    from experiments.common import run_manifest
+
+    d = root / name
+    d.mkdir(parents=True)
+    m = {"framework": framework, "model": "smollm2_135m", "device": "host", "bits": 5, "prompt_tokens": 16,
+         "repeats": 5, "predicted_ttft_s": predicted, "measured_ttft_s": measured, "measured_ttft_min_s": lo,
+         "measured_ttft_max_s": hi, "ttft_error_pct": 100 * (predicted - measured) / measured,
+         "measured_keys": ["measured_ttft_s", "measured_ttft_min_s", "measured_ttft_max_s", "ttft_error_pct"],
+         "modelled_keys": ["predicted_ttft_s"], "input_keys": ["bits", "prompt_tokens", "repeats"]}
+    (d / "metrics.json").write_text(json.dumps(m))
+    man = run_manifest()
+    man.update(app="experiments.validate", command=f"python -m experiments.validate framework={framework}",
+               machine={**man["machine"], "cpu_model": "Test CPU", "cpu_signature": kind_sig})
+    (d / "manifest.json").write_text(json.dumps(man))
+    return d
+
+
+def test_host_pages_one_per_machine_kind_with_the_per_invocation_judgement(tmp_path):
+    dirs = [_fake_validate_run(tmp_path, "a", "V/25/17/1", "edgeflow", 0.105, 0.100, 0.095, 0.120),   # +5 %
+            _fake_validate_run(tmp_path, "b", "V/25/17/1", "edgeflow", 0.130, 0.100, 0.090, 0.110),   # +30 %
+            _fake_validate_run(tmp_path, "c", "V/25/17/1", "mnn", 0.200, 0.210, 0.200, 0.230),        # -4.8 %
+            _fake_validate_run(tmp_path, "d", "V/26/2/0", "edgeflow", 0.100, 0.100, 0.100, 0.100)]
+    pages = {p.topic: p for p in report.pages_for(report.load_runs(dirs))}
+    assert sorted(pages) == ["host-test-cpu-family-25-model-17", "host-test-cpu-family-26-model-2"]
+    summary = report.page_summary(pages["host-test-cpu-family-25-model-17"].markdown)
+    assert "| edgeflow | 1 | 2 | 1 | +17.5 % (+5.0 % … +30.0 %) |" in summary
+    assert "| mnn | 1 | 1 | 1 | -4.8 % (-4.8 % … -4.8 %) |" in summary
+    assert "Test CPU family 25 model 17" in pages["host-test-cpu-family-25-model-17"].markdown
+    with pytest.raises(report.ReportError, match="--topic: the runs make 2 pages"):
+        report.pages_for(report.load_runs(dirs), topic="host")
+
+
+def test_bad_input_is_one_line_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "experiments.report", str(tmp_path / "nope")], capture_output=True,
+                       text=True, env=ENV, cwd=REPO)
+    assert r.returncode == 2 and r.stderr.strip().count("\n") == 0 and "is not a directory" in r.stderr
+    with pytest.raises(report.ReportError, match="--topic"):
+        report.pages_for([], topic="../x")
+
+
+def test_refresh_replaces_a_hand_edit(tmp_path):
+    (tmp_path / "x.md").write_text(f"{report.HEADER}\n# X\n\n{report.SUMMARY_BEGIN}\n| a |\n|---|\n| 1 |\n"
+                                   f"{report.SUMMARY_END}\n")
+    edited = "intro\n<!-- results: x -->\n| a |\n|---|\n| 2 |\n<!-- /results -->\nend\n"
+    out = report.refresh_readme(edited, tmp_path)
+    assert "| 1 |" in out and "| 2 |" not in out and out.startswith("intro\n") and out.endswith("end\n")
+    assert "No page yet" in report.refresh_readme("<!-- results: host-* -->\n<!-- /results -->\n", tmp_path)
