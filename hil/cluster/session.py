@@ -23,6 +23,7 @@ from hil.cluster.cluster import DeviceEmu, EmulatedCluster
 from hil.cluster.remote import RemoteWorker
 from planner.voltron.devices import Cluster
 from planner.voltron.latency import Profile
+from quant.arch import check_name
 from quant.atomic import atomic_write_json
 
 REPO = Path(__file__).resolve().parents[2]
@@ -67,7 +68,12 @@ def identity_key(cluster: Cluster, cores: np.ndarray, model: str) -> tuple[str, 
 class ProfileStore:
     def __init__(self, cluster: Cluster, cores: np.ndarray, model: str, root: str | os.PathLike | None = None):
         key, self.identity = identity_key(cluster, cores, model)
-        self.dir = Path(root or DEFAULT_ROOT) / f"{cluster.spec.name}_{model}_{key}"
+        base = Path(root or DEFAULT_ROOT).resolve()
+        # both names become one directory name: the model.name rule (no separators, no '..'), then checked in place
+        name = f"{check_name(cluster.spec.name, 'cluster.name')}_{check_name(model, 'model.name')}_{key}"
+        self.dir = base / name
+        if self.dir.resolve().parent != base:
+            raise ValueError(f"cluster.name: profile store {self.dir} would be outside {base}")
 
     def load(self, points: int) -> Profile | None:
         """The stored profile if it exists with at least `points` per (device, precision, phase), else None."""
