@@ -410,7 +410,7 @@ def readme_block(pattern: str, results: Path = RESULTS_DIR, link_root: str = "do
     """The body of one README block: each matching page's summary and a link to the page."""
     names = sorted(p.stem for p in results.glob("*.md") if fnmatch.fnmatchcase(p.stem, pattern))
     if not names:
-        return (f"No page yet: `python -m experiments.report <run dirs>` writes `{link_root}/{pattern}.md`.\n")
+        return f"No page yet: `python -m experiments.report <run dirs>` writes it into `{link_root}/`.\n"
     parts = []
     for n in names:
         text = (results / f"{n}.md").read_text()

@@ -134,6 +134,23 @@ def test_bad_input_is_one_line_exit_2(tmp_path):
         report.pages_for([], topic="../x")
 
 
+def test_readme_blocks_are_generated_from_the_committed_pages():
+    text = (REPO / "README.md").read_text()
+    blocks = report.BLOCK_RE.findall(text)
+    assert blocks, "README.md has no <!-- results: … --> blocks"
+    assert report.refresh_readme(text) == text, \
+        "README results blocks differ from docs/results/: run `python -m experiments.report --readme`"
+
+
+def test_committed_pages_are_generated_pages():
+    pages = sorted(report.RESULTS_DIR.glob("*.md"))
+    assert pages
+    for p in pages:
+        text = p.read_text()
+        assert text.startswith(report.HEADER) and report.page_summary(text)
+        assert (p.with_suffix(".csv")).is_file(), f"{p.name}: its CSV is missing"
+
+
 def test_refresh_replaces_a_hand_edit(tmp_path):
     (tmp_path / "x.md").write_text(f"{report.HEADER}\n# X\n\n{report.SUMMARY_BEGIN}\n| a |\n|---|\n| 1 |\n"
                                    f"{report.SUMMARY_END}\n")
