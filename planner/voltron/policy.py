@@ -8,6 +8,7 @@ its flash for the new plan, which the simulator turns into stalls (overlapped wi
 """
 from __future__ import annotations
 
+import dataclasses
 import time
 from dataclasses import dataclass, field
 
@@ -15,18 +16,22 @@ import numpy as np
 
 from planner.voltron.accuracy import AccuracyConfig, accuracy_proxy
 from planner.voltron.comm import LinkState
-from planner.voltron.devices import Cluster
+from planner.voltron.devices import BYTES_PER_WEIGHT, Cluster
 from planner.voltron.hybrid import HybridPlanner, PhaseEnv
 from planner.voltron.importance import Importance
 from planner.voltron.latency import LatencyModel
 from planner.voltron.layers import LayerTable
 from planner.voltron.plan import PhasePlan
 
+# The planner names a config may select, one policy module each. `registry.POLICIES` maps them to their classes; it
+# sits above the policies, which build on this module, so the names the config checks against are kept here.
+PLANNER_NAMES = ("voltron", "single", "mp", "tp")
+
 
 @dataclass
 class PlannerConfig:
     """conf/planner/<name>.yaml (schema `planner_schema`)."""
-    name: str = "voltron"              # a key of `registry.POLICIES`: voltron | single | mp | tp
+    name: str = "voltron"              # one of PLANNER_NAMES: voltron | single | mp | tp
     balance: str = "hetero"            # mp/tp baselines: hetero (by device speed) | equal (paper Fig. 4 naive split)
     qos_ttft_s: float = 10.0           # s, paper §5.1.3 (TTFT QoS)
     qos_tpot_s: float = 0.4            # s, paper §5.1.3 (TPOT QoS)
@@ -55,10 +60,8 @@ class PlannerConfig:
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
 
     def __post_init__(self) -> None:
-        from planner.voltron.registry import POLICIES  # the one registry of names (lazy: it imports us)
-
-        if self.name not in POLICIES:
-            raise ValueError(f"planner.name must be one of {'|'.join(POLICIES)} (got {self.name!r})")
+        if self.name not in PLANNER_NAMES:
+            raise ValueError(f"planner.name must be one of {'|'.join(PLANNER_NAMES)} (got {self.name!r})")
         if self.balance not in ("hetero", "equal"):
             raise ValueError(f"planner.balance must be hetero|equal (got {self.balance!r})")
         if self.qos_ttft_s <= 0 or self.qos_tpot_s <= 0:
@@ -148,8 +151,6 @@ class Policy:
         out = self.hp.fixed(self.hp.options(env, 0.0), env, plan.precision, plan.act_precision, plan.shards,
                             plan.pruned, plan.act_pruned)
         if out.fits and plan.freq.size and np.any(plan.freq != 1.0):     # energy mode: DVFS as planned
-            import dataclasses
-
             comp = out.est_time_s - out.est_comm_s
             out = dataclasses.replace(out, freq=plan.freq, est_time_s=comp / plan.freq.min() + out.est_comm_s)
         return out
@@ -157,8 +158,6 @@ class Policy:
     def weight_bytes(self, plan: PhasePlan) -> np.ndarray:
         """(N, D) weight bytes a plan keeps resident."""
         tb = self.ctx.table
-        from planner.voltron.devices import BYTES_PER_WEIGHT
-
         unit = tb.params[tb.type_of] * BYTES_PER_WEIGHT[plan.precision] / tb.shards[tb.type_of]
         return plan.shards * unit[:, None]
 

@@ -1,7 +1,7 @@
 """Policy registry and run context construction: planner name → policy class; model + cluster → fitted context.
 
-The policy is selected by the Hydra `planner` group (`conf/planner/<name>.yaml`, field `name`); this table is the
-only place names map to classes.
+The policy is selected by the Hydra `planner` group (`conf/planner/<name>.yaml`, field `name`, checked against
+`policy.PLANNER_NAMES`); this table is the only place names map to classes, keyed by each class's `name`.
 """
 from __future__ import annotations
 
@@ -16,8 +16,7 @@ from planner.voltron.single import SinglePolicy
 from planner.voltron.tp import TPPolicy
 from quant.arch import ModelSpec
 
-POLICIES: dict[str, type[Policy]] = {"voltron": VoltronPolicy, "single": SinglePolicy, "mp": MPPolicy,
-                                     "tp": TPPolicy}
+POLICIES: dict[str, type[Policy]] = {cls.name: cls for cls in (VoltronPolicy, SinglePolicy, MPPolicy, TPPolicy)}
 
 
 def build_context(spec: ModelSpec, cluster: Cluster, cfg: PlannerConfig, seed: int = 0,

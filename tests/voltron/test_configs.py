@@ -6,7 +6,7 @@ import pytest
 from experiments.common import ConfigError, typed
 from experiments.multidevice import register
 from planner.voltron.devices import ClusterSpec, EdgeDevice, load_cluster
-from planner.voltron.policy import PlannerConfig
+from planner.voltron.policy import PLANNER_NAMES, PlannerConfig
 from planner.voltron.registry import POLICIES
 from sim.wireless import TraceConfig
 from tests.conftest import CONF_DIR
@@ -52,8 +52,9 @@ def test_planner_configs(compose, name):
 
 
 def test_one_registry_of_policy_names():
-    """conf/planner/*.yaml, the registry and the policy classes agree (the registry is the only list of names)."""
-    assert sorted(p.stem for p in (CONF_DIR / "planner").glob("*.yaml")) == sorted(POLICIES)
+    """conf/planner/*.yaml, the names PlannerConfig accepts, the registry and the policy classes agree (the registry
+    is the only map from names to classes)."""
+    assert sorted(p.stem for p in (CONF_DIR / "planner").glob("*.yaml")) == sorted(POLICIES) == sorted(PLANNER_NAMES)
     assert all(cls.name == name for name, cls in POLICIES.items())
 
 
