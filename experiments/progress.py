@@ -1,4 +1,4 @@
-"""Progress of a `-m` sweep with an ETA, for any launcher (issue 10 "Progress").
+"""Progress of a `-m` sweep with an ETA, for any launcher (docs/sweeps.md "Progress").
 
 `SweepProgress` is a Hydra callback: at the start of a multirun it counts the jobs of the sweep (the product of the
 command line's sweep overrides) and starts a thread that polls the sweep directory for finished jobs (`metrics.json`

@@ -1,7 +1,7 @@
-"""One results table from a multirun (issue 10 "One results table"): every job's `metrics.json` under a sweep
+"""One results table from a multirun (docs/sweeps.md "One results table"): every job's `metrics.json` under a sweep
 directory, of any app, becomes one row; the swept factors (from each job's `.hydra/overrides.yaml`) become columns.
 
-    python -m experiments.results multirun/coldstart/2026-11-30_12-00-00     # -> results.parquet + results.csv there
+    python -m experiments.results multirun/coldstart/<date_time>               # -> results.parquet + results.csv there
     python -m experiments.results <sweep dir> --out <dir>
 
 Columns (prefixes keep the labels in the column names, so they survive the CSV):

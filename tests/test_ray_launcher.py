@@ -1,4 +1,4 @@
-"""Sweeps beyond one machine (issue 10): the Ray launcher (`conf/hydra/launcher/ray_local.yaml`, a local Ray
+"""Sweeps beyond one machine (docs/sweeps.md): the Ray launcher (`conf/hydra/launcher/ray_local.yaml`, a local Ray
 runtime) gives the same results table as the joblib launcher. Optional extra `[ray]`; skipped without it."""
 from __future__ import annotations
 

@@ -5,9 +5,9 @@ e.g. 4 B per element of an RMSNorm). The host calibration times the native kerne
 (`hil.runner_ops`) and records each kernel's work in bytes it reads and writes in float32 / int32 / int8
 (`hil.calibrate` `elementwise_calls`: RMSNorm 8 B per element, quantize 5, dequantize 8, RoPE 8 per rotated
 element, silu_mul 12, add 12). A table cost model that fits one line over every kernel's points and applies it to
-the DAG's bytes under-predicted these ops by 1.7-3x at 128 tokens on the host (measured 20.3 ms of CPU for
-llama.cpp-style SmolLM2's elementwise ops against 10.9 predicted, 2026-12-04; docs/hil.md "What the simulator
-models"). `HOST_KERNELS[op] = (kernel, ratio)`: the op runs as `kernel`, and moves `ratio` x `OpWork.nbytes` of
+the DAG's bytes under-predicts these ops by 1.7-3x at 128 tokens on the host (measured 20.3 ms of CPU for
+llama.cpp-style SmolLM2's elementwise ops against 10.9 predicted; docs/hil.md "What the simulator models on this
+host"). `HOST_KERNELS[op] = (kernel, ratio)`: the op runs as `kernel`, and moves `ratio` x `OpWork.nbytes` of
 that kernel's bytes. A cost table with per-kernel points (`planner.cost.table`) predicts the op from that kernel's
 own fit.
 """

@@ -1,4 +1,4 @@
-"""Issue 11, class 2 — upper bounds: every size key has a documented maximum checked before any work, and a modelled
+"""Bad input — upper bounds: every size key has a documented maximum checked before any work, and a modelled
 time / memory estimate is checked against the machine (an error when it cannot fit, a warning when merely long)."""
 from __future__ import annotations
 

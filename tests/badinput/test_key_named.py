@@ -1,5 +1,5 @@
-"""Issue 11, class 5 — every error names the key (or the file): seed=-1, turns=abc, the NaN cases, a binary trace
-file, and quant.eval_tokens=1e8 (no longer reported as a quant.calib_offset problem)."""
+"""Bad input — every error names the key (or the file): seed=-1, turns=abc, the NaN cases, a binary trace
+file, and quant.eval_tokens=1e8 (reported as itself, not as a quant.calib_offset problem)."""
 from __future__ import annotations
 
 from tests.badinput.helpers import reject

@@ -1,4 +1,4 @@
-"""Issue 11, class 3 — one line instead of a traceback: corrupt / empty / truncated GGUF files, an out-of-range
+"""Bad input — one line instead of a traceback: corrupt / empty / truncated GGUF files, an out-of-range
 quant.calib_offset (before any work), multidevice turns=3.5 and jitter=abc."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11, class 6 — packed files: one rule, both readers (Python `PackedFile` and the C validator, in memory and
+"""Bad input — packed files: one rule, both readers (Python `PackedFile` and the C validator, in memory and
 streaming), FIFOs / directories / missing files rejected without blocking, zero padding required, and a mutation fuzz
 with 0 crashes and 0 silent corruptions (docs/packing.md "Model file")."""
 from __future__ import annotations

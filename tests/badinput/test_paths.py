@@ -1,4 +1,4 @@
-"""Issue 11, class 1 — paths from config values: names are validated identifiers, every write stays under the run dir
+"""Bad input — paths from config values: names are validated identifiers, every write stays under the run dir
 or the documented cache dir, and only the known model packages can be looked up (nothing is imported)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Issue 11, class 4 — bad values are no longer accepted silently: NaN / inf in every range check, strict booleans,
+"""Bad input — bad values are never accepted silently: NaN / inf in every range check, strict booleans,
 and trace CSVs with a duplicate column, extra fields or binary content (the error names the file and row)."""
 from __future__ import annotations
 

@@ -55,7 +55,7 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert m["logits_native_exact"] is True and m["logits_native_max_abs_diff"] == 0.0   # hil.native_forward
     assert m["logits_within_tolerance"] is True
     # same top-1 wherever the reference's own top-1 survives its 1-ulp nudge (docs/hil.md "Logits": static INT8
-    # activations make the float32 forward chaotic; on this host's 2026-12-02 INT8 file at 16 tokens it flips)
+    # activations make the float32 forward chaotic, and for some files and prompts the reference's own top-1 flips)
     assert m["logits_top1_match"] is True or m["logits_ref_top1_stable"] is False
     assert m["logits_max_abs_diff"] <= m["logits_tolerance"] and "logits_ref_noise" in m["measured_keys"]
     assert m["device"] == "host" and m["repeats"] == 2

@@ -210,8 +210,8 @@ def _c_runner_case(tmp_path):
 
 
 def test_unpack_blob_checks_shape_head_and_blob(tmp_path):
-    """The binding validates before the kernels write C*D bytes: a smaller (C, D) than the index's used to write
-    past `out`; a short or corrupt head used to be read unchecked."""
+    """The binding validates before the kernels write C*D bytes: a smaller (C, D) than the index's would write
+    past `out`, a short or corrupt head would be read unchecked."""
     head, e, blob = _c_runner_case(tmp_path)
     with pytest.raises(ValueError, match=r"shape \(1, 1\) differs from the index's \(24, 300\)"):
         native.unpack_blob(head, e.index, blob, 1, 1)

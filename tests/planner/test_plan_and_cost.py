@@ -111,7 +111,7 @@ def test_table_regression_recovers_linear_profile_and_falls_back(tmp_path):
         make_cost_model("table", dev, str(tmp_path / "missing.json"))
 
 
-# elementwise points of this host's calibration (2026-11-30: native.compute rmsnorm / quantize / dequant / rope /
+# elementwise points of a host calibration (native.compute rmsnorm / quantize / dequant / rope /
 # silu_mul / add at M in {1, 16, 128}, d in {576, 2048}): (bytes, microseconds)
 ELEMENTWISE_US = [(6912, 9.6), (2880, 6.7), (6912, 8.8), (4864, 7.7), (18432, 8.1), (6912, 7.5), (76032, 10.4),
                   (46080, 7.8), (76032, 10.4), (77824, 8.7), (294912, 17.7), (110592, 8.3), (592128, 21.7),
@@ -137,7 +137,7 @@ def test_table_fit_keeps_the_fixed_cost_of_small_ops():
 def test_an_elementwise_op_is_predicted_from_its_own_kernel_in_that_kernels_bytes():
     """Points that name their kernel are fitted per kernel; a DAG op mapped to a kernel (planner.cost.elementwise)
     costs that kernel's line at ratio x its DAG bytes. silu runs as silu_mul (12 B per element against the DAG's 4):
-    a kernel 3x dearer per byte than add is no longer predicted at the mixed line's rate."""
+    a kernel 3x dearer per byte than add is not predicted at the mixed line's rate."""
     from planner.cost.elementwise import HOST_KERNELS
 
     pts = [{"unit": "cpu", "kind": "elementwise", "op": op, "work": w, "seconds": 5e-6 + w * per}

@@ -17,9 +17,9 @@ from sim.wireless import RssiTrace, TraceConfig
 from tests.voltron.helpers import context, links, policy
 
 # Accuracy constants pinned by the tests whose premise is "pruning shards costs more accuracy than the INT4 layers
-# that would replace it" (q(INT8), q(INT4) = the earlier assumed 0.2 % / 2 %). With the measured llama.cpp losses
+# that would replace it" (q(INT8), q(INT4) = 0.2 % / 2 %). With the measured llama.cpp losses
 # (q(Q8_0) = 0 within noise, q(Q4_K) ≈ 0.2 on SmolLM2, planner/voltron/accuracy.py) a 14B plan loses more by
-# raising ~12 sublayers to INT4 than by pruning the departed tablet's ATTN shards, so the proxy no longer ranks
+# raising ~12 sublayers to INT4 than by pruning the departed tablet's ATTN shards, so the proxy does not rank
 # "restored" above "pruned" or "compute-pruned" below "all-INT4": the search order (quantize, then prune) does not
 # weigh the two. These tests check the controller's mechanism (prune, reload, trade for QoS), not that ranking.
 INT4_CHEAP = (0.002, 0.02)

@@ -1,4 +1,4 @@
-"""Fair Voltron baselines (issue 9 item 5): a baseline chooses the best uniform precision that meets QoS, and no
+"""Fair Voltron baselines (docs/multidevice.md): a baseline chooses the best uniform precision that meets QoS, and no
 policy behaviour depends on its name (capabilities are declared by the policy class)."""
 from __future__ import annotations
 

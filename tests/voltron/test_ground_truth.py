@@ -1,4 +1,4 @@
-"""The multi-device simulator's own device and link model (issue 9 item 6): independent of the planner's cost
+"""The multi-device simulator's own device and link model (docs/multidevice.md): independent of the planner's cost
 functions, deterministic for a seed, and the planner's prediction error against it is reported."""
 from __future__ import annotations
 
