@@ -36,7 +36,7 @@ from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
 from quant.arch import NAME_RE, ModelSpec, check_name  # noqa: F401  (re-exported: one identifier rule)
-from quant.atomic import atomic_write_json, atomic_write_text
+from quant.atomic import TMP_RE, atomic_write_json, atomic_write_text
 
 T = TypeVar("T")
 
@@ -375,17 +375,6 @@ def write_manifest(out: Path) -> Path:
 
 
 # ================================================ run directories ====================================================
-TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")     # quant.atomic temp files: .<name>.<random>.tmp
-
-
-def is_finished(d: Path) -> bool:
-    """A run directory is finished exactly when it holds a valid, labelled metrics.json (always the last file
-    written) and no partial file of an interrupted write (`experiments.resume.finished`)."""
-    from experiments.resume import finished
-
-    return finished(d)
-
-
 def prepare_run_dir(out: Path, outputs: Iterable[str] = ()) -> list[Path]:
     """Start of a run in `out`: remove what a killed earlier run in the same directory may have left (the hidden
     partial `.<file>.<random>.tmp` of an atomic write of one of this app's files) and the previous run's

@@ -26,7 +26,10 @@ import sys
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from experiments.common import TMP_RE  # quant.atomic temp files: .<name>.<random>.tmp
+from omegaconf import OmegaConf
+
+from experiments.common import run_dir
+from quant.atomic import TMP_RE
 
 RESUME_ENV = "EDGELLM_RESUME"                           # "0": never skip
 LABEL_LISTS = ("measured_keys", "modelled_keys", "input_keys")
@@ -81,10 +84,6 @@ def resumable(expected: Iterable[str] = ()) -> Callable:
         @functools.wraps(fn)
         def wrapper(cfg, *args, **kwargs):
             if enabled():
-                from omegaconf import OmegaConf
-
-                from experiments.common import run_dir
-
                 out = run_dir()
                 doc = load_finished(out, expected, OmegaConf.to_yaml(cfg, resolve=True))
                 if doc is not None:

@@ -8,9 +8,14 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO, Iterator
+
+# The temp file of a write to <dir>/<name> is <dir>/.<name>.<random>.tmp (mkstemp's random part: [a-z0-9_]); a killed
+# writer leaves it behind, so run directories recognise (and clean) their partial files by this pattern.
+TMP_RE = re.compile(r"^\..+\.[A-Za-z0-9_]+\.tmp$")
 
 
 @contextlib.contextmanager

@@ -13,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from experiments import coldstart, multidevice
-from experiments.common import is_finished, precheck, prepare_run_dir
+from experiments.common import precheck, prepare_run_dir
+from experiments.resume import finished
 from quant.atomic import atomic_open
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -58,7 +59,7 @@ def test_killed_run_leftovers_are_cleaned_and_never_count_as_finished(tmp_path):
             raise KeyboardInterrupt
     tmp = d / ".trace.json.abc123.tmp"
     tmp.write_text("{")                                              # what SIGKILL leaves (no cleanup ran)
-    assert not is_finished(d)
+    assert not finished(d)
     from sim.coldstart.sweep import collect
     with pytest.raises(FileNotFoundError):                           # the collector counts no unfinished run
         collect(tmp_path)
@@ -66,9 +67,9 @@ def test_killed_run_leftovers_are_cleaned_and_never_count_as_finished(tmp_path):
     assert {p.name for p in removed} == {".trace.json.abc123.tmp", "trace.json"}
     assert list(d.iterdir()) == []
     (d / "metrics.json").write_text('{"measured_keys": [], "modelled_keys": [], "input_keys": []}')
-    assert is_finished(d)
+    assert finished(d)
     prepare_run_dir(d)                                               # a re-run starts unfinished
-    assert not is_finished(d)
+    assert not finished(d)
 
 
 def test_rejected_run_leaves_nothing_behind(tmp_path):
