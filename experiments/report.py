@@ -291,6 +291,22 @@ def host_summary(df: pd.DataFrame) -> str:
             "against the median of each invocation's cold runs (measured):\n\n" + md_table(pd.DataFrame(rows)))
 
 
+def host_configurations(df: pd.DataFrame) -> pd.DataFrame:
+    """Per configuration (framework, model, bits, prompt): the invocations' measured medians, the prediction, how many
+    invocations were within ±WITHIN_PCT, and whether one fixed value could be within ±WITHIN_PCT of every invocation's
+    median (max / min ≤ (1 + c) / (1 - c)): when it could not, the per-invocation criterion cannot judge the model on
+    this host (docs/hil.md "Validation protocol")."""
+    rows, c = [], WITHIN_PCT / 100
+    for (fw, model, bits, prompt), g in df.groupby(["framework", "model", "bits", "prompt_tokens"], sort=True):
+        meas, err = g["measured_ttft_s"].astype(float), g["ttft_error_pct"].astype(float)
+        rows.append({"framework": fw, "model": model, "bits": _cell(float(bits)), "prompt": prompt,
+                     "invocations": len(g), "predicted s": _num(g["predicted_ttft_s"].astype(float).median(), 3),
+                     "measured medians s (min–max)": f"{_num(meas.min(), 3)}–{_num(meas.max(), 3)}",
+                     f"within ±{WITHIN_PCT:g} %": int((err.abs() <= WITHIN_PCT).sum()),
+                     "one value within all": "yes" if meas.max() <= meas.min() * (1 + c) / (1 - c) else "no"})
+    return pd.DataFrame(rows)
+
+
 def _host_rows_md(df: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({
         "framework": df["framework"], "model": df["model"], "bits": df["bits"], "prompt": df["prompt_tokens"],
@@ -363,6 +379,8 @@ def build_page(topic: str, runs: list[Run]) -> Page:
     md = "\n".join([
         HEADER, f"# {title}", "", spec.about, "",
         SUMMARY_BEGIN, spec.summary(df), "", f"_{_short_provenance(runs)}._", SUMMARY_END, "",
+        *(["## Per configuration", "", md_table(host_configurations(df)), ""] if spec.app == "experiments.validate"
+          else []),
         "## Runs", "", f"One row per run directory; the same table as CSV: [{topic}.csv]({topic}.csv).", "",
         md_table(rows_md), "",
         _manifest_md(runs), ""])

@@ -121,7 +121,11 @@ def test_host_pages_one_per_machine_kind_with_the_per_invocation_judgement(tmp_p
     summary = report.page_summary(pages["host-test-cpu-family-25-model-17"].markdown)
     assert "| edgeflow | 1 | 2 | 1 | +17.5 % (+5.0 % … +30.0 %) |" in summary
     assert "| mnn | 1 | 1 | 1 | -4.8 % (-4.8 % … -4.8 %) |" in summary
-    assert "Test CPU family 25 model 17" in pages["host-test-cpu-family-25-model-17"].markdown
+    text = pages["host-test-cpu-family-25-model-17"].markdown
+    assert "Test CPU family 25 model 17" in text
+    # edgeflow's two invocations measured 0.100 and 0.100 s: one value could be within ±10 % of both
+    assert "| edgeflow | smollm2_135m | 5 | 16 | 2 | 0.117 | 0.100–0.100 | 1 | yes |" in text
+    assert "| mnn | smollm2_135m | 5 | 16 | 1 | 0.200 | 0.210–0.210 | 1 | yes |" in text
     with pytest.raises(report.ReportError, match="--topic: the runs make 2 pages"):
         report.pages_for(report.load_runs(dirs), topic="host")
 
@@ -158,3 +162,15 @@ def test_refresh_replaces_a_hand_edit(tmp_path):
     out = report.refresh_readme(edited, tmp_path)
     assert "| 1 |" in out and "| 2 |" not in out and out.startswith("intro\n") and out.endswith("end\n")
     assert "No page yet" in report.refresh_readme("<!-- results: host-* -->\n<!-- /results -->\n", tmp_path)
+
+
+def test_one_value_within_all_invocations_only_when_their_spread_allows_it():
+    import pandas as pd
+
+    def cfg(measured):
+        return pd.DataFrame({"framework": "edgeflow", "model": "m", "bits": 5.0, "prompt_tokens": 16,
+                             "predicted_ttft_s": 0.1, "measured_ttft_s": measured,
+                             "ttft_error_pct": [100 * (0.1 - m) / m for m in measured]})
+
+    assert report.host_configurations(cfg([0.100, 0.122]))["one value within all"][0] == "yes"   # 1.22 ≤ 1.1 / 0.9
+    assert report.host_configurations(cfg([0.100, 0.123]))["one value within all"][0] == "no"
