@@ -1,5 +1,5 @@
-"""Resumable sweeps (issue 10 "Sweeps resume"): a job whose run directory already holds a valid `metrics.json` for
-the same configuration is not re-run.
+"""Resumable sweeps (docs/sweeps.md "Resuming a killed sweep"): a job whose run directory already holds a valid
+`metrics.json` for the same configuration is not re-run.
 
 A run directory counts as finished (`finished`) when
 - `metrics.json` exists, parses as a JSON object, and carries the label lists every app writes (`measured_keys`,

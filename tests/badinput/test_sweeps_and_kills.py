@@ -1,4 +1,4 @@
-"""Issue 11, class 7 — sweeps and kills: a bad value anywhere in a `-m` list stops before the first job; an empty
+"""Bad input — sweeps and kills: a bad value anywhere in a `-m` list stops before the first job; an empty
 group value gives one line; a killed run's leftovers are cleaned and never count as finished; joblib workers exit when
 the main process is killed; a rejected run leaves nothing behind."""
 from __future__ import annotations
