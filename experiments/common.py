@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import math
 import os
 import re
 import sys
@@ -37,16 +36,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from quant.arch import NAME_RE, ModelSpec, check_name  # noqa: F401  (re-exported: one identifier rule)
 from quant.atomic import TMP_RE, atomic_write_json, atomic_write_text
+from quant.bounds import ConfigError, check_numbers, finite, int_in, strict_bool  # noqa: F401  (re-exported)
 
 T = TypeVar("T")
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 MAIN_PID_ENV = "EDGELLM_APP_PID"      # pid of the app's main process (joblib workers watch it)
 LONG_RUN_S = 60.0                     # s: a modelled run time above this prints a warning with the estimate
-
-
-class ConfigError(ValueError):
-    """A config value is invalid; the message names the key."""
 
 
 # ================================================ value checks =======================================================
@@ -57,33 +53,6 @@ def safe_path(root: str | os.PathLike, *parts: str, key: str = "") -> Path:
     if p != base and base not in p.parents:
         raise ConfigError(f"{key or 'path'}: {'/'.join(parts)!r} would write outside {base}")
     return p
-
-
-def finite(value: Any, key: str, lo: float | None = None, hi: float | None = None, *, lo_open: bool = False) -> float:
-    """A real number (int or float, not bool, not NaN/inf) in [lo, hi] ((lo, hi] with lo_open) -> float."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise ConfigError(f"{key}: must be a number (got {value!r})")
-    v = float(value)
-    if not math.isfinite(v):
-        raise ConfigError(f"{key}: must be a finite number (got {value!r})")
-    if lo is not None and (v <= lo if lo_open else v < lo):
-        raise ConfigError(f"{key}: must be {'>' if lo_open else '>='} {lo:g} (got {value!r})")
-    if hi is not None and v > hi:
-        raise ConfigError(f"{key}: must be <= {hi:g} (got {value!r})")
-    return v
-
-
-def int_in(value: Any, key: str, lo: int | None = None, hi: int | None = None) -> int:
-    """An integer (not bool; a float only when integral, e.g. 1e3) in [lo, hi] -> int."""
-    if isinstance(value, float) and math.isfinite(value) and value.is_integer():
-        value = int(value)
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise ConfigError(f"{key}: must be an integer (got {value!r})")
-    if lo is not None and value < lo:
-        raise ConfigError(f"{key}: must be >= {lo} (got {value})")
-    if hi is not None and value > hi:
-        raise ConfigError(f"{key}: must be <= {hi} (documented maximum; got {value})")
-    return value
 
 
 # A name that becomes part of a path (a run directory, a profile store, a cache file) is checked by `check_name`, the
@@ -133,13 +102,6 @@ def check_path_names(cfg: DictConfig, templates: Iterable[str] = ()) -> None:
         if isinstance(value, str) and value == "???":
             continue
         check_name(value, key)
-
-
-def strict_bool(value: Any, key: str) -> bool:
-    """true / false only (Hydra parses `key=true`, `key=false` as booleans); anything else is an error."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: must be true or false (got {value!r})")
-    return value
 
 
 # Documented maxima of the size keys (README "Apps"); checked before any work, with the resource estimate.
@@ -543,6 +505,14 @@ def _compose_error(e: BaseException, override: str = "") -> str:
     return f"{key}: {first}" if key else first
 
 
+def _plain(cfg: DictConfig) -> Any:
+    """The config as plain containers, interpolations resolved where they resolve (else left as text)."""
+    try:
+        return OmegaConf.to_container(cfg, resolve=True)
+    except Exception:
+        return OmegaConf.to_container(cfg, resolve=False)
+
+
 def run_dir_templates(config_name: str, hydra_overrides: Iterable[str] = ()) -> list[str]:
     """The run-directory templates of an app: `hydra.run.dir` / `hydra.sweep.dir` / `hydra.sweep.subdir` of
     conf/<config_name>.yaml, and those given on the command line (`hydra.run.dir=...`)."""
@@ -614,6 +584,7 @@ def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig],
                 fail(_compose_error(e, bad) + where)
             try:
                 check_path_names(cfg, templates)
+                check_numbers(_plain(cfg))
                 est = validate(cfg)
             except (ConfigError, ValueError, TypeError, FileNotFoundError) as e:
                 msg = str(e).splitlines()[0] if str(e) else type(e).__name__

@@ -31,6 +31,7 @@ from hil.cluster.transport import LinkDown
 from planner.voltron.comm import LinkState
 from planner.voltron.policy import Decision, Policy, PolicyContext
 from planner.voltron.shard_map import assign_shards
+from quant.bounds import finite, int_in
 
 MIN_RATE_BPS = 1e6         # bit/s: tbf floor for a link that is up (the RSSI table's MCS 0 goodput is above this)
 
@@ -44,10 +45,12 @@ class LiveConfig:
     max_retries: int = 3            # re-plans of one step after links fell during it
 
     def __post_init__(self) -> None:
-        if self.trace_start_s < 0 or self.trace_speed <= 0 or self.think_s < 0:
-            raise ValueError("live: trace_start_s >= 0, trace_speed > 0, think_s >= 0")
-        if not 0.001 <= self.link_poll_s <= 1.0:
-            raise ValueError(f"live.link_poll_s must be in [0.001, 1] s (got {self.link_poll_s})")
+        # quant.bounds: finite and in range (NaN fails every comparison there); the maxima bound a run, not the trace
+        self.trace_start_s = finite(self.trace_start_s, "live.trace_start_s", 0.0, 1e6)
+        self.trace_speed = finite(self.trace_speed, "live.trace_speed", 0.0, 1e4, lo_open=True)
+        self.think_s = finite(self.think_s, "live.think_s", 0.0, 1e6)
+        self.link_poll_s = finite(self.link_poll_s, "live.link_poll_s", 0.001, 1.0)
+        self.max_retries = int_in(self.max_retries, "live.max_retries", 1, 100)
 
 
 class TraceClock:
