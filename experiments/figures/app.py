@@ -1,8 +1,9 @@
-"""`python -m experiments.figures figure=<name>|all|index size=full|toy out=figures progress=true` (issue 10).
+"""`python -m experiments.figures figure=<name>|all|index size=full|toy out=figures progress=true`.
 
 Thin Hydra app: resolves the figure names, writes each figure's CSV / PNG / PDF through `experiments.figures.base`
 and the index page; a tqdm bar with an ETA over the figures unless `progress=false`. Errors in the arguments stop
-before any work with one line `error: <key>: ...` (exit 2).
+before any work with one line `error: <key>: ...` (exit 2); so does a figure asked for by name whose results are
+not on disk. `all` leaves such a figure out and prints why.
 """
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ import hydra
 from hydra.core.config_store import ConfigStore
 from omegaconf import DictConfig, OmegaConf
 
-from experiments.figures import NAMES, available, load
+from experiments.figures import NAMES, available, load, unavailable
 from experiments.figures.base import SIZES, set_progress, write_figure
 from experiments.figures.index import write_index
 
@@ -33,20 +34,30 @@ class FiguresConfig:
 ConfigStore.instance().store(name="figures_schema", node=FiguresConfig)
 
 
+def left_out() -> dict[str, str]:
+    """Figures `all` leaves out because the results they need are not on disk: name -> why."""
+    return {n: why for n in available() if (why := unavailable(n))}
+
+
 def resolve(cfg: FiguresConfig) -> list[str]:
-    """Figure names to build, after checking every argument (ValueError naming the key)."""
+    """Figure names to build, after checking every argument (ValueError naming the key); `all` without the
+    figures of `left_out`."""
     if cfg.size not in SIZES:
         raise ValueError(f"size: must be one of {', '.join(SIZES)} (got {cfg.size!r})")
     names = [n.strip() for n in str(cfg.figure).split(",") if n.strip()]
     if not names:
         raise ValueError("figure: give a figure name, all or index")
     if names == ["all"]:
-        return list(available())
+        skip = left_out()
+        return [n for n in available() if n not in skip]
     if names == ["index"]:
         return []
     unknown = [n for n in names if n not in NAMES or n not in available()]
     if unknown:
         raise ValueError(f"figure: unknown figure {unknown[0]!r}; one of: all, index, {', '.join(available())}")
+    for n in names:
+        if why := unavailable(n):
+            raise ValueError(f"figure: {n}: {why}")
     return names
 
 
@@ -74,6 +85,9 @@ def run(cfg: DictConfig) -> list[dict]:
         print(f"error: {e}", file=sys.stderr)
         raise SystemExit(2) from None
     out = Path(c.out)
+    if c.figure == "all":
+        for n, why in left_out().items():
+            print(f"{n}: left out: {why}", file=sys.stderr)
     rows = build(names, c.size, out, c.progress)
     for r in rows:
         print(f"{r['figure']:24s} {r['wall_s']:7.1f} s (measured)  {r['png']}")

@@ -1,4 +1,4 @@
-"""The contract of one paper-figure module and the writer of its outputs (issue 10; docs/figures.md).
+"""The contract of one paper-figure module and the writer of its outputs (docs/figures.md).
 
 A figure module under `experiments/figures/` defines `SPEC` (a `FigureSpec`: which paper figure, what is simulated,
 what is measured on real hardware, the paper's claim in our words), `data(size) -> pandas.DataFrame` (the CSV behind
@@ -6,10 +6,16 @@ the figure, built from the library functions of `sim/`, `planner/` and `quant/`;
 `modelled`, `measured` or `paper`) and `plot(df, fig)` (draws into a matplotlib Figure). `write_figure` writes
 `<out>/<name>.csv`, `.png` and `.pdf` atomically. `size` is `full` (the paper's setting) or `toy` (seconds; the
 golden tests of `tests/figures/` pin its CSV).
+
+Presentation rules every figure follows (`tests/figures/layout_check.py` checks the first two on every figure):
+legends sit outside the axes (`legend`) or in a figure-level row (`fig_legend`), never over data; no text leaves the
+figure (constrained layout); what is simulated or measured is said under the heading (`note`), not inside an axis;
+identifiers are shown by their display names (`experiments.figures.names.label`).
 """
 from __future__ import annotations
 
 import io
+import textwrap
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -20,23 +26,40 @@ from quant.atomic import atomic_write_bytes
 
 SIZES = ("full", "toy")
 SOURCES = ("modelled", "measured", "paper")     # values of the `source` column
-NOT_MEASURED = "not measured in this run"       # written on a figure whose measured part has no results on disk
 
 
 @dataclass(frozen=True)
 class FigureSpec:
     name: str                   # module and file stem, e.g. "edgeflow_fig01"
     paper: str                  # "EdgeFlow" | "Voltron"
-    figure: str                 # the paper's numbering, e.g. "Fig. 1" or "Fig. 12 + Table 4"
-    title: str                  # what the figure shows
+    figure: str                 # the paper's figure as its design text references it, e.g. "Fig. 1"; "" if none
+    topic: str                  # what the figure is about, in a reader's words, e.g. "Cold-start ablation"
+    title: str                  # the setting shown: model, device, prompt, budget …
     claim: str                  # the paper's claim in our own words (from its design sections)
     simulated: str              # what this framework simulates for it ("" if nothing)
     measured: str = ""          # what is measured on real hardware (this host) for it ("" if nothing)
-    withheld: bool = False      # True: the paper's figure is in its withheld evaluation; this is our counterpart
+    withheld: bool = False      # True: a counterpart of the paper's evaluation (not in its design text)
     # golden-test tolerances per CSV column: column -> (relative, absolute); columns not listed compare exactly
     tolerances: dict[str, tuple[float, float]] = field(default_factory=dict)
     # columns that are measured on this host (never compared with a golden file: they change run to run)
     measured_columns: tuple[str, ...] = ()
+    # what must exist on disk for the figure to be drawn ("" = nothing: it is always drawn); the module's
+    # `unavailable()` then says whether it is there
+    requires: str = ""
+
+    def __post_init__(self):
+        if self.withheld and self.figure:
+            raise ValueError(f"figure {self.name}: a counterpart of the withheld evaluation names no paper figure "
+                             f"(the design text does not say which number the paper gave it; got {self.figure!r})")
+
+    @property
+    def heading(self) -> str:
+        """The figure's heading: its topic and the paper figure it stands for, as far as the design text says."""
+        if self.withheld:
+            return f"{self.topic} (counterpart of {self.paper}'s evaluation)"
+        if self.figure:
+            return f"{self.topic} ({self.paper} {self.figure})"
+        return f"{self.topic} (not a paper figure)"
 
 
 @dataclass(frozen=True)
@@ -81,20 +104,39 @@ def check_frame(spec: FigureSpec, df: pd.DataFrame) -> pd.DataFrame:
     return df
 
 
-def render(fig_obj: Figure, df: pd.DataFrame) -> tuple[bytes, bytes]:
-    """(PNG bytes, PDF bytes) of the figure."""
+FIGSIZE = (10.0, 5.5)       # inches; every figure is drawn at this size (the PNG at 110 dpi)
+DPI = 110
+HEADING_CHARS = 140         # heading lines wrap here: about the figure's width at 10 pt
+
+
+def draw(fig_obj: Figure, df: pd.DataFrame):
+    """The matplotlib Figure of `fig_obj` over `df`, laid out (constrained layout) and drawn; the caller closes it."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig = plt.figure(figsize=(10, 5.5))
+    fig = plt.figure(figsize=FIGSIZE, dpi=DPI, layout="constrained")
     try:
         fig_obj.plot(df, fig)
-        fig.suptitle(f"{fig_obj.spec.paper} {fig_obj.spec.figure}: {fig_obj.spec.title}", fontsize=10)
-        fig.tight_layout()
+        notes = "; ".join(getattr(fig, NOTES, []))
+        lines = [fig_obj.spec.heading, fig_obj.spec.title + (f" — {notes}" if notes else "")]
+        fig.suptitle("\n".join(textwrap.fill(line, HEADING_CHARS) for line in lines), fontsize=10)
+        fig.canvas.draw()
+    except BaseException:
+        plt.close(fig)
+        raise
+    return fig
+
+
+def render(fig_obj: Figure, df: pd.DataFrame) -> tuple[bytes, bytes]:
+    """(PNG bytes, PDF bytes) of the figure."""
+    import matplotlib.pyplot as plt
+
+    fig = draw(fig_obj, df)
+    try:
         png, pdf = io.BytesIO(), io.BytesIO()
-        fig.savefig(png, format="png", dpi=110)
+        fig.savefig(png, format="png", dpi=DPI)
         fig.savefig(pdf, format="pdf", metadata={"CreationDate": None, "ModDate": None})
         return png.getvalue(), pdf.getvalue()
     finally:
@@ -114,6 +156,29 @@ def write_figure(fig_obj: Figure, size: str, out: Path) -> dict[str, Path]:
     return paths
 
 
-def note(ax, text: str) -> None:
-    """A grey note in the corner of an axis (e.g. NOT_MEASURED, or 'modelled')."""
-    ax.text(0.99, 0.98, text, transform=ax.transAxes, ha="right", va="top", fontsize=8, color="0.35")
+NOTES = "_figure_notes"      # attribute of a matplotlib Figure holding its notes until the heading is drawn
+
+
+def note(fig, text: str) -> None:
+    """A note on what the figure's numbers are (e.g. "simulated"), shown after the setting line of the
+    heading, never inside an axis. `fig` is the matplotlib Figure (or one of its axes)."""
+    fig = fig if hasattr(fig, "suptitle") else fig.figure
+    notes = getattr(fig, NOTES, [])
+    setattr(fig, NOTES, notes + [text])
+
+
+def legend(ax, **kw):
+    """The axis' legend outside it, right of the plot area (constrained layout makes room for it)."""
+    kw.setdefault("fontsize", 8)
+    return ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0), borderaxespad=0.0, **kw)
+
+
+def fig_legend(fig, axes, **kw):
+    """One legend for several axes (their handles, each label once), in a row under the plots."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    kw.setdefault("fontsize", 8)
+    kw.setdefault("ncol", min(len(seen), 5) or 1)
+    return fig.legend(list(seen.values()), list(seen), loc="outside lower center", **kw)

@@ -58,9 +58,8 @@ def sweep_frame(models: Iterable[str], frameworks: Iterable[str], workloads: Ite
                 bits: Iterable[float] = (5.0,), keys: Iterable[str] = ("ttft_s",), dev: str = PHONE) -> list[dict]:
     """Long rows (model, framework, workload, prompt_tokens, bits, metric, value, source=modelled) of
     `sim.coldstart.sweep.sweep` over the grid."""
-    from sim.coldstart.sweep import sweep
-
     from experiments.figures.base import progress
+    from sim.coldstart.sweep import sweep
 
     rows = []
     keys = tuple(keys)
@@ -74,7 +73,10 @@ def sweep_frame(models: Iterable[str], frameworks: Iterable[str], workloads: Ite
 
 
 def grouped_bars(ax, df, group: str, series: str, value: str = "value", log: bool = False) -> None:
-    """Bars of `value`: one group per distinct `group`, one bar per `series` (order of first appearance)."""
+    """Bars of `value`: one group per distinct `group`, one bar per `series` (order of first appearance), both shown
+    by their display names (`experiments.figures.names`)."""
+    from experiments.figures.names import label
+
     groups = list(dict.fromkeys(df[group]))
     sers = list(dict.fromkeys(df[series]))
     cell = {(g, s): v for g, s, v in zip(df[group], df[series], df[value])}
@@ -82,7 +84,7 @@ def grouped_bars(ax, df, group: str, series: str, value: str = "value", log: boo
     colors = __import__("matplotlib").pyplot.get_cmap("tab20").colors
     for i, s in enumerate(sers):
         ax.bar([j + i * width for j in range(len(groups))],
-               [cell.get((g, s), float("nan")) for g in groups], width, label=str(s), color=colors[i % 20])
-    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], [str(g) for g in groups])
+               [cell.get((g, s), float("nan")) for g in groups], width, label=label(s), color=colors[i % 20])
+    ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], [label(g) for g in groups])
     if log:
         ax.set_yscale("log")

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
+from experiments.figures.base import FigureSpec, legend, note
 from experiments.figures.data import device, model
+from experiments.figures.names import label
 from sim.coldstart.calibration import LLMNPU_TOKENS, TARGETS, llmnpu_run
 
 SPEC = FigureSpec(
-    name="edgeflow_fig01", paper="EdgeFlow", figure="Fig. 1",
-    title=f"llm.npu cold start breakdown, Llama3-8B, {LLMNPU_TOKENS}-token prompt",
+    name="edgeflow_fig01", paper="EdgeFlow", figure="Fig. 1", topic="llm.npu cold-start breakdown",
+    title=f"Llama3-8B, {LLMNPU_TOKENS}-token prompt, Xiaomi 15 Pro profile",
     claim="Building the NPU graph online makes llm.npu's cold start take tens of seconds; storing the optimized graph "
           "and overlapping per-layer graph loading with prefill removes most of it, but weight loading stays on the "
           "critical path and leaves a long bubble, so the cold start is still above what users tolerate.",
@@ -31,12 +32,12 @@ PAPER = {("llmnpu", "ttft_s"): TARGETS["llmnpu_online_ttft"], ("llmnpu", "load_s
 def data(size: str) -> pd.DataFrame:
     spec, dev = model("llama3_8b"), device()          # cheap at any size (< 1 s): toy = full
     rows = []
-    for policy, label in VARIANTS:
+    for policy, name in VARIANTS:
         m = llmnpu_run(spec, dev, policy)
         for ph in PHASES:
-            rows.append({"variant": policy, "label": label, "phase": ph, "seconds": m[ph], "source": "modelled"})
+            rows.append({"variant": policy, "label": name, "phase": ph, "seconds": m[ph], "source": "modelled"})
             if (policy, ph) in PAPER:
-                rows.append({"variant": policy, "label": label, "phase": ph, "seconds": PAPER[(policy, ph)],
+                rows.append({"variant": policy, "label": name, "phase": ph, "seconds": PAPER[(policy, ph)],
                              "source": "paper"})
     return pd.DataFrame(rows)
 
@@ -53,7 +54,7 @@ def plot(df: pd.DataFrame, fig) -> None:
             continue
         left = 0.0
         for ph in ("setup_s", "load_s", "graph_s", "prefill_s"):
-            ax.barh(i, d[ph], left=left, color=colors[ph], label=ph[:-2] if i == 0 else None)
+            ax.barh(i, d[ph], left=left, color=colors[ph], label=label(ph) if i == 0 else None)
             left += d[ph]
     pap = df[(df.source == "paper") & (df.phase == "ttft_s")]
     for i, (policy, _lab) in enumerate(VARIANTS):
@@ -63,5 +64,5 @@ def plot(df: pd.DataFrame, fig) -> None:
                     label="paper TTFT" if i == 0 else None)
     ax.set_yticks(range(len(labels)), labels)
     ax.set_xlabel("seconds (bars: modelled; dashed: paper)")
-    ax.legend(fontsize=8, loc="lower right")
-    note(ax, "simulated on the calibrated phone profile")
+    legend(ax)
+    note(fig, "simulated on the calibrated phone profile")

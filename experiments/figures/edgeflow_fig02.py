@@ -6,8 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
+from experiments.figures.base import FigureSpec, legend, note
 from experiments.figures.data import coldstart
+from experiments.figures.names import label
 from sim.coldstart.calibration import LLMNPU_TOKENS, TARGETS
 
 PATIENCE_S = 7.0                     # s, users lose patience beyond this (EdgeFlow §2.2, ref. [9])
@@ -15,8 +16,8 @@ PAPER_PRELOAD_GB = 4.0               # GB, Fig. 2: preloaded data llm.npu needs 
 GRID = {"full": tuple(np.round(np.arange(0.0, 8.01, 0.5), 2)), "toy": (0.0, 2.0, 4.0)}   # GB preloaded
 
 SPEC = FigureSpec(
-    name="edgeflow_fig02", paper="EdgeFlow", figure="Fig. 2",
-    title=f"TTFT vs prefetched weights, Llama3-8B, {LLMNPU_TOKENS} tokens, Xiaomi 15 Pro profile",
+    name="edgeflow_fig02", paper="EdgeFlow", figure="Fig. 2", topic="TTFT vs weights prefetched into memory",
+    title=f"Llama3-8B, {LLMNPU_TOKENS}-token prompt, Xiaomi 15 Pro profile",
     claim="Prefetching helps llm.npu only once several GB (about a quarter of a 16 GB phone's memory) are kept "
           "resident; EdgeFlow reaches an acceptable TTFT with nothing reserved in advance.",
     simulated="llm.npu+ and EdgeFlow cold starts with 0-8 GB of weights already in memory",
@@ -39,12 +40,12 @@ def plot(df: pd.DataFrame, fig) -> None:
     mod = df[df.source == "modelled"]
     for fw, style in (("llmnpu_plus", "o-"), ("edgeflow", "s-")):
         d = mod[mod.framework == fw]
-        ax.plot(d.preloaded_gb, d.ttft_s, style, label=f"{fw} (modelled)")
+        ax.plot(d.preloaded_gb, d.ttft_s, style, label=f"{label(fw)} (modelled)")
     p = df[df.source == "paper"]
     ax.plot(p.preloaded_gb, p.ttft_s, "k*", ms=12, label="llm.npu, paper (≈)")
     ax.axhspan(0, PATIENCE_S, color="tab:green", alpha=0.1, label=f"acceptable (≤ {PATIENCE_S:g} s)")
     ax.set_xlabel("weights prefetched into memory before the cold start (GB)")
     ax.set_ylabel("TTFT (s)")
     ax.set_ylim(bottom=0)
-    ax.legend(fontsize=8)
-    note(ax, "simulated")
+    legend(ax)
+    note(fig, "simulated")

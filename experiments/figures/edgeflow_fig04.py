@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
+from experiments.figures.base import FigureSpec, fig_legend, note
 from experiments.figures.data import device, model
+from experiments.figures.names import labels
 from planner.formats import model_bits
 from sim.coldstart.calibration import FIG4B_BUDGET, TARGETS, fig4b
 
@@ -21,7 +22,8 @@ MODELS = {"full": "llama3_8b", "toy": "llama3_8b"}   # < 1 s with the cached all
 
 SPEC = FigureSpec(
     name="edgeflow_fig04", paper="EdgeFlow", figure="Fig. 4",
-    title="(a) bit widths of the adaptive 5-bit allocation, (b) load / unpack time per packing, Llama3-8B",
+    topic="Adaptive bit widths and the load / unpack cost of packing them",
+    title="Llama3-8B, 5-bit budget, Xiaomi 15 Pro profile",
     claim="Adaptive allocation puts most channels at the budget with a spread around it; packing such odd widths "
           "either pads (INT4/INT8 mixed: little saving in load time) or compacts them (K-quant: fast load, but slow "
           "unpacking that becomes the new bottleneck).",
@@ -57,11 +59,10 @@ def plot(df: pd.DataFrame, fig) -> None:
     for off, src, color in ((-0.2, "modelled", "tab:blue"), (0.2, "paper", "0.6")):
         d = a[a.source == src].set_index("item")["value"]
         ax1.bar([i + off for i in range(len(items))], [100 * d.get(it, 0.0) for it in items], 0.4, color=color,
-                label=src)
+                label=f"channel share, {src}")
     ax1.set_xticks(range(len(items)), [it.split()[0] for it in items])
     ax1.set_xlabel("bits per weight (channel)")
     ax1.set_ylabel("% of output channels")
-    ax1.legend(fontsize=8)
     ax1.set_title("(a) 5-bit adaptive allocation", fontsize=9)
     b = df[df.panel == "b"]
     for i, fmt in enumerate(FORMATS):
@@ -73,8 +74,8 @@ def plot(df: pd.DataFrame, fig) -> None:
             if k in p:
                 ax2.plot([i + off - 0.2, i + off + 0.2], [p[k]] * 2, "k--", lw=1.2,
                          label="paper" if (i, k) == (0, "load_s") else None)
-    ax2.set_xticks(range(len(FORMATS)), FORMATS)
+    ax2.set_xticks(range(len(FORMATS)), labels(FORMATS), fontsize=8)
     ax2.set_ylabel("seconds")
-    ax2.legend(fontsize=8)
     ax2.set_title("(b) load and unpack, 32 layers", fontsize=9)
-    note(ax2, "bars: modelled")
+    fig_legend(fig, (ax1, ax2), ncol=5)
+    note(fig, "bars: modelled; grey bars and dashed lines: the paper")

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
+from experiments.figures.base import FigureSpec, fig_legend, note
 from experiments.figures.data import coldstart
+from experiments.figures.names import label
 
 TOKENS = {"full": (64, 128, 256, 512, 1024), "toy": (128, 256)}
 FRAMEWORKS = ("llmnpu_mat", "edgeflow")
@@ -16,8 +17,9 @@ KEYS = ("prefill_s", "cpu_busy_s", "npu_busy_s", "cpu_bubble_rate", "npu_bubble_
 PAPER_MAX_BUBBLE = 0.91      # Fig. 5c: up to 91 % bubble rate
 
 SPEC = FigureSpec(
-    name="edgeflow_fig05", paper="EdgeFlow", figure="Fig. 5",
-    title="llm.npu's static CPU/NPU prefill pipeline: busy time and bubble rate vs prompt length, Llama3-8B",
+    name="edgeflow_fig05", paper="EdgeFlow", figure="Fig. 5c",
+    topic="CPU / NPU busy time and bubble rate of llm.npu's static prefill pipeline",
+    title="Llama3-8B, 5 bits, Xiaomi 15 Pro profile; EdgeFlow's pipeline beside it",
     claim="llm.npu's coarse, static split puts NPU-inefficient operators on the NPU, so the NPU is always the longer "
           "side and the pipeline idles most of the time (bubble rates up to about 90 %), and the imbalance shifts "
           "with prompt length, which a static schedule cannot follow.",
@@ -43,16 +45,17 @@ def plot(df: pd.DataFrame, fig) -> None:
     for fw, style in (("llmnpu_mat", "-"), ("edgeflow", "--")):
         for k, c in (("cpu_busy_s", "tab:blue"), ("npu_busy_s", "tab:orange")):
             d = mod[(mod.framework == fw) & (mod.metric == k)]
-            ax1.plot(d.prompt_tokens, d.value, style, color=c, marker="o", label=f"{fw} {k[:3].upper()} busy")
+            ax1.plot(d.prompt_tokens, d.value, style, color=c, marker="o", label=f"{label(fw)}, {k[:3].upper()}")
         for k, c in (("cpu_bubble_rate", "tab:blue"), ("npu_bubble_rate", "tab:orange")):
             d = mod[(mod.framework == fw) & (mod.metric == k)]
-            ax2.plot(d.prompt_tokens, 100 * d.value, style, color=c, marker="o", label=f"{fw} {k[:3].upper()}")
+            ax2.plot(d.prompt_tokens, 100 * d.value, style, color=c, marker="o", label=f"{label(fw)}, {k[:3].upper()}")
     p = df[(df.source == "paper")]
     ax2.axhline(100 * float(p.value.iloc[0]), color="k", ls=":", lw=1, label="paper: up to 91 % (llm.npu)")
     ax1.set_xlabel("prompt tokens")
     ax1.set_ylabel("busy time in prefill (s)")
-    ax1.legend(fontsize=7)
+    ax1.set_title("busy time", fontsize=9)
     ax2.set_xlabel("prompt tokens")
     ax2.set_ylabel("bubble rate (%)")
-    ax2.legend(fontsize=7)
-    note(ax1, "simulated")
+    ax2.set_title("bubble rate", fontsize=9)
+    fig_legend(fig, (ax1, ax2), ncol=5)
+    note(fig, "simulated")

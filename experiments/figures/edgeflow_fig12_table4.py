@@ -1,4 +1,4 @@
-"""EdgeFlow "Fig. 12 with Table 4" counterpart: accuracy of NPU-compatible quantization methods at each bit budget,
+"""Counterpart of EdgeFlow's accuracy evaluation: accuracy of NPU-compatible quantization methods at each bit budget,
 measured on the real SmolLM2-135M on this host (perplexity and mean KL against the dequantized reference; the
 paper's Table 4 shape, README "Quantization of the real SmolLM2-135M"). The paper's evaluation (Llama3-8B and
 others on benchmark accuracy) is withheld from the design text and needs GPUs and datasets; this is the measurable
@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note, progress
+from experiments.figures.base import FigureSpec, fig_legend, note, progress
+from experiments.figures.names import label
 
 GRID = {
     "full": dict(methods=("edgeflow", "smoothquant", "shadow_outlier", "cmpq"), fixed=("int8", "int4"),
@@ -27,8 +28,9 @@ GRID = {
 MODEL = "smollm2_135m"
 
 SPEC = FigureSpec(
-    name="edgeflow_fig12_table4", paper="EdgeFlow", figure="Fig. 12 + Table 4", withheld=True,
-    title="quantization accuracy vs bit budget under the NPU constraints, real SmolLM2-135M (measured)",
+    name="edgeflow_fig12_table4", paper="EdgeFlow", figure="", withheld=True,
+    topic="Quantization accuracy vs bit budget under the NPU's constraints",
+    title="real SmolLM2-135M, perplexity and KL against the dequantized reference",
     claim="Under the NPU's constraints (static per-tensor INT8 activations, per-output-channel weights), "
           "EdgeFlow's importance-aware per-channel bit allocation with NPU-aware smoothing keeps accuracy close to "
           "the full-precision model at about 5 bits, better than the NPU-compatible baselines at the same budget.",
@@ -40,9 +42,10 @@ SPEC = FigureSpec(
 
 
 def data(size: str) -> pd.DataFrame:
+    from quant.arch import model_spec
     from quant.calibrate import calibrate
     from quant.evaluate import eval_text_tokens, evaluate_slices, settings_slices
-    from quant.gguf_model import load_weights, model_spec
+    from quant.gguf_model import load_weights
     from quant.llama import forward_logits
     from quant.methods import METHODS
     from quant.settings import QuantSettings
@@ -75,8 +78,9 @@ def plot(df: pd.DataFrame, fig) -> None:
     for method in dict.fromkeys(df.method):
         d = df[df.method == method].sort_values("stored_bits_per_weight")
         style = "o-" if len(d) > 1 else "s"
-        ax1.errorbar(d.stored_bits_per_weight, d.ppl, yerr=d.ppl_sd, fmt=style, capsize=2, label=method)
-        ax2.errorbar(d.stored_bits_per_weight, d.kl_mean, yerr=d.kl_mean_sd, fmt=style, capsize=2, label=method)
+        ax1.errorbar(d.stored_bits_per_weight, d.ppl, yerr=d.ppl_sd, fmt=style, capsize=2, label=label(method))
+        ax2.errorbar(d.stored_bits_per_weight, d.kl_mean, yerr=d.kl_mean_sd, fmt=style, capsize=2,
+                     label=label(method))
     ax1.axhline(float(df.ref_ppl.iloc[0]), color="k", ls=":", lw=1, label="reference (dequantized GGUF)")
     ax1.set_yscale("log")
     ax1.set_xlabel("stored bits per linear weight")
@@ -84,5 +88,5 @@ def plot(df: pd.DataFrame, fig) -> None:
                    f"{int(df.eval_tokens.iloc[0])} tokens")
     ax2.set_xlabel("stored bits per linear weight")
     ax2.set_ylabel("mean KL(ref ‖ quantized), nats (mean ± sd over slices)")
-    ax1.legend(fontsize=7)
-    note(ax1, "measured on this host")
+    fig_legend(fig, (ax1, ax2), ncol=7)
+    note(fig, "measured on this host")

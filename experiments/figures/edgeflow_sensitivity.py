@@ -7,16 +7,18 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note, progress
+from experiments.figures.base import FigureSpec, fig_legend, note, progress
 from experiments.figures.data import PHONE, device, framework, model, workload
+from experiments.figures.names import label
 from sim.coldstart.run import ColdStartSettings, run_one
 from sim.coldstart.sensitivity import FRAMEWORKS, WORKLOADS, variants
 
 GRID = {"full": (FRAMEWORKS, WORKLOADS, None), "toy": (("llamacpp", "edgeflow"), ("lambada",), 4)}
 
 SPEC = FigureSpec(
-    name="edgeflow_sensitivity", paper="EdgeFlow", figure="assumptions (not a paper figure)",
-    title="TTFT change per assumed profile value at 0.5x / 2x, Llama3-8B, 5 bits",
+    name="edgeflow_sensitivity", paper="EdgeFlow", figure="",
+    topic="Sensitivity of the modelled TTFT to the phone profile's assumed values",
+    title="each assumed value at 0.5x / 2x (or the alternative assumption), Llama3-8B, 5 bits",
     claim="(no claim of the paper) The framework's own check: which modelled TTFTs and which framework orderings "
           "depend on values the component figures do not pin down.",
     simulated="every framework's cold start with each assumed parameter at 0.5x / 2x (or the alternative assumption)",
@@ -36,11 +38,11 @@ def data(size: str) -> pd.DataFrame:
         for f in fws:
             rows.append({"parameter": "(default)", "variant": "", "workload": w, "framework": f, "ttft_s": base[f],
                          "change_pct": 0.0, "source": "modelled"})
-        for key, label, t in progress(vs, f"assumptions ({w})"):
+        for key, what, t in progress(vs, f"assumptions ({w})"):
             for f, fw in fws0.items():
                 dev, fw2 = t(dev0, fw)
                 v = run_one(spec, dev, fw2, wl, ColdStartSettings(write_trace=False))[0]["ttft_s"]
-                rows.append({"parameter": key, "variant": label, "workload": w, "framework": f, "ttft_s": v,
+                rows.append({"parameter": key, "variant": what, "workload": w, "framework": f, "ttft_s": v,
                              "change_pct": 100 * (v - base[f]) / base[f], "source": "modelled"})
     return pd.DataFrame(rows)
 
@@ -50,18 +52,21 @@ def plot(df: pd.DataFrame, fig) -> None:
     d["label"] = d.parameter + " " + d.variant
     wls = list(dict.fromkeys(d.workload))
     fws = list(dict.fromkeys(d.framework))
+    axes = []
     for i, w in enumerate(wls):
-        ax = fig.add_subplot(1, len(wls), i + 1)
+        ax = fig.add_subplot(1, len(wls), i + 1, sharey=axes[0] if axes else None)
         e = d[d.workload == w]
-        labels = list(dict.fromkeys(e.label))
+        rows = list(dict.fromkeys(e.label))
         h = 0.8 / len(fws)
         for j, f in enumerate(fws):
             g = e[e.framework == f].set_index("label")["change_pct"]
-            ax.barh([k + j * h for k in range(len(labels))], [g.get(lab, 0.0) for lab in labels], h, label=f)
-        ax.set_yticks([k + 0.4 - h / 2 for k in range(len(labels))], labels if i == 0 else [""] * len(labels),
-                      fontsize=5)
-        ax.axvline(0, color="k", lw=0.6)
-        ax.set_xlabel(f"TTFT change (%), {w}")
+            ax.barh([k + j * h for k in range(len(rows))], [g.get(lab, 0.0) for lab in rows], h, label=label(f))
+        ax.set_yticks([k + 0.4 - h / 2 for k in range(len(rows))], rows, fontsize=6)
+        ax.tick_params(axis="y", labelleft=i == 0)
         if i == 0:
-            ax.legend(fontsize=6)
-            note(ax, "simulated")
+            ax.invert_yaxis()                   # the first parameter on top (the axes share y: once for all)
+        ax.axvline(0, color="k", lw=0.6)
+        ax.set_xlabel(f"TTFT change (%), {label(w)} prompt")
+        axes.append(ax)
+    fig_legend(fig, axes, ncol=len(fws))
+    note(fig, "simulated")

@@ -1,7 +1,8 @@
 """This host as a device: cold-start TTFT and phases predicted by the simulator (with the measured host profile)
 beside the same plan run for real by the native runner — the results of `python -m experiments.validate`
 (docs/hil.md) found on disk under `outputs/validate/` and `multirun/validate/` (newest run per framework, bits and
-prompt length). Nothing is run here: without validate results the figure says "not measured in this run".
+prompt length). Nothing is run here: without validate results there is no figure (`unavailable` says why;
+`figure=all` leaves it out).
 
 The EdgeFlow paper's figures are of a phone; this is the measured counterpart on the hardware at hand (§5 of the
 framework's design: predict, run, report the error)."""
@@ -11,21 +12,24 @@ from pathlib import Path
 
 import pandas as pd
 
-from experiments.figures.base import NOT_MEASURED, FigureSpec, note
+from experiments.figures.base import FigureSpec, fig_legend, note
 from experiments.figures.data import ROOT, metrics_files
+from experiments.figures.names import label
 from experiments.hostrun import speedup_pairs
 
 RESULT_ROOTS = [ROOT / "outputs" / "validate", ROOT / "multirun" / "validate"]   # where validate runs are read
 PHASES = ("ttft", "load", "unpack", "prefill")
 
 SPEC = FigureSpec(
-    name="host_coldstart", paper="This host", figure="host cold start",
-    title="cold start on this host: predicted (simulator, measured profile) vs measured (native runner)",
+    name="host_coldstart", paper="This host", figure="",
+    topic="Cold start on this host: predicted vs measured",
+    title="simulator with the measured host profile vs the same plan run by the native runner",
     claim="The simulator that predicts the phone's cold start must also predict a device we can measure: its "
           "error on this host is what the phone figures' modelled numbers are worth.",
     simulated="each validate run's prediction with the measured host profile (predicted_*)",
     measured="the same plan executed by the native runner, page cache evicted (measured_*: median, min, max)",
-    tolerances={"value": (1e-6, 1e-12)})
+    tolerances={"value": (1e-6, 1e-12)},
+    requires="results of `python -m experiments.validate` under outputs/validate/ or multirun/validate/")
 
 
 def runs(roots: list[Path] | None = None) -> list[dict]:
@@ -41,7 +45,19 @@ def runs(roots: list[Path] | None = None) -> list[dict]:
     return [newest[k][1] for k in sorted(newest, key=str)]
 
 
+def unavailable() -> str | None:
+    """Why the figure cannot be drawn now (no validate results on disk), or None."""
+    if runs():
+        return None
+    where = [str(r.relative_to(ROOT)) if r.is_relative_to(ROOT) else str(r) for r in map(Path, RESULT_ROOTS)]
+    return ("no validate results under " + ", ".join(where)
+            + " (run: python -m experiments.validate -m framework=edgeflow,llamacpp,mnn,llmnpu_plus)")
+
+
 def data(size: str) -> pd.DataFrame:
+    reason = unavailable()
+    if reason:
+        raise ValueError(f"figure host_coldstart: {reason}")
     rows = []
     for m in runs():
         base = {"framework": m["framework"], "model": m["model"], "bits": m["bits"],
@@ -52,21 +68,14 @@ def data(size: str) -> pd.DataFrame:
             for stat, suffix in (("median", ""), ("min", "_min"), ("max", "_max")):
                 rows.append({**base, "phase": ph, "stat": stat, "value": m.get(f"measured_{ph}{suffix}_s"),
                              "source": "measured"})
-    if not rows:
-        rows.append({"framework": "", "model": "", "bits": None, "prompt_tokens": None, "repeats": None,
-                     "phase": "ttft", "stat": NOT_MEASURED, "value": None, "source": "measured"})
     return pd.DataFrame(rows)
 
 
 def plot(df: pd.DataFrame, fig) -> None:
     ax = fig.add_subplot(1, 1, 1)
     d = df[df.value.notna()]
-    if d.empty:
-        ax.text(0.5, 0.5, f"{NOT_MEASURED}\n(run: python -m experiments.validate -m framework=edgeflow,llamacpp,"
-                "mnn,llmnpu_plus)", ha="center", va="center", transform=ax.transAxes)
-        ax.set_axis_off()
-        return
-    d = d.assign(run=[f"{f} b{b} p{p}" for f, b, p in zip(d.framework, d.bits, d.prompt_tokens)])
+    d = d.assign(run=[f"{label(f)}, {label(m)}\n{b:g} bits, {p} tokens"
+                      for f, m, b, p in zip(d.framework, d.model, d.bits, d.prompt_tokens)])
     labels = list(dict.fromkeys(d.run))
     for j, (ph, color) in enumerate(zip(PHASES, ("tab:purple", "tab:blue", "tab:orange", "tab:green"))):
         for i, r in enumerate(labels):
@@ -74,15 +83,15 @@ def plot(df: pd.DataFrame, fig) -> None:
             x = i + (j - 1.5) * 0.2
             if "predicted" in e:
                 ax.bar(x - 0.05, e["predicted"], 0.09, color=color, alpha=0.45,
-                       label=f"{ph} predicted" if i == 0 else None)
+                       label=f"{label(ph)}, predicted" if i == 0 else None)
             if "median" in e:
-                ax.bar(x + 0.05, e["median"], 0.09, color=color, label=f"{ph} measured" if i == 0 else None)
+                ax.bar(x + 0.05, e["median"], 0.09, color=color, label=f"{label(ph)}, measured" if i == 0 else None)
                 if "min" in e and "max" in e:
                     ax.plot([x + 0.05] * 2, [e["min"], e["max"]], "k-", lw=0.8)
     ax.set_xticks(range(len(labels)), labels, fontsize=7)
     ax.set_ylabel("seconds")
-    ax.legend(fontsize=7, ncol=4)
-    note(ax, "light: modelled (predicted); dark: measured, min-max whiskers")
+    fig_legend(fig, (ax,), ncol=4)
+    note(fig, "light: modelled (predicted); dark: measured median, min-max whiskers")
 
 
 def _pct(v) -> str:
@@ -198,7 +207,8 @@ def markdown(roots: list[Path] | None = None) -> str:
     predicted vs measured TTFT and phases, EdgeFlow's speed-up over each baseline plan, and the llama.cpp peer."""
     ms = runs(roots)
     lines = ["| model | framework | bits | prompt | TTFT predicted s | TTFT measured s (min–max) | TTFT error | "
-             "load error | unpack error | prefill error | host speed (min–max); 2-thread GEMM | TTFT error at that speed | "
+             "load error | unpack error | prefill error | host speed (min–max); 2-thread GEMM | "
+             "TTFT error at that speed | "
              "TTFT error at the pre-run speed (min … max) |",
              "|" + "---|" * 13]
     for m in ms:

@@ -11,12 +11,16 @@ from planner.voltron.devices import load_cluster
 from planner.voltron.policy import PlannerConfig
 from planner.voltron.registry import build_context, make_policy
 from planner.voltron.rssi import RssiTable
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 from sim.multidevice.runner import RunResult, run_conversation
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
 
-__all__ = ["BASE_MMLU", "FAMILIES", "context", "conversation", "trace", "largest", "summary"]
+__all__ = ["BASE_MMLU", "FAMILIES", "QOS_TPOT_MS", "QOS_TTFT_S", "context", "conversation", "trace", "largest",
+           "summary", "qos_line"]
+
+QOS_TPOT_MS = 1e3 * PlannerConfig().qos_tpot_s      # ms, the planners' TPOT target (Voltron §5.1.3)
+QOS_TTFT_S = PlannerConfig().qos_ttft_s             # s, the planners' TTFT target (Voltron §5.1.3)
 
 KEYS = ("ttft_s", "ttft_s_max", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate", "accuracy_proxy",
         "energy_mj_per_token", "replans")
@@ -47,6 +51,13 @@ def conversation(cluster: str, model: str, planner: str, trace_name: str, turns:
     ctx = dataclasses.replace(base, cfg=PlannerConfig(name=planner, balance=balance, **planner_cfg))
     wl = WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s}))
     return run_conversation(make_policy(ctx), ctx, trace(trace_name), RssiTable(), wl, seed=seed)
+
+
+def qos_line(ax, value: float = QOS_TPOT_MS, what: str = "TPOT", vertical: bool = False) -> None:
+    """The QoS target as a dotted line across a TPOT (or TTFT) axis, labelled for the legend."""
+    unit = "ms" if what == "TPOT" else "s"
+    kw = dict(color="k", ls=":", lw=1, label=f"{what} QoS target ({value:g} {unit})")
+    (ax.axvline if vertical else ax.axhline)(value, **kw)
 
 
 def largest(family: str) -> str:

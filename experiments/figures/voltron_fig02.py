@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
-from experiments.figures.voltron_data import BASE_MMLU, FAMILIES, conversation, summary
+from experiments.figures.base import FigureSpec, fig_legend, note
+from experiments.figures.names import label
+from experiments.figures.voltron_data import BASE_MMLU, FAMILIES, QOS_TTFT_S, conversation, qos_line, summary
 
 GRID = {"full": dict(families=tuple(FAMILIES), turns=3), "toy": dict(families=("qwen2_5",), turns=1)}
 CLUSTER, TRACE = "office", "steady_strong"
 
 SPEC = FigureSpec(
     name="voltron_fig02", paper="Voltron", figure="Fig. 2",
-    title="single-device execution: accuracy vs TTFT / TPOT per model (strongest Office device)",
+    topic="Single-device execution: accuracy vs TTFT and TPOT",
+    title="each model alone on the strongest Office device, best uniform precision that fits",
     claim="On one edge device, small or heavily quantized models meet the latency targets only with low accuracy, "
           "and the accurate models either miss the TTFT/TPOT targets or do not fit in memory.",
     simulated="a conversation of each model on the single strongest device (best uniform precision that fits)",
@@ -40,16 +42,18 @@ def plot(df: pd.DataFrame, fig) -> None:
     piv = df.pivot(index=["family", "model", "precision"], columns="metric", values="value").reset_index()
     for fam in dict.fromkeys(piv.family):
         d = piv[piv.family == fam]
-        ax1.plot(d.ttft_s, d.accuracy_proxy, "o", label=fam)
-        ax2.plot(d.tpot_ms_p50, d.accuracy_proxy, "o", label=fam)
+        ax1.plot(d.ttft_s, d.accuracy_proxy, "o", label=label(fam))
+        ax2.plot(d.tpot_ms_p50, d.accuracy_proxy, "o", label=label(fam))
         for _, r in d.iterrows():
-            lab = f"{r.model} {r.precision}" + (" OOM" if r.oom else "")
-            ax1.annotate(lab, (r.ttft_s, r.accuracy_proxy), fontsize=6)
-            ax2.annotate(lab, (r.tpot_ms_p50, r.accuracy_proxy), fontsize=6)
-    ax1.axvline(10, color="k", ls=":", lw=1, label="TTFT QoS")
-    ax2.axvline(400, color="k", ls=":", lw=1, label="TPOT QoS")
+            lab = f"{label(r.model)} {label(r.precision)}" + (" OOM" if r.oom else "")
+            for ax, x in ((ax1, r.ttft_s), (ax2, r.tpot_ms_p50)):
+                ax.annotate(lab, (x, r.accuracy_proxy), xytext=(3, 3), textcoords="offset points", fontsize=6)
+    qos_line(ax1, QOS_TTFT_S, "TTFT", vertical=True)
+    qos_line(ax2, vertical=True)
     ax1.set_xlabel("TTFT mean (s)")
     ax2.set_xlabel("TPOT p50 (ms)")
     ax1.set_ylabel("accuracy proxy (MMLU points)")
-    ax1.legend(fontsize=7)
-    note(ax1, "simulated")
+    for ax in (ax1, ax2):
+        ax.margins(x=0.25, y=0.15)             # room for the model labels inside the axes
+    fig_legend(fig, (ax1, ax2))
+    note(fig, "simulated")

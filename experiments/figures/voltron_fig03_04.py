@@ -1,4 +1,4 @@
-"""Voltron Figs. 3-4 (§3.2.1-3.2.2): decode TPOT broken into computation and communication for MP and TP on the
+"""Voltron Fig. 4 (§3.2.1-3.2.2): decode TPOT broken into computation and communication for MP and TP on the
 heterogeneous clusters, with the naive equal split the characterisation uses (Fig. 4) and the heterogeneity-aware
 split, plus Voltron; simulated conversations (`sim.multidevice.runner`; the equal-split table of
 `sim.multidevice.report.equal_split` is the same runs over three families). Fig. 3's homogeneous cluster is not a
@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
-from experiments.figures.voltron_data import conversation
+from experiments.figures.base import FigureSpec, fig_legend, note
+from experiments.figures.names import label, labels
+from experiments.figures.voltron_data import conversation, qos_line
 
 GRID = {"full": dict(clusters=("car", "office", "home"), model="gemma3_12b", turns=2),
         "toy": dict(clusters=("office",), model="qwen2_5_3b", turns=1)}
@@ -16,8 +17,9 @@ RUNS = (("mp", "equal"), ("tp", "equal"), ("mp", "hetero"), ("tp", "hetero"), ("
 TRACE = "steady_strong"
 
 SPEC = FigureSpec(
-    name="voltron_fig03_04", paper="Voltron", figure="Figs. 3-4",
-    title="decode TPOT = computation + communication, MP vs TP (equal and heterogeneity-aware splits) vs Voltron",
+    name="voltron_fig03_04", paper="Voltron", figure="Fig. 4",
+    topic="Decode TPOT breakdown of MP and TP on heterogeneous clusters",
+    title="computation + communication, equal and heterogeneity-aware splits, and Voltron",
     claim="MP computes sequentially with little traffic while TP computes in parallel but communicates every layer; "
           "on heterogeneous clusters an even split makes the weakest device the bottleneck or runs it out of "
           "memory, so neither method fits all cases.",
@@ -45,22 +47,24 @@ def data(size: str) -> pd.DataFrame:
 
 def plot(df: pd.DataFrame, fig) -> None:
     clusters = list(dict.fromkeys(df.cluster))
+    axes = []
     for i, cl in enumerate(clusters):
         ax = fig.add_subplot(1, len(clusters), i + 1)
+        axes.append(ax)
         d = df[df.cluster == cl]
-        labels = list(dict.fromkeys(d.planner))
+        pls = list(dict.fromkeys(d.planner))
         cell = {(p, k): v for p, k, v in zip(d.planner, d.metric, d.value)}
-        comp = [cell[(p, "compute_ms")] for p in labels]
-        comm = [cell[(p, "comm_ms")] for p in labels]
-        ax.bar(range(len(labels)), comp, color="tab:blue", label="computation")
-        ax.bar(range(len(labels)), comm, bottom=comp, color="tab:orange", label="communication")
-        for j, p in enumerate(labels):
+        comp = [cell[(p, "compute_ms")] for p in pls]
+        comm = [cell[(p, "comm_ms")] for p in pls]
+        ax.bar(range(len(pls)), comp, color="tab:blue", label="computation")
+        ax.bar(range(len(pls)), comm, bottom=comp, color="tab:orange", label="communication")
+        for j, p in enumerate(pls):
             if cell[(p, "oom")]:
                 ax.text(j, 0, "OOM", ha="center", va="bottom", color="r", fontsize=8)
-        ax.axhline(400, color="k", ls=":", lw=1)
-        ax.set_xticks(range(len(labels)), labels, rotation=45, fontsize=7)
-        ax.set_title(f"{cl}, {d.model.iloc[0]}", fontsize=9)
+        qos_line(ax)
+        ax.set_xticks(range(len(pls)), labels(pls), rotation=30, ha="right", fontsize=7)
+        ax.set_title(f"{label(cl)}, {label(d.model.iloc[0])}", fontsize=9)
         if i == 0:
             ax.set_ylabel("decode TPOT, mean (ms)")
-            ax.legend(fontsize=7)
-            note(ax, "simulated")
+    fig_legend(fig, axes)
+    note(fig, "simulated; OOM: the plan does not fit")

@@ -10,7 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
+from experiments.figures.base import FigureSpec, fig_legend, note
+from experiments.figures.names import label, labels
 from experiments.figures.voltron_data import context
 
 CLUSTER, RSSI_DBM, KV_LEN = "office", -40.0, 1024
@@ -21,7 +22,8 @@ PREC_MODEL = {"full": "qwen2_5_14b", "toy": "qwen2_5_3b"}
 
 SPEC = FigureSpec(
     name="voltron_fig05_06", paper="Voltron", figure="Figs. 5-6",
-    title="per-layer MP vs TP latency by layer variant and precision; memory and accuracy by precision",
+    topic="Per-layer MP vs TP latency by layer variant and precision",
+    title="Office cluster, -40 dBm, one decode token over a 1k-token KV cache; memory and accuracy by precision",
     claim="The better parallelism differs by layer variant (TP for compute-heavy MHA and dense FFN, MP for the "
           "lighter GQA/SWA attention and MoE) and by precision (lower precision shrinks compute but not traffic, so "
           "TP's edge narrows), while mixed precision reaches near-FP16 accuracy in much less memory — so parallelism "
@@ -84,13 +86,13 @@ def data(size: str) -> pd.DataFrame:
     w = ctx.importance.per_sublayer
     mixed = np.where(w >= np.median(w), 1, 2)                         # more important half INT8, the rest INT4
     zeros = np.zeros(n, dtype=np.int64)
-    for label, prec in (("fp16", np.zeros(n, np.int64)), ("int8", np.ones(n, np.int64)),
+    for name, prec in (("fp16", np.zeros(n, np.int64)), ("int8", np.ones(n, np.int64)),
                         ("int4", np.full(n, 2, np.int64)), ("mixed int8/int4", mixed)):
         mem = float(sum(_mp_tp(hp, opt, int(ctx.table.type_of[j]), int(prec[j]))[2] for j in range(n)))
         acc = accuracy_proxy(model, ctx.importance, AccuracyConfig(), prec, zeros, np.zeros(n))
-        rows += [{"panel": "6a", "item": label, "model": model, "precision": label, "metric": "mem_gb",
+        rows += [{"panel": "6a", "item": name, "model": model, "precision": name, "metric": "mem_gb",
                   "value": mem / 1e9},
-                 {"panel": "6a", "item": label, "model": model, "precision": label, "metric": "accuracy_proxy",
+                 {"panel": "6a", "item": name, "model": model, "precision": name, "metric": "accuracy_proxy",
                   "value": acc}]
     df = pd.DataFrame(rows)
     df["source"] = "modelled"
@@ -102,31 +104,34 @@ def plot(df: pd.DataFrame, fig) -> None:
     a = df[df.panel == "5a"]
     items = list(dict.fromkeys(a.item))
     norm = float(a[(a.metric == "mp_ms")].value.iloc[0])
-    for j, k in enumerate(("mp_ms", "tp_ms")):
+    for j, (k, color) in enumerate((("mp_ms", "tab:blue"), ("tp_ms", "tab:orange"))):
         d = a[a.metric == k].set_index("item")["value"]
-        axes[0].bar([i + 0.4 * j for i in range(len(items))], [d[it] / norm for it in items], 0.4, label=k[:2].upper())
-    axes[0].set_xticks([i + 0.2 for i in range(len(items))], items, rotation=45, fontsize=7)
-    axes[0].set_ylabel(f"latency / MP of {items[0]}")
+        axes[0].bar([i + 0.4 * j for i in range(len(items))], [d[it] / norm for it in items], 0.4, color=color,
+                    label=k[:2].upper())
+    axes[0].set_xticks([i + 0.2 for i in range(len(items))], labels(items), rotation=45, ha="right", fontsize=7)
+    axes[0].set_ylabel(f"latency / MP of {label(items[0])}")
     axes[0].set_title("(5a) layer variants, FP16", fontsize=8)
-    axes[0].legend(fontsize=7)
     b = df[df.panel == "5b"]
-    axes[1].bar(range(len(b)), b.value)
-    axes[1].set_xticks(range(len(b)), b.item, rotation=45, fontsize=7)
+    axes[1].bar(range(len(b)), b.value, color="0.5")
+    axes[1].set_xticks(range(len(b)), labels(b.item), rotation=45, ha="right", fontsize=7)
     axes[1].set_ylabel("MB per layer (weights + KV)")
     axes[1].set_title("(5b) memory per layer", fontsize=8)
     c = df[df.panel == "6a"].pivot(index="item", columns="metric", values="value")
-    axes[2].scatter(c.mem_gb, c.accuracy_proxy)
+    axes[2].scatter(c.mem_gb, c.accuracy_proxy, color="0.3")
     for it, r in c.iterrows():
-        axes[2].annotate(it, (r.mem_gb, r.accuracy_proxy), fontsize=7)
+        axes[2].annotate(label(it), (r.mem_gb, r.accuracy_proxy), xytext=(3, 3), textcoords="offset points",
+                         fontsize=7)
+    axes[2].margins(x=0.3, y=0.15)                 # room for the labels inside the axes
     axes[2].set_xlabel("model memory (GB)")
     axes[2].set_ylabel("accuracy proxy")
     axes[2].set_title("(6a) fixed vs mixed precision", fontsize=8)
     e = df[df.panel == "6b"]
-    for it, style in (("attn_gqa", "o"), ("ffn_dense", "s")):
-        for k, ls in (("mp_ms", "-"), ("tp_ms", "--")):
+    for it, marker in (("attn_gqa", "o"), ("ffn_dense", "s")):
+        for k, ls, color in (("mp_ms", "-", "tab:blue"), ("tp_ms", "--", "tab:orange")):
             d = e[(e.item == it) & (e.metric == k)]
-            axes[3].plot(d.precision, d.value, style + ls, label=f"{it} {k[:2].upper()}")
+            axes[3].plot(labels(d.precision), d.value, marker + ls, color=color,
+                         label=f"{label(it)}, {k[:2].upper()}")
     axes[3].set_ylabel("ms per layer (decode)")
     axes[3].set_title("(6b) precision", fontsize=8)
-    axes[3].legend(fontsize=6)
-    note(axes[3], "modelled")
+    fig_legend(fig, (axes[0], axes[3]), ncol=3)
+    note(fig, "modelled")

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
-from experiments.figures.voltron_data import conversation
+from experiments.figures.base import FigureSpec, fig_legend, note
+from experiments.figures.voltron_data import conversation, qos_line
 from sim.multidevice.workload import WorkloadConfig
 from sim.multidevice.workload import conversation as lengths
 
@@ -17,7 +17,8 @@ CLUSTER, TRACE = "office", "steady_strong"
 
 SPEC = FigureSpec(
     name="voltron_fig07", paper="Voltron", figure="Fig. 7",
-    title="conversation lengths, KV-cache growth over turns, and the plan's response (Office cluster)",
+    topic="Conversation lengths, KV-cache growth and the plan over turns",
+    title="LMSYS-Chat-1M-like users; Voltron on the Office cluster, steady strong link",
     claim="Prompt and response lengths vary widely per turn and the KV cache keeps growing over a conversation; "
           "since MP and TP trade places with the phase and the cached length (TP wins decode once the cache is "
           "long), a parallelism plan fixed at the start is not enough.",
@@ -63,21 +64,23 @@ def plot(df: pd.DataFrame, fig) -> None:
         axes[1].plot(d.turn, d.value, "o-", ms=3, label=f"user {user}")
     axes[0].set_ylabel("tokens")
     axes[0].set_title("(a) lengths per turn", fontsize=9)
-    axes[0].legend(fontsize=6)
     axes[1].set_ylabel("tokens in the KV cache")
     axes[1].set_title("(b) KV cache over turns", fontsize=9)
     c = df[df.panel == "c"]
     ax = axes[2]
     d = c[c.metric == "decode_step_ms_mean"]
-    ax.plot(d.turn, d.value, "o-", label="decode step (ms)")
+    ax.plot(d.turn, d.value, "o-", label="Voltron decode step, mean (ms)")
+    qos_line(ax)
+    ax.set_ylim(bottom=0)
     ax2 = ax.twinx()
-    for k, m in (("decode_tp_sublayers_mean", "s--"), ("prefill_tp_sublayers", "^:")):
+    for k, m, lab in (("decode_tp_sublayers_mean", "s--", "sublayers as TP, decode (mean)"),
+                      ("prefill_tp_sublayers", "^:", "sublayers as TP, prefill")):
         d = c[c.metric == k]
-        ax2.plot(d.turn, d.value, m, color="tab:red", label=k.replace("_", " "))
+        ax2.plot(d.turn, d.value, m, color="tab:red", label=lab)
     ax.set_ylabel("decode step, mean (ms)")
     ax2.set_ylabel("sublayers run as TP", color="tab:red")
     ax.set_title("(c) Voltron's plan over turns", fontsize=9)
-    ax2.legend(fontsize=6, loc="lower right")
     for x in axes:
         x.set_xlabel("turn")
-    note(axes[2], "simulated")
+    fig_legend(fig, (axes[0], axes[1], ax, ax2), ncol=4)
+    note(fig, "simulated")

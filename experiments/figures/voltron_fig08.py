@@ -7,8 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
-from experiments.figures.voltron_data import conversation
+from experiments.figures.base import FigureSpec, legend, note
+from experiments.figures.names import label
+from experiments.figures.voltron_data import conversation, qos_line
 from planner.voltron.rssi import RssiTable
 
 GRID = {"full": dict(model="qwen2_5_14b", turns=5, think_s=60.0, every=1),
@@ -17,7 +18,8 @@ CLUSTER, TRACE = "office", "walk_away"
 
 SPEC = FigureSpec(
     name="voltron_fig08", paper="Voltron", figure="Fig. 8",
-    title="RSSI under user mobility, goodput, and decode TPOT per planner over the trace (Office cluster)",
+    topic="Wi-Fi RSSI under user mobility and decode TPOT per planner",
+    title="Office cluster, walk-away trace",
     claim="As the user moves, a link's signal strength swings by tens of dBm; communication time swells at weak "
           "signal, so TP's per-layer traffic loses to MP there while TP wins on strong links — the best plan "
           "changes with the network.",
@@ -51,21 +53,24 @@ def data(size: str) -> pd.DataFrame:
     return df
 
 
+LINKS = {"link1": "phone ↔ tablet", "link2": "phone ↔ watch"}     # conf/cluster/office.yaml `links`
+
+
 def plot(df: pd.DataFrame, fig) -> None:
     ax1, ax2 = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
     a = df[(df.panel == "a") & (df.metric == "rssi_dbm")]
     for s in dict.fromkeys(a.series):
         d = a[a.series == s]
-        ax1.plot(d.time_s, d.value, lw=0.9, label=s)
+        ax1.plot(d.time_s, d.value, lw=0.9, label=LINKS.get(s, s))
     ax1.set_ylabel("RSSI (dBm)")
-    ax1.legend(fontsize=7)
+    legend(ax1, title="Office link")
     b = df[df.panel == "b"]
     for s in dict.fromkeys(b.series):
         d = b[b.series == s]
-        ax2.plot(d.time_s, d.value, ".", ms=2, label=s)
-    ax2.axhline(400, color="k", ls=":", lw=1, label="TPOT QoS")
+        ax2.plot(d.time_s, d.value, ".", ms=2, label=label(s))
+    qos_line(ax2)
     ax2.set_ylim(0, min(2000, float(b.value.max()) * 1.1 if len(b) else 1000))
     ax2.set_xlabel("time (s)")
     ax2.set_ylabel("decode TPOT (ms)")
-    ax2.legend(fontsize=7, markerscale=4)
-    note(ax1, "synthetic trace; TPOT simulated")
+    legend(ax2, markerscale=4)
+    note(fig, "synthetic trace; TPOT simulated")

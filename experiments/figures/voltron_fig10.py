@@ -1,4 +1,4 @@
-"""Voltron evaluation counterpart "Fig. 10": each planner (Voltron, single device, heterogeneity-aware MP and TP) on
+"""Counterpart of Voltron's evaluation: each planner (Voltron, single device, heterogeneity-aware MP and TP) on
 each cluster (Car, Office, Home) and model family runs the most accurate model with which it meets QoS (else the
 largest it can run), over the `walk_away` RSSI trace: accuracy proxy, TTFT, TPOT and QoS violations, simulated —
 `sim.multidevice.report.table`, the README's multi-device table. The paper's evaluation figures are withheld from
@@ -8,14 +8,17 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.figures.base import FigureSpec, note
-from experiments.figures.voltron_data import BASE_MMLU, FAMILIES, KEYS, conversation, summary
+from experiments.figures.names import label, labels
+from experiments.figures.voltron_data import BASE_MMLU, FAMILIES, KEYS, QOS_TPOT_MS, conversation, summary
 
 TRACE, TURNS = "walk_away", 3
+MISS_SHARE = 0.05          # share of tokens over the TPOT target above which a run counts as missing QoS (the plot)
 PLANNERS = ("voltron", "single", "mp", "tp")
 
 SPEC = FigureSpec(
-    name="voltron_fig10", paper="Voltron", figure="Fig. 10", withheld=True,
-    title="accuracy and QoS per cluster, family and planner (best model meeting QoS), trace walk_away",
+    name="voltron_fig10", paper="Voltron", figure="", withheld=True,
+    topic="Accuracy within QoS per cluster, model family and planner",
+    title="the most accurate model each planner runs within QoS (else the largest it can run), walk-away trace",
     claim="By choosing MP or TP per layer and phase, mixing precisions by layer importance and adapting at run "
           "time, Voltron runs larger, more accurate models within the TTFT/TPOT targets than a single device or "
           "a fixed MP / TP split on every cluster.",
@@ -47,24 +50,35 @@ def data(size: str) -> pd.DataFrame:
 
 
 def plot(df: pd.DataFrame, fig) -> None:
+    from matplotlib.patches import Patch
+
     piv = df.pivot(index=["cluster", "family", "planner", "model"], columns="metric", values="value").reset_index()
     clusters = list(dict.fromkeys(piv.cluster))
+    colors = {p: c for p, c in zip(PLANNERS, ("tab:green", "tab:gray", "tab:blue", "tab:orange"))}
+    axes = []
     for i, cl in enumerate(clusters):
-        ax = fig.add_subplot(1, len(clusters), i + 1)
+        ax = fig.add_subplot(1, len(clusters), i + 1, sharey=axes[0] if axes else None)
+        axes.append(ax)
         d = piv[piv.cluster == cl]
         fams = list(dict.fromkeys(d.family))
         pls = list(dict.fromkeys(d.planner))
         w = 0.8 / len(pls)
         for j, p in enumerate(pls):
             e = d[d.planner == p].set_index("family")
-            ax.bar([k + j * w for k in range(len(fams))], [e.accuracy_proxy.get(f, float("nan")) for f in fams], w,
-                   label=p)
             for k, f in enumerate(fams):
-                if f in e.index and (e.oom[f] or e.qos_tpot_violation_rate[f] > 0.05):
-                    ax.text(k + j * w, 1, "x", ha="center", color="r", fontsize=9)
-        ax.set_xticks([k + 0.4 - w / 2 for k in range(len(fams))], fams, fontsize=8)
-        ax.set_title(cl, fontsize=9)
+                if f not in e.index:
+                    continue
+                miss = bool(e.oom[f]) or float(e.qos_tpot_violation_rate[f]) > MISS_SHARE
+                ax.bar(k + j * w, 0 if e.oom[f] else e.accuracy_proxy[f], w, color=colors.get(p, "0.5"),
+                       hatch="///" if miss else None, edgecolor="tab:red" if miss else "white", lw=0.8)
+                if e.oom[f]:
+                    ax.text(k + j * w, 0, "OOM", rotation=90, ha="center", va="bottom", color="tab:red", fontsize=6)
+        ax.set_xticks([k + 0.4 - w / 2 for k in range(len(fams))], labels(fams), fontsize=8)
+        ax.set_title(label(cl), fontsize=9)
         if i == 0:
-            ax.set_ylabel("accuracy proxy of the model run (MMLU pts)")
-            ax.legend(fontsize=7)
-            note(ax, "simulated; x: QoS missed / OOM")
+            ax.set_ylabel("accuracy proxy of the model run (MMLU points)")
+    handles = [Patch(color=colors.get(p, "0.5"), label=label(p)) for p in dict.fromkeys(piv.planner)]
+    handles.append(Patch(facecolor="white", edgecolor="tab:red", hatch="///",
+                         label=f"misses QoS: > {100 * MISS_SHARE:g} % of tokens over {QOS_TPOT_MS:g} ms, or OOM"))
+    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8)
+    note(fig, "simulated")

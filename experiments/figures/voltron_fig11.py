@@ -1,4 +1,4 @@
-"""Voltron evaluation counterpart "Fig. 11": ablation of Voltron's run-time mechanisms over the walk-away trace with
+"""Counterpart of Voltron's evaluation: ablation of Voltron's run-time mechanisms over the walk-away trace with
 a disconnect (Office cluster): full Voltron vs without communication scaling (activation quantization / pruning),
 without compute pruning, without overlapped shard reloads, and with KV recompute instead of pruning on a
 disconnect; simulated. The paper's evaluation figures are withheld from the design text."""
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
-from experiments.figures.voltron_data import conversation, summary
+from experiments.figures.base import FigureSpec, fig_legend, note
+from experiments.figures.names import labels
+from experiments.figures.voltron_data import QOS_TPOT_MS, conversation, qos_line, summary
 
 VARIANTS = (("voltron", {}), ("no comm scaling", {"comm_scaling": False}),
             ("no compute pruning", {"compute_pruning": False}), ("no reload overlap", {"overlap_reload": False}),
@@ -17,8 +18,9 @@ GRID = {"full": dict(model="qwen2_5_14b", turns=5, think_s=60.0, variants=VARIAN
 CLUSTER, TRACE = "office", "walk_away_disconnect"
 
 SPEC = FigureSpec(
-    name="voltron_fig11", paper="Voltron", figure="Fig. 11", withheld=True,
-    title="ablation of Voltron's run-time mechanisms, Office cluster, walk-away trace with a disconnect",
+    name="voltron_fig11", paper="Voltron", figure="", withheld=True,
+    topic="Ablation of Voltron's run-time mechanisms",
+    title="Office cluster, walk-away trace with a disconnect",
     claim="Each elastic mechanism matters when conditions change: scaling what goes over a weak link, pruning when "
           "compute alone breaks the TPOT target, and hiding reloads behind compute keep QoS with a small "
           "accuracy cost.",
@@ -37,13 +39,15 @@ def data(size: str) -> pd.DataFrame:
 
 
 def plot(df: pd.DataFrame, fig) -> None:
-    keys = (("qos_tpot_violation_rate", "TPOT > QoS (share of tokens)"), ("tpot_ms_p99", "TPOT p99 (ms)"),
-            ("accuracy_proxy", "accuracy proxy"))
+    keys = (("qos_tpot_violation_rate", f"share of tokens over the TPOT target ({QOS_TPOT_MS:g} ms)"),
+            ("tpot_ms_p99", "TPOT p99 (ms)"), ("accuracy_proxy", "accuracy proxy (MMLU points)"))
     for i, (k, lab) in enumerate(keys):
         ax = fig.add_subplot(1, 3, i + 1)
         d = df[df.metric == k]
         ax.bar(range(len(d)), d.value, color="tab:blue")
-        ax.set_xticks(range(len(d)), d.variant, rotation=45, ha="right", fontsize=7)
+        ax.set_xticks(range(len(d)), labels(d.variant), rotation=45, ha="right", fontsize=7)
         ax.set_title(lab, fontsize=9)
-        if i == 0:
-            note(ax, "simulated")
+        if k == "tpot_ms_p99":
+            qos_line(ax)
+    fig_legend(fig, fig.axes)
+    note(fig, "simulated")

@@ -1,4 +1,4 @@
-"""Voltron evaluation counterpart "Fig. 12": Voltron adapting over time — decode TPOT, the accuracy proxy, the
+"""Counterpart of Voltron's evaluation: Voltron adapting over time — decode TPOT, the accuracy proxy, the
 precision mix (sublayers at FP16 / INT8 / INT4) and the sublayers run as TP while the tablet's link weakens,
 disconnects and returns (trace `walk_away_disconnect`, Office cluster), against static MP and TP; simulated. The
 paper's evaluation figures are withheld from the design text."""
@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, note
-from experiments.figures.voltron_data import conversation
+from experiments.figures.base import FigureSpec, legend, note
+from experiments.figures.names import label
+from experiments.figures.voltron_data import conversation, qos_line
 
 GRID = {"full": dict(model="qwen2_5_14b", turns=5, think_s=60.0, every=1),
         "toy": dict(model="qwen2_5_3b", turns=1, think_s=None, every=10)}
@@ -15,8 +16,9 @@ CLUSTER, TRACE = "office", "walk_away_disconnect"
 SERIES = ("step_s", "accuracy", "n_fp16", "n_int8", "n_int4", "n_tp", "connected")
 
 SPEC = FigureSpec(
-    name="voltron_fig12", paper="Voltron", figure="Fig. 12", withheld=True,
-    title="adaptation over time: TPOT, accuracy, precision mix and TP use, trace walk_away_disconnect",
+    name="voltron_fig12", paper="Voltron", figure="", withheld=True,
+    topic="Voltron adapting over time: TPOT, precision mix, TP use and accuracy",
+    title="Office cluster, walk-away trace with a disconnect; static MP and TP beside it",
     claim="When the KV cache grows, the signal weakens or a device leaves, Voltron lowers precision, moves layers "
           "between MP and TP and prunes shards within milliseconds, then restores them when conditions improve, "
           "while static plans stall or break QoS.",
@@ -39,22 +41,23 @@ def data(size: str) -> pd.DataFrame:
 
 
 def plot(df: pd.DataFrame, fig) -> None:
-    ax1, ax2, ax3 = fig.add_subplot(3, 1, 1), fig.add_subplot(3, 1, 2), fig.add_subplot(3, 1, 3)
+    ax1 = fig.add_subplot(3, 1, 1)
+    ax2, ax3 = fig.add_subplot(3, 1, 2, sharex=ax1), fig.add_subplot(3, 1, 3, sharex=ax1)
     for p in dict.fromkeys(df.planner):
         d = df[(df.planner == p) & (df.metric == "step_s")]
-        ax1.plot(d.time_s, 1e3 * d.value, ".", ms=2, label=p)
-    ax1.axhline(400, color="k", ls=":", lw=1)
+        ax1.plot(d.time_s, 1e3 * d.value, ".", ms=2, label=label(p))
+    qos_line(ax1)
     ax1.set_ylabel("TPOT (ms)")
     ax1.set_ylim(0, 1500)
-    ax1.legend(fontsize=7, markerscale=4)
+    legend(ax1, markerscale=4)
     v = df[df.planner == "voltron"]
-    for k in ("n_fp16", "n_int8", "n_int4", "n_tp"):
+    for k, lab in (("n_fp16", "FP16"), ("n_int8", "INT8"), ("n_int4", "INT4"), ("n_tp", "run as TP")):
         d = v[v.metric == k]
-        ax2.plot(d.time_s, d.value, lw=0.9, label=k[2:])
+        ax2.plot(d.time_s, d.value, lw=0.9, label=lab)
     ax2.set_ylabel("sublayers (Voltron)")
-    ax2.legend(fontsize=7, ncol=4)
+    legend(ax2)
     d = v[v.metric == "accuracy"]
     ax3.plot(d.time_s, d.value, lw=0.9, color="tab:green")
-    ax3.set_ylabel("accuracy proxy")
+    ax3.set_ylabel("accuracy proxy\n(Voltron)")
     ax3.set_xlabel("time (s)")
-    note(ax1, "simulated")
+    note(fig, "simulated")

@@ -6,6 +6,10 @@ numbers within the figure's named tolerances (`SPEC.tolerances`, else DEFAULT_RE
 timings on this host (`SPEC.measured_columns`) are left out: they change run to run. Measured values that are
 deterministic (perplexity of a fixed NumPy forward) are compared, within their figure's tolerance.
 Regenerate on purpose with `UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/figures`.
+
+The same data is then drawn as the figure writer draws it and must pass the layout check
+(`tests/figures/layout_check.py`: no legend over data, no text cut by the figure's edge), so every figure's test
+checks its layout too.
 """
 from __future__ import annotations
 
@@ -17,7 +21,8 @@ import numpy as np
 import pandas as pd
 
 from experiments.figures import load
-from experiments.figures.base import check_frame
+from experiments.figures.base import check_frame, draw
+from tests.figures.layout_check import problems
 
 GOLDEN = Path(__file__).parent / "golden"
 DEFAULT_REL = 1e-4     # relative: above the CSV's 6-digit rounding, far below any modelling change
@@ -31,9 +36,27 @@ def _stable(spec, df: pd.DataFrame) -> pd.DataFrame:
     return pd.read_csv(io.StringIO(buf.getvalue()), keep_default_na=False, na_values=[""])
 
 
+def check_layout(fig, df: pd.DataFrame) -> None:
+    import matplotlib.pyplot as plt
+
+    drawn = draw(fig, df)
+    try:
+        found = problems(drawn)
+    finally:
+        plt.close(drawn)
+    assert not found, f"{fig.spec.name}: " + "; ".join(found)
+
+
 def check(name: str) -> pd.DataFrame:
+    """The golden comparison of the figure's toy data, then the layout check of its drawing; returns the data."""
     fig = load(name)
-    got = _stable(fig.spec, check_frame(fig.spec, fig.data("toy")))
+    raw = check_frame(fig.spec, fig.data("toy"))
+    got = _compare(name, fig, _stable(fig.spec, raw))
+    check_layout(fig, raw)
+    return got
+
+
+def _compare(name: str, fig, got: pd.DataFrame) -> pd.DataFrame:
     path = GOLDEN / f"{name}.csv"
     if os.environ.get("UPDATE_GOLDEN") == "1" or not path.exists():
         if os.environ.get("UPDATE_GOLDEN") != "1":

@@ -1,11 +1,13 @@
 """host_coldstart reads validate results from disk: the golden test reads a stored validate metrics.json
-(`golden/host_validate/`), and without results the figure says so instead of inventing numbers."""
+(`golden/host_validate/`); without results there is no figure — `figure=all` leaves it out and says why, asking for
+it by name stops with that reason — instead of an empty placeholder."""
 from pathlib import Path
 
-import pandas as pd
+import pytest
 
-from experiments.figures import host_coldstart, load
-from experiments.figures.base import NOT_MEASURED, write_figure
+from experiments.figures import host_coldstart, unavailable
+from experiments.figures.app import FiguresConfig, left_out, resolve
+from experiments.figures.index import markdown as index_markdown
 from tests.figures.golden_check import check
 
 FIXTURE = Path(__file__).parent / "golden" / "host_validate"
@@ -17,12 +19,23 @@ def test_golden(monkeypatch):
     assert {"modelled", "measured"} == set(df.source)
 
 
-def test_not_measured(monkeypatch, tmp_path):
+def test_without_results_left_out_of_all_with_the_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(host_coldstart, "RESULT_ROOTS", [tmp_path / "none"])
-    paths = write_figure(load("host_coldstart"), "toy", tmp_path)
-    df = pd.read_csv(paths["csv"])
-    assert list(df.stat) == [NOT_MEASURED] and df.value.isna().all()
-    assert paths["png"].stat().st_size > 0
+    why = unavailable("host_coldstart")
+    assert why and "no validate results" in why and "experiments.validate" in why
+    assert left_out() == {"host_coldstart": why}
+    assert "host_coldstart" not in resolve(FiguresConfig(figure="all"))
+    with pytest.raises(ValueError, match="figure: host_coldstart: no validate results"):
+        resolve(FiguresConfig(figure="host_coldstart"))
+    with pytest.raises(ValueError, match="no validate results"):
+        host_coldstart.data("toy")
+    assert "`host_coldstart` is drawn only from results of `python -m experiments.validate`" in index_markdown()
+
+
+def test_with_results_drawn_in_all(monkeypatch):
+    monkeypatch.setattr(host_coldstart, "RESULT_ROOTS", [FIXTURE])
+    assert unavailable("host_coldstart") is None
+    assert "host_coldstart" in resolve(FiguresConfig(figure="all"))
 
 
 def test_markdown_tables_carry_the_run_time_speed_error_and_the_scheduler_breakdown(tmp_path):
@@ -35,7 +48,8 @@ def test_markdown_tables_carry_the_run_time_speed_error_and_the_scheduler_breakd
          "ttft_error_at_run_speed_min_pct": -11.0, "ttft_error_at_run_speed_max_pct": 3.0,
          "predicted_core_busy_pct": 96.0, "measured_sched_running_pct": 70.6,
          "measured_sched_queued_pct": 17.6, "measured_sched_waking_pct": 3.9, "measured_sched_no_work_pct": 7.6,
-         "measured_sched_other_pct": 0.3, "measured_sched_packed_share": 0.4, "measured_sched_wakes_other_core_idle": 462}
+         "measured_sched_other_pct": 0.3, "measured_sched_packed_share": 0.4,
+         "measured_sched_wakes_other_core_idle": 462}
     (tmp_path / "r").mkdir()
     (tmp_path / "r" / "metrics.json").write_text(json.dumps(m))
     md = host_coldstart.markdown([tmp_path])
