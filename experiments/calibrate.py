@@ -8,10 +8,12 @@
     python -m experiments.calibrate huge_pages=false          # runner memory on 4 KiB pages (a profile apart)
     python -m experiments.calibrate cluster=office_emu        # an emulated cluster's devices (calibrate_cluster.py)
 
-Runs `hil.host.host_from_marker` (measurements in `hil.calibrate`), which stores the profile under
-`outputs/hil/host/<identity hash>/` (device.json, cost_table.json, identity.json, measurements.json). The run directory
-gets `metrics.json` (every profile field: measured ones under measured_keys, assumed / by-construction ones under
-input_keys; the read and GEMM curves, unpack rates), `read_bandwidth.png`, `gemm_gops.png` and `config.yaml`.
+Runs `experiments.calibrate_fit.host_from_marker` (measurements in `hil.calibrate`, mapped by `hil.host`, the read
+overlap fitted with the simulator), which stores the profile under `outputs/hil/host/<identity hash>/` (device.json,
+runtime.json, cost_table.json, identity.json, measurements.json). The run directory gets `metrics.json` (every field
+of the device profile as `device.<field>` and of the host runtime model as `runtime.<field>`: measured ones under
+measured_keys, fitted / assumed / by-construction ones under input_keys; the read and GEMM curves, unpack rates),
+`read_bandwidth.png`, `gemm_gops.png` and `config.yaml`.
 """
 from __future__ import annotations
 
@@ -63,7 +65,7 @@ def validate(cfg: DictConfig) -> Estimate:
     strict_bool(cfg.remeasure, "remeasure")
     memory_of(cfg)
     strict_bool(cfg.get("huge_pages", True), "huge_pages")
-    from hil.calibrate import CalibrationSettings
+    from hil.calibrate_settings import CalibrationSettings
 
     n = CalibrationSettings.make(quick, rounds_of(cfg)).rounds
     est = EST[quick]
@@ -127,21 +129,23 @@ def _plots(meas: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def metrics_of(device_doc: dict, meas: dict, store: Path, table: Path) -> tuple[dict[str, Any], list[str], list[str]]:
+def metrics_of(device_doc: dict, runtime_doc: dict, meas: dict, store: Path, table: Path
+               ) -> tuple[dict[str, Any], list[str], list[str]]:
     """Flat metrics: (metrics, measured keys, input keys)."""
     m: dict[str, Any] = {"profile_dir": str(store), "cost_table": str(table), "kernels": meas["kernels"],
                          "cpu_model": device_doc["profile"]["soc"]}
     measured, inputs = [], []
-    for k, v in device_doc["profile"].items():
-        if isinstance(v, str):
-            continue
-        key = f"device.{k}"
-        m[key] = float(v) if isinstance(v, bool) else v
-        src = device_doc["sources"].get(k, "")
-        (measured if src.startswith("measured") else inputs).append(key)
-        if k in device_doc.get("spread", {}):
-            m[f"{key}.spread"] = device_doc["spread"][k]
-            measured.append(f"{key}.spread")
+    for prefix, doc, part in (("device", device_doc, "profile"), ("runtime", runtime_doc, "runtime")):
+        for k, v in doc[part].items():
+            if isinstance(v, str):
+                continue
+            key = f"{prefix}.{k}"
+            m[key] = float(v) if isinstance(v, bool) else v
+            src = doc["sources"].get(k, "")
+            (measured if src.startswith("measured") else inputs).append(key)
+            if k in doc.get("spread", {}):
+                m[f"{key}.spread"] = doc["spread"][k]
+                measured.append(f"{key}.spread")
     m["calibration_wall_s"] = device_doc["wall_s"]
     m["quick"] = float(device_doc["quick"])
     m["rounds"] = int(device_doc.get("rounds", 1))
@@ -183,19 +187,21 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     dev = _device(cfg)
     out = run_dir()
     prepare_run_dir(out, ["config.yaml", *PLOTS])
-    from hil.host import host_from_marker
+    from experiments.calibrate_fit import host_from_marker
 
     try:
-        prof, table = host_from_marker(dev, quick=bool(cfg.quick), remeasure=bool(cfg.remeasure),
-                                       progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg),
-                                       memory=memory_of(cfg), huge=bool(cfg.get("huge_pages", True)))
+        host = host_from_marker(dev, quick=bool(cfg.quick), remeasure=bool(cfg.remeasure),
+                                progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg),
+                                memory=memory_of(cfg), huge=bool(cfg.get("huge_pages", True)))
     except ValueError as e:
         raise ConfigError(str(e)) from None
+    prof, table = host.device, host.cost_table
     store = table.parent
     device_doc = json.loads((store / "device.json").read_text())
+    runtime_doc = json.loads((store / "runtime.json").read_text())
     meas = json.loads((store / "measurements.json").read_text())
     _plots(meas, out)
-    metrics, measured, inputs = metrics_of(device_doc, meas, store, table)
+    metrics, measured, inputs = metrics_of(device_doc, runtime_doc, meas, store, table)
     write_run_outputs(out, cfg, metrics, measured=measured, modelled=[], inputs=inputs)
     print(f"host {prof.soc}: cold read {prof.flash_peak_gbps:.2f} GB/s, copy {prof.cpu_copy_gbps:.1f} GB/s, "
           f"INT8 GEMM {prof.npu_int8_tops * 1e3:.0f} GOP/s/core, dispatch {prof.npu_dispatch_s * 1e6:.0f} us "

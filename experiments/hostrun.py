@@ -3,9 +3,10 @@
 The library behind `experiments.validate` (plain typed inputs; no Hydra): it is the one place that sees both the
 simulator (`sim/`) and the hardware runner (`hil/`), which never import each other.
 
-Flow: the framework's policy builds its plan for the measured host profile (threads fitted to the cores,
-`hil.deploy.fit_threads`; unpack work from the real file's bit widths) -> the plan is bound to the packed file's byte
-ranges -> the simulator predicts it with the host's cost table (modelled) -> the runner executes it `repeats` times,
+Flow: the framework's policy builds its plan for the measured host profile (`hil.host.HostProfile`: device profile,
+host runtime model, cost table; threads fitted to the cores, `hil.deploy.fit_threads`; unpack work from the real
+file's bit widths) -> the plan is bound to the packed file's byte ranges -> the simulator predicts it with the host's
+cost table and its runtime model (modelled) -> the runner executes it `repeats` times,
 page cache evicted before each run (measured) -> the same metric function (`sim.metrics.coldstart_metrics`) is applied
 to the predicted and to every measured timeline, so each phase is defined identically on both sides.
 Prediction error = (predicted - measured) / measured, with measured = the median over repeats.
@@ -19,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from hil.host import HostProfile
 from planner.cost import make_cost_model
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
@@ -68,8 +70,8 @@ class HostRun:
     info: dict[str, Any] = field(default_factory=dict)
 
 
-def build_host_plan(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int,
-                    tokens: int, qs: QuantSettings) -> tuple[Plan, Path]:
+def build_host_plan(spec: ModelSpec, host: HostProfile, fw: FrameworkSpec, bits: int, tokens: int,
+                    qs: QuantSettings) -> tuple[Plan, Path]:
     """The framework's plan for this host, bound to its packed weight file (made and cached on first use)."""
     from hil.deploy import fit_threads, packed_model, weight_file_kind
     from hil.packed_index import bind_to_file, file_bits, read_index
@@ -79,8 +81,9 @@ def build_host_plan(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: Frame
     recipe = getattr(policy, "recipe", None)
     method, fmt = weight_file_kind(fw.policy, getattr(recipe, "fmt", None))
     path = packed_model(spec, method, bits, fmt, qs)
-    cost = make_cost_model("table", dev, cost_table)
-    x = ColdStartInputs(spec, dev, fit_threads(fw, dev), cost, tokens, float(bits),
+    dev = host.device
+    cost = make_cost_model("table", dev, str(host.cost_table))
+    x = ColdStartInputs(spec, dev, fit_threads(fw, dev, host.runtime), cost, tokens, float(bits),
                         bits_override=file_bits(path, spec))       # the plan's unpack work is the file's
     return bind_to_file(policy.build(x), read_index(path)), path
 
@@ -103,19 +106,20 @@ def _metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
     return {**coldstart_metrics(tl, dev), **core_metrics(tl, dev)}
 
 
-def predict(plan: Plan, dev: SocProfile, cost_table: str, speeds: dict[str, float] | None = None
-            ) -> tuple[Timeline, dict[str, Any]]:
-    """The simulator's timeline and metrics for `plan` with the host's cost table; `speeds` (per kernel class, e.g.
+def predict(plan: Plan, host: HostProfile, speeds: dict[str, float] | None = None) -> tuple[Timeline, dict[str, Any]]:
+    """The simulator's timeline and metrics for `plan` with the host's cost table and runtime model; `speeds` (per
+    kernel class, e.g.
     {"gemm": 0.8}, and the read classes "read" / "read_cpu"): the kernels and reads at that measured speed of the
     host instead of the calibrated one (`planner.cost.scaled`; docs/hil.md "Prediction at the run-time host
     speed")."""
     from planner.cost.scaled import ScaledCostModel, at_read_speed
     from sim.executor import simulate
 
-    cost = make_cost_model("table", dev, cost_table)
+    dev = host.device
+    cost = make_cost_model("table", dev, str(host.cost_table))
     if speeds:                          # reads are rates of the device profile, the kernels the cost model's
         dev, speeds = at_read_speed(dev, speeds)
-    tl = simulate(plan, dev, ScaledCostModel(cost, speeds) if speeds else cost)
+    tl = simulate(plan, dev, ScaledCostModel(cost, speeds) if speeds else cost, runtime=host.runtime)
     return tl, _metrics(tl, dev)
 
 
@@ -132,7 +136,7 @@ def compare_at_speed(run: HostRun, m_pred: dict[str, Any], tag: str = "at_host_s
     return out
 
 
-def compare_per_run(run: HostRun, dev: SocProfile, cost_table: str, speeds: list[dict[str, float]],
+def compare_per_run(run: HostRun, host: HostProfile, speeds: list[dict[str, float]],
                     tag: str = "at_run_speed") -> tuple[dict[str, Any], list[float | None]]:
     """Each measured run against the plan re-simulated at the kernel speeds measured right before that run
     (`speeds[k]`, hil.drift.speeds_before; modelled, conditioned on a measurement taken before the run, so still a
@@ -148,7 +152,7 @@ def compare_per_run(run: HostRun, dev: SocProfile, cost_table: str, speeds: list
             continue
         key = tuple(sorted(sp.items()))
         if key not in cache:
-            cache[key] = predict(run.plan, dev, cost_table, dict(key))[1]
+            cache[key] = predict(run.plan, host, dict(key))[1]
         preds.append(cache[key])
     out: dict[str, Any] = {}
     for ph in ("ttft_s", "load_s", "unpack_s", "prefill_s"):
@@ -164,21 +168,21 @@ def compare_per_run(run: HostRun, dev: SocProfile, cost_table: str, speeds: list
     return out, [p["ttft_s"] if p else None for p in preds]
 
 
-def run_host(spec: ModelSpec, dev: SocProfile, cost_table: str, fw: FrameworkSpec, bits: int, tokens: np.ndarray,
+def run_host(spec: ModelSpec, host: HostProfile, fw: FrameworkSpec, bits: int, tokens: np.ndarray,
              qs: QuantSettings, repeats: int, warmup: int = 1, progress=None, between=None) -> HostRun:
     """Predict the plan, then run it `warmup` + `repeats` times cold (the first `warmup` runs not counted).
     `between(k)`: called after run k (0-based), e.g. one run of a peer, so both see the same host conditions."""
     from hil.runner import run_plan
 
-    plan, path = build_host_plan(spec, dev, cost_table, fw, bits, int(tokens.size), qs)
-    pred_tl, pred_m = predict(plan, dev, cost_table)
+    plan, path = build_host_plan(spec, host, fw, bits, int(tokens.size), qs)
+    pred_tl, pred_m = predict(plan, host)
     measured, meas_m = [], []
     res = None
     for k in range(warmup + repeats):
         res = run_plan(plan, path, tokens, spec=spec)
         if k >= warmup:
             measured.append(res.timeline)
-            meas_m.append(_metrics(res.timeline, dev))
+            meas_m.append(_metrics(res.timeline, host.device))
         if progress:
             progress(k + 1, warmup + repeats)
         if between is not None:

@@ -102,7 +102,7 @@ GROUPS = {"model": None, "framework": None, "device": lambda: ["host"], "quant":
 
 
 def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str, huge: bool):
-    from hil.host import host_from_marker
+    from experiments.calibrate_fit import host_from_marker
 
     doc = OmegaConf.to_container(cfg.device, resolve=True)
     try:
@@ -207,8 +207,9 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     # runs' fresh memory on huge pages or not, as the profile's calibration had it (docs/hil.md "Huge pages")
     with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits,
                                              gguf.stat().st_size if gguf else 0)) as mem, huge_pages(c.huge_pages):
-        dev, table = _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages)
-        run_, probes, around, before, peer_runs, vs, places = _measure(c, dev, table, tokens, gguf)
+        host = _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages)
+        dev, table = host.device, host.cost_table
+        run_, probes, around, before, peer_runs, vs, places = _measure(c, host, tokens, gguf)
         sched = _sched_trace(run_, tokens, c.model, dev.cpu_cores) if c.sched_trace else None
         memory = mem.metrics()
     m: dict[str, Any] = {"framework": c.framework.name, "model": c.model.name, "device": dev.name,
@@ -222,11 +223,11 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
     speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
     m.update(speed_summary(speeds))
-    m.update(_at_host_speed(run_, dev, table, {cls: run_speeds(reference, around, key)[c.warmup:]
-                                               for cls, key in SPEED_KEYS.items()}))
-    at_run, pred_runs = compare_per_run(run_, dev, str(table), speeds_before(reference, before)[c.warmup:])
+    m.update(_at_host_speed(run_, host, {cls: run_speeds(reference, around, key)[c.warmup:]
+                                         for cls, key in SPEED_KEYS.items()}))
+    at_run, pred_runs = compare_per_run(run_, host, speeds_before(reference, before)[c.warmup:])
     m.update(at_run)
-    m.update(_at_run_placement(run_, dev, table, places))
+    m.update(_at_run_placement(run_, host, places))
     m.update(memory)
     if sched is not None:
         m.update({f"measured_sched_{k}": v for k, v in sched.items() if not isinstance(v, dict)})
@@ -283,7 +284,7 @@ def ops_csv(rows: list[dict[str, Any]]) -> str:
                   f"{pct(r['cpu_error_pct'])}\n" for r in rows)
 
 
-def _measure(c: ValidateConfig, dev, table, tokens, gguf):
+def _measure(c: ValidateConfig, host, tokens, gguf):
     """The cold runs (`c.warmup` + `c.repeats`), a speed probe after each, llama.cpp's run after each when `gguf`;
     (HostRun, host probes before / after, speed probes around the runs, the probe right before each run, the peer's
     measured runs, the `versus` runs, the wake-up placement probed before / after the runs)."""
@@ -295,19 +296,19 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
     run_peer = None
     vs = None
     if c.versus != "none":
-        vs = Versus(c, dev, str(table), tokens)
+        vs = Versus(c, host, tokens)
     if gguf is not None:
         # llama.cpp runs once after each of our runs (its first run, after our warm-up, is its own warm-up): both see
         # the same host conditions, which on this shared host drift by 10-30 % within an hour (docs/hil.md)
         from hil.peer import llamacpp_cold_ttft
 
         def _peer(k: int) -> None:
-            r = llamacpp_cold_ttft(gguf, tokens, threads=dev.cpu_cores, repeats=1)
+            r = llamacpp_cold_ttft(gguf, tokens, threads=host.device.cpu_cores, repeats=1)
             if k >= c.warmup:
                 peer_runs.append(r)
         run_peer = _peer
     # a scratch file for the read probe, as the calibration's (hil.drift.read_probe), removed on every exit path
-    with scratch_file(Path(table).parent.parent / "scratch", READ_PROBE_BYTES) as scratch:
+    with scratch_file(host.cost_table.parent.parent / "scratch", READ_PROBE_BYTES) as scratch:
         probes = [probe(read_path=scratch)]              # the host now vs when its profile was measured
         places = [placement_probe()]                     # where the OS puts woken threads now (and after the runs)
         around = [probes[0]]                             # speed probes around the runs: [k] before run k
@@ -324,7 +325,7 @@ def _measure(c: ValidateConfig, dev, table, tokens, gguf):
             else:
                 before.append(around[-1])
 
-        run_ = run_host(c.model, dev, str(table), c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
+        run_ = run_host(c.model, host, c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
                         progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
                         between=between)
         probes.append(probe(read_path=scratch))
@@ -337,13 +338,13 @@ class Versus:
     """The `versus=` plan (same model, bits, prompt): predicted once, then one cold run after each of this plan's
     runs (its first, after our warm-up, is its own warm-up), so the speed-up compares runs minutes apart at most."""
 
-    def __init__(self, c: ValidateConfig, dev, table: str, tokens) -> None:
+    def __init__(self, c: ValidateConfig, host, tokens) -> None:
         from experiments.hostrun import build_host_plan, predict
 
         self.spec, self.tokens = c.model, tokens
-        self.plan, self.path = build_host_plan(c.model, dev, table, versus_framework(c.versus), c.bits,
+        self.plan, self.path = build_host_plan(c.model, host, versus_framework(c.versus), c.bits,
                                                int(tokens.size), c.quant)
-        self.predicted_ttft_s = predict(self.plan, dev, table)[1]["ttft_s"]
+        self.predicted_ttft_s = predict(self.plan, host)[1]["ttft_s"]
         self.measured: list[float] = []
 
     def run(self, counted: bool) -> None:
@@ -386,7 +387,7 @@ def speed_summary(speeds: list[float | None]) -> dict[str, float]:
     return {"host_speed": float(statistics.median(vals)), "host_speed_min": min(vals), "host_speed_max": max(vals)}
 
 
-def _at_host_speed(run_, dev, table, per_class: dict[str, list[float | None]]) -> dict[str, Any]:
+def _at_host_speed(run_, host, per_class: dict[str, list[float | None]]) -> dict[str, Any]:
     """The plan re-simulated with its kernels at the host speed measured around the runs (`per_class`: each speed
     class's speed per measured run, hil.drift.run_speeds; their medians; planner.cost.scaled): modelled, conditioned
     on that measurement — the calibrated prediction's error minus this one's is the host's drift (docs/hil.md
@@ -397,12 +398,12 @@ def _at_host_speed(run_, dev, table, per_class: dict[str, list[float | None]]) -
               if (v := [x for x in vals if x is not None])}
     if not speeds:
         return {}
-    _tl, pm = predict(run_.plan, dev, str(table), speeds)
+    _tl, pm = predict(run_.plan, host, speeds)
     out: dict[str, Any] = {f"host_speed_{k}": v for k, v in speeds.items() if k != "gemm"}
     return out | compare_at_speed(run_, pm)
 
 
-def _at_run_placement(run_, dev, table, places: list) -> dict[str, Any]:
+def _at_run_placement(run_, host, places: list) -> dict[str, Any]:
     """The wake-up placement measured around the runs (`hil.drift.placement_probe` before and after, merged) and the
     plan re-simulated with it instead of the calibrated one: modelled, conditioned on that measurement, like the
     prediction at the run-time host speed (docs/hil.md "Wake-up packing"). {} where the probe cannot run."""
@@ -416,12 +417,12 @@ def _at_run_placement(run_, dev, table, places: list) -> dict[str, Any]:
     if rows is None:
         return {}
     idle, share = pack_threshold(rows)
-    _tl, pm = predict(run_.plan, dataclasses.replace(dev, thread_wake_pack_idle_s=idle, thread_wake_pack_share=share),
-                      str(table))
+    rt = dataclasses.replace(host.runtime, thread_wake_pack_idle_s=idle, thread_wake_pack_share=share)
+    _tl, pm = predict(run_.plan, dataclasses.replace(host, runtime=rt))
     out = {"measured_run_pack_idle_s": idle, "measured_run_pack_share": share,
            "measured_run_pack_curve": ", ".join(f"{1e6 * r['idle_s']:.0f} us: {r['share']:.2f}" for r in rows),
-           "measured_calibration_pack_idle_s": dev.thread_wake_pack_idle_s,
-           "measured_calibration_pack_share": dev.thread_wake_pack_share}
+           "measured_calibration_pack_idle_s": host.runtime.thread_wake_pack_idle_s,
+           "measured_calibration_pack_share": host.runtime.thread_wake_pack_share}
     return out | compare_at_speed(run_, pm, "at_run_placement")
 
 

@@ -18,7 +18,7 @@ from hil.calibrate_stats import Stat, gemm_pool, in_threads, split, timed, timed
 from native.compute import aligned, aligned_copy
 
 if TYPE_CHECKING:
-    from hil.calibrate import CalibrationSettings
+    from hil.calibrate_settings import CalibrationSettings
 
 
 # ================================================ compute kernels ====================================================

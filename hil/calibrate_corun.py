@@ -13,11 +13,11 @@ compute co-runner on the other core (a loop of native GEMM calls, as the runner'
 memory-system co-runner there (first touch of fresh mappings, what the runner's loaders and unpacker mostly spend
 their CPU on), alternately (`CoRunner`). The compute co-runner runs in another process: beside a co-runner thread of
 this process the probes also paid the interpreter lock's hand-offs (unpack 1.42x, GEMM 1.18x; 1.03x and 0.99x beside
-the same work in another process), which the simulator models apart (`SocProfile.interpreter_lock`). The memory
+the same work in another process), which the simulator models apart (`HostRuntime.interpreter_lock`). The memory
 co-runner is a thread of this process: its page faults contend with the probe's on the process's address space, as
 the runner's threads' do (unpack 1.34x, touch 1.20x; ~1.0x from another process). Per class the ratio
 busy / alone, per busy core (the excess divided by the co-runner's CPU utilisation over the window), is
-`SocProfile.corun_<class>` (beside compute) and `corun_<class>_mem` (beside memory work); the simulator
+`HostRuntime.corun_<class>` (beside compute) and `corun_<class>_mem` (beside memory work); the simulator
 (`sim.sharing.Cores`) slows a job of that class by them while other threads' compute or memory work occupies the
 other cores.
 
@@ -37,13 +37,13 @@ from typing import Callable, Iterator
 import numpy as np
 
 import native
-from hil.calibrate import CalibrationSettings
 from hil.calibrate_compute import Kernels
 from hil.calibrate_reads import cold_read
+from hil.calibrate_settings import CalibrationSettings
 from hil.calibrate_stats import MIB, Stat, touch_cpu
 from hil.runner_state import fresh_empty
 from native.compute import aligned, aligned_copy
-from planner.device import CORUN_CLASSES as CLASSES
+from planner.host_runtime import CORUN_CLASSES as CLASSES
 
 
 def _cpu(fn: Callable[[], object], n: int) -> float:
@@ -173,7 +173,7 @@ class CoRunner:
     here (2026-12-03, 7 alternating sets): beside a co-runner thread the GEMM probe took 1.18x its CPU alone, the
     unpack 1.42x, elementwise 1.28x; beside the same loop in another process 0.99x, 1.03x, 1.00x; beside a thread
     making one 30 ms GEMM call per lock hand-off 1.06x, 1.04-1.08x, 1.0x. So what a co-runner thread adds is the
-    interpreter lock's hand-offs, which the simulator models on their own (`SocProfile.interpreter_lock`,
+    interpreter lock's hand-offs, which the simulator models on their own (`HostRuntime.interpreter_lock`,
     `thread_wake_cpu_s`), and the two are not counted twice.
     Memory work from this process: page faults and new mappings of threads of one process contend on its address
     space (the mm's locks and page tables), as the runner's loaders and unpacker do, and another process does not

@@ -20,7 +20,7 @@ from hil.calibrate_stats import MIB, Stat, in_threads, interleave, split, timed
 from hil.pagecache import PAGE, evict, resident_fraction, resident_pages
 
 if TYPE_CHECKING:
-    from hil.calibrate import CalibrationSettings
+    from hil.calibrate_settings import CalibrationSettings
 
 
 # ================================================ scratch file =======================================================

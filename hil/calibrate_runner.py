@@ -18,7 +18,7 @@ kind, the median cycle minus the median time of the same kernels called bare at 
 runner's overhead the simulator adds per task (`RunnerCost`). The bare calls go through the checked wrappers, the
 runner's steps through raw ctypes calls, so that overhead is the right total per op but not the runner's Python per
 op: the gap between two op spans (the worker loop: finish, pop, notify, under the GIL) is measured apart,
-`RunnerCost.op_python` -> `SocProfile.cpu_op_python_s`, the share of each op the simulator holds the interpreter
+`RunnerCost.op_python` -> `HostRuntime.cpu_op_python_s`, the share of each op the simulator holds the interpreter
 lock for (6-7 us here against the ~1 us overhead).
 """
 from __future__ import annotations

@@ -23,6 +23,7 @@ from pathlib import Path
 
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
+from planner.host_runtime import HostRuntime
 from planner.plan import Plan
 from quant.arch import ModelSpec
 from quant.settings import QuantSettings
@@ -38,13 +39,14 @@ def weight_file_kind(policy: str, recipe_fmt: str | None) -> tuple[str, str]:
     return "int8", "int8"
 
 
-def fit_threads(fw: FrameworkSpec, dev: SocProfile) -> FrameworkSpec:
-    """The framework's thread counts, fitted to the device's cores (see module docstring)."""
+def fit_threads(fw: FrameworkSpec, dev: SocProfile, runtime: HostRuntime | None = None) -> FrameworkSpec:
+    """The framework's thread counts, fitted to the device's cores (see module docstring); `runtime`: the host's
+    runtime mechanics (its NPU stand-in is a CPU core: `HostRuntime.npu_on_cpu_core`)."""
     cores = dev.cpu_cores
     if fw.policy in CPU_ONLY:
         return dataclasses.replace(fw, compute_threads=cores, loader_threads=min(fw.loader_threads, cores),
                                    unpack_threads=1, graph_threads=1)
-    if not dev.npu_on_cpu_core:
+    if runtime is None or not runtime.npu_on_cpu_core:
         return fw
     free = max(1, cores - 1)                     # one core is the NPU stand-in
     return dataclasses.replace(fw, compute_threads=1, unpack_threads=min(fw.unpack_threads, free),
@@ -67,8 +69,8 @@ def packed_model(spec: ModelSpec, method: str, bits: int, fmt: str, settings: Qu
     from quant.pipeline import run_quantization
 
     b = 8 if method == "int8" else int(bits)
-    if spec.weights.value == "synthetic":                # generated model: its own cached pipeline (quant.synth)
-        from quant.synth import ensure_synth
+    if spec.weights.value == "synthetic":                # generated model: its own cached pipeline (quant.synth_pack)
+        from quant.synth_pack import ensure_synth
 
         if method != "edgeflow":
             raise ValueError(f"model {spec.name}: synthetic models are packed with EdgeFlow's allocation only "

@@ -171,8 +171,8 @@ def placement_probe(hand_offs: int = PLACEMENT_HAND_OFFS) -> list[dict] | None:
     (the same probe measured 0.10 of the hand-offs packed at 02:22 UTC and 0.60 at 02:50 on 2026-12-06; docs/hil.md
     "Wake-up packing"), so `experiments.validate` runs it right before and right after its cold runs. None where the
     calibration's probe is (one core, no sched_getcpu)."""
-    from hil.calibrate import CalibrationSettings
     from hil.calibrate_compute import measure_wake_pack
+    from hil.calibrate_settings import CalibrationSettings
 
     return measure_wake_pack(Kernels(), CalibrationSettings(), hand_offs)
 

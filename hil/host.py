@@ -1,24 +1,30 @@
-"""This machine as a device (docs/hil.md "Host profile"): its identity and the store of its measured profile.
+"""This machine as a device (docs/hil.md "Host profile"): its identity, the mapping of its measurements onto a
+device profile and a host runtime model, and the store of both.
 
 Identity: CPU model name, vendor/family/model/stepping, logical and physical cores, the ISA flags the kernels care
 about, total RAM (GiB) and kernel release — hashed into an id. The store `outputs/hil/host/<id-hash>/` (a quick
 calibration: `<id-hash>-quick/`, so it never replaces a full one) holds
 - `identity.json`: the identity the profile was measured on;
-- `device.json`: `{"profile": <SocProfile fields>, "sources": {field: "measured: how" | "assumed: why" | ...},
-  "spread": {field: (max - min) / median of the repeats}, "quick", "measured_at", "identity_hash", "wall_s",
+- `device.json`: `{"version", "profile": <SocProfile fields>, "sources": {field: "measured: how" | "assumed: why" |
+  ...}, "spread": {field: (max - min) / median of the repeats}, "quick", "measured_at", "identity_hash", "wall_s",
   "host_memory": {"mode", "state", "reported_mib"} (guest free page reporting during the calibration, hil.hostmem)}`;
+- `runtime.json`: `{"version", "runtime": <HostRuntime fields>, "sources", "spread", ...}`: the mechanics of this
+  host's OS and of the runner the simulator adds to predict it (`planner.host_runtime`, docs/design.md §6.1);
 - `cost_table.json`: the table the `table` cost model loads (`planner.cost.table`);
 - `measurements.json`: the raw curves (read bandwidth per request size / threads, GEMM per shape, ...);
-all written atomically (`quant.atomic`). `host_device()` loads the stored profile when its identity equals this
-machine's and it was measured with the asked `memory` mode, else measures (`hil.calibrate`): a profile from another
-machine is re-measured, never used. A quick profile
-(`quick=True`, < 30 s, smaller grids) only serves quick requests; a full one serves both (and is preferred).
+all written atomically (`quant.atomic`). `load_stored` loads the stored profile when its identity equals this
+machine's and it was measured with the asked `memory` mode; a profile from another machine is re-measured, never
+used, and one written by another `STORE_VERSION` is an error that says to recalibrate. A quick profile (`quick=True`,
+< 30 s, smaller grids) only serves quick requests; a full one serves both (and is preferred). `measure` calibrates
+(`hil.calibrate`) and `store` writes; the step between them that needs the simulator (fitting the read overlap) and
+the load-or-measure policy are `experiments.calibrate_fit`'s: hil/ never imports sim/.
 
-The mapping of the measurements onto the phone-shaped `SocProfile` (EdgeFlow §3 components) is `build_profile`:
-cpu_big_cores = physical cores, no little cores, GHz = the nominal clock; the NPU fields describe the NPU stand-in (one
-CPU core running the INT8 GEMM); no NPU graph exists here, so its set-up / compose / optimize / prepare costs are 0.
-It fills a `ProfileFields` (value, source, spread per field) with one `put_*` function per measurement group (flash
-reads, memory copy, random reads, memory touch, cores, INT8 GEMM, float kernels, unpack, NPU stand-in, assumed power).
+The mapping of the measurements onto the phone-shaped `SocProfile` (EdgeFlow §3 components) and the `HostRuntime` is
+`build_profile`: cpu_big_cores = physical cores, no little cores, GHz = the nominal clock; the NPU fields describe the
+NPU stand-in (one CPU core running the INT8 GEMM); no NPU graph exists here, so its set-up / compose / optimize /
+prepare costs are 0. It fills a `ProfileFields` (value, source, spread per field of either) with one `put_*` function
+per measurement group (flash reads, memory copy, random reads, memory touch, cores, INT8 GEMM, float kernels, unpack,
+NPU stand-in, assumed power).
 """
 from __future__ import annotations
 
@@ -38,6 +44,7 @@ from typing import TYPE_CHECKING, Callable
 import numpy as np
 
 from planner.device import SocProfile
+from planner.host_runtime import HostRuntime
 from quant.atomic import atomic_open
 
 if TYPE_CHECKING:
@@ -48,15 +55,8 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 19    # 12: kernel costs are their calls' expected value (hil.calibrate_stats.Stat.expected); 13: the
-#                       runner's and the calibration's fresh memory asks for huge pages (hil.runner_state.FreshArena);
-#                       14: every kernel operand of the calibration and the runner is 64-byte aligned (native.compute);
-#                       15: wake-up packing (thread_wake_pack_idle_s / _share, sched_balance_s; measure_wake_pack)
-#                       16: the wake-up packing share is the least-squares step over the probe's curve (pack_threshold)
-#                       17: several cold readers take the file's pieces in turn, as a plan's loaders do
-#                       (hil.calibrate_reads.interleave); host probes of the 2-thread GEMM and a cold read (hil.drift)
-#                       18: read_cpu_multi, the CPU per byte of two cold readers at once / one reader's
-#                       19: the cold read curve reads each reader's pieces through one descriptor (_read_pieces)
+STORE_VERSION = 20    # bumped whenever what a store holds changes meaning; 20: the device profile (device.json) and
+#                       the host runtime model (runtime.json) are stored apart
 
 
 # ================================================ identity ===========================================================
@@ -159,7 +159,8 @@ def nominal_ghz() -> tuple[float, str]:
 # ================================================ profile mapping ====================================================
 @dataclass
 class ProfileFields:
-    """SocProfile field values mapped from measurements, with each field's source and (when repeated) its spread."""
+    """SocProfile and HostRuntime field values mapped from measurements, with each field's source and (when
+    repeated) its spread."""
     values: dict[str, float | int | bool] = field(default_factory=dict)
     sources: dict[str, str] = field(default_factory=dict)     # field -> "measured: how" | "assumed: why" | ...
     spread: dict[str, float] = field(default_factory=dict)    # field -> (max - min) / median of the repeats
@@ -172,9 +173,11 @@ class ProfileFields:
 
 
 def build_profile(m: Measurements, ident: HostIdentity, ghz: float, ghz_how: str
-                  ) -> tuple[SocProfile, dict[str, str], dict[str, float]]:
-    """Map a `hil.calibrate.Measurements` onto SocProfile fields: (profile, sources, spread) — see the module doc.
-    ghz: nominal clock (GHz) and ghz_how its source (`nominal_ghz`)."""
+                  ) -> tuple[SocProfile, HostRuntime, ProfileFields]:
+    """Map a `hil.calibrate.Measurements` onto the fields of the device profile and of the host's runtime model:
+    (profile, runtime, the fields with their sources and spread) — see the module doc. ghz: nominal clock (GHz) and
+    ghz_how its source (`nominal_ghz`). `read_cpu_overlap` / `_multi` are the closed form here; the simulator's fit
+    of them is `experiments.calibrate_fit.fit_read_overlaps`."""
     f = ProfileFields()
     put_flash_reads(f, m)
     put_memory_copy(f, m)
@@ -186,78 +189,17 @@ def build_profile(m: Measurements, ident: HostIdentity, ghz: float, ghz_how: str
     put_unpack(f, m, ghz)
     put_npu_stand_in(f, m)
     put_assumed_power(f)
-    for fl in dataclasses.fields(SocProfile):                # fields this calibration does not know: schema default
-        if fl.name not in f.values and fl.name not in ("name", "soc", "source"):
-            f.sources[fl.name] = f"default: not calibrated on this host (schema default {fl.default!r})"
+    for cls in (SocProfile, HostRuntime):                   # fields this calibration does not know: schema default
+        for fl in dataclasses.fields(cls):
+            if fl.name not in f.values and fl.name not in ("name", "soc", "source"):
+                f.sources[fl.name] = f"default: not calibrated on this host (schema default {fl.default!r})"
+    rt_names = {fl.name for fl in dataclasses.fields(HostRuntime)}
     prof = SocProfile(name="host", soc=ident.cpu_model,
                       source=f"measured on this host by hil.calibrate ({'quick' if m.settings.quick else 'full'}; "
-                             f"compute kernels: {m.kernels}); per-field sources in device.json", **f.values)
-    prof = fit_read_overlaps(prof, f, m)
-    return prof, f.sources, f.spread
-
-
-def _simulated_read_s(prof: SocProfile, size: int, blob: int, request: int, readers: int) -> float:
-    """Simulated wall time of the calibration's cold read: `readers` loader threads reading `size` bytes in
-    `blob`-byte fresh buffers, `request`-byte requests (sim.executor, the profile's read model)."""
-    from planner.cost.analytic import AnalyticCostModel
-    from planner.plan import Plan, PlanBuilder, TensorRef
-    from sim.executor import simulate
-
-    b = PlanBuilder()
-    for k, off in enumerate(range(0, size, blob)):        # bound to the file's byte ranges, as a runner's plan is,
-        n = min(blob, size - off)                         # so the kernel's readahead is modelled as in a plan
-        b.add(f"read{k}", "load", read_bytes=n, request_bytes=request, mem_alloc=n,
-              tensors=[TensorRef(f"scratch{k}", off, n)])
-    plan = Plan("read", "scratch", prof.name, 1, 0, b.tasks, loader_threads=readers)
-    return simulate(plan, prof, AnalyticCostModel(prof)).end_s
-
-
-def _bisect(fn: Callable[[float], float], target: float, lo: float, hi: float, falling: bool) -> float:
-    """x in [lo, hi] with fn(x) = target, fn monotone (falling or rising in x); clipped to the ends."""
-    for _ in range(30):
-        mid = (lo + hi) / 2
-        if (fn(mid) < target) == falling:
-            hi = mid
-        else:
-            lo = mid
-    return (lo + hi) / 2
-
-
-def fit_read_overlaps(prof: SocProfile, f: ProfileFields, m: Measurements) -> SocProfile:
-    """`read_cpu_overlap` (one reader) and `read_cpu_overlap_multi` (two at once) as the simulator needs them: the
-    share at which its read model (sim.executor: device shared by the readers, CPU side on the cores, the part that
-    does not overlap after) reproduces the measured wall time of the calibration's cold reads into fresh buffers.
-    The closed form max(T, C) + (1 - eta) min(T, C) with measured T, C (put_memory_touch, kept in the sources)
-    assumes the device stays busy while a reader copies; with two readers it does not in the simulator (one
-    reader's exposed part gives the other the whole device), so the closed form would make two readers ~25 % too
-    fast. Bisection on eta in [0, 1]. Measured here (2026-12-01): two fresh readers of one file together reach
-    1.7-1.9 GB/s, where the device gives 2.5-2.8 with reused buffers and one fresh reader 1.6 — slower than the
-    simulator's no-overlap bound (eta = 0, ~2.2 GB/s); that rest is not modelled (docs/hil.md "Host profile")."""
-    cr, s = m.cold_read, m.settings
-    size, blob, req = s.scratch_bytes, s.overlap_blob_bytes, int(m.bulk_request_bytes)
-    targets = [("read_cpu_overlap", 1, cr.fresh_wall.median * size)]
-    if cr.fresh_wall_2 is not None:
-        targets.append(("read_cpu_overlap_multi", 2, cr.fresh_wall_2.median * size))
-    for key, readers, target in targets:
-        closed = float(f.values.get(key, prof.read_overlap(readers)))
-
-        def t(eta: float) -> float:
-            return _simulated_read_s(dataclasses.replace(prof, **{key: eta}), size, blob, req, readers)
-
-        how = (f"fitted: the share at which the simulator's read of the calibration file ({size >> 20} MiB, "
-               f"{readers} reader(s), {blob >> 20} MiB fresh buffers, {req >> 10} KiB requests) takes the measured "
-               f"{target * 1e3:.1f} ms (hil.host.fit_read_overlaps; clipped to [0, 1]: at 0 it takes "
-               f"{t(0.0) * 1e3:.1f} ms, at 1 {t(1.0) * 1e3:.1f}); closed form {closed:.3f}. ")
-        if t(1.0) >= target:
-            eta = 1.0
-        elif t(0.0) <= target:
-            eta = 0.0
-        else:
-            eta = _bisect(t, target, 0.0, 1.0, falling=True)
-        f.sources[key] = how + f.sources.get(key, "")
-        f.values[key] = eta
-        prof = dataclasses.replace(prof, **{key: eta})
-    return prof
+                             f"compute kernels: {m.kernels}); per-field sources in device.json",
+                      **{k: v for k, v in f.values.items() if k not in rt_names})
+    rt = HostRuntime(**{k: v for k, v in f.values.items() if k in rt_names})
+    return prof, rt, f
 
 
 def put_flash_reads(f: ProfileFields, m: Measurements) -> None:
@@ -651,23 +593,48 @@ def _np_default(o):
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+@dataclass
+class HostProfile:
+    """This host as the simulator and the planner see it: what the device is, the runtime mechanics the simulator
+    adds to predict it (`planner.host_runtime`), and the cost table of its kernels (`planner.cost.table`)."""
+    device: SocProfile
+    runtime: HostRuntime
+    cost_table: Path
+
+
 def load_device_json(path: str | os.PathLike) -> SocProfile:
     """The SocProfile of a stored `device.json`; ValueError naming the file when it is malformed."""
+    return _load_fields(path, "profile", SocProfile)
+
+
+def load_runtime_json(path: str | os.PathLike) -> HostRuntime:
+    """The HostRuntime of a stored `runtime.json`; ValueError naming the file when it is malformed."""
+    return _load_fields(path, "runtime", HostRuntime)
+
+
+def _load_fields(path: str | os.PathLike, key: str, cls):
     p = Path(path)
     try:
         doc = json.loads(p.read_text())
-        return SocProfile(**doc["profile"])
+        return cls(**doc[key])
     except FileNotFoundError:
         raise
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{p}: not a valid host device profile ({str(e).splitlines()[0] if str(e) else e!r})"
-                         ) from None
+        raise ValueError(f"{p}: not a valid host {key} ({str(e).splitlines()[0] if str(e) else e!r})") from None
+
+
+def recalibrate_error(d: Path, version: object) -> str:
+    """The one-line error of a store written by another store version."""
+    return (f"{d}: stored host profile has store version {version}, this code reads version {STORE_VERSION} "
+            f"(device profile and host runtime stored apart); recalibrate: python -m experiments.calibrate "
+            f"device=host remeasure=true")
 
 
 def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold", huge: bool = True
-            ) -> tuple[SocProfile | None, str]:
+            ) -> tuple[HostProfile | None, str]:
     """(profile, "") when `d` holds a usable profile for `ident` measured with `memory` (hil.hostmem) and fresh
-    memory on huge pages or not (`huge`, hil.runner_state.huge_pages), else (None, why not)."""
+    memory on huge pages or not (`huge`, hil.runner_state.huge_pages), else (None, why not). ValueError
+    (`recalibrate_error`) for a profile of this machine written by another store version."""
     if not (d / "device.json").is_file():
         return None, "no stored profile"
     try:
@@ -679,21 +646,26 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold",
         return None, f"stored profile is from another machine ({', '.join(diff)} differ)"
     try:
         doc = json.loads((d / "device.json").read_text())
-        prof = load_device_json(d / "device.json")
     except (OSError, ValueError) as e:
         return None, f"stored profile unreadable ({str(e)[:80]})"
-    if doc.get("identity_hash") != ident.id_hash() or doc.get("version") != STORE_VERSION:
-        return None, "stored profile has another identity hash or store version"
+    if doc.get("version") != STORE_VERSION:
+        raise ValueError(recalibrate_error(d, doc.get("version")))
+    try:
+        prof, rt = load_device_json(d / "device.json"), load_runtime_json(d / "runtime.json")
+    except (OSError, ValueError) as e:
+        return None, f"stored profile unreadable ({str(e)[:80]})"
+    if doc.get("identity_hash") != ident.id_hash():
+        return None, "stored profile has another identity hash"
     if need_full and doc.get("quick", True):
         return None, "stored profile is a quick calibration and a full one was asked for"
     if not (d / "cost_table.json").is_file():
         return None, "stored cost table missing"
-    stored_memory = (doc.get("host_memory") or {}).get("mode", "as_is")      # profiles from before hil.hostmem: as is
+    stored_memory = (doc.get("host_memory") or {}).get("mode", "as_is")      # not recorded: left as it was
     if stored_memory != memory:
         return None, f"stored profile was measured with host_memory={stored_memory} (asked: {memory})"
-    if bool(doc.get("huge_pages", False)) != bool(huge):          # profiles from before huge pages: 4 KiB pages
+    if bool(doc.get("huge_pages", False)) != bool(huge):                     # not recorded: 4 KiB pages
         return None, f"stored profile was measured with huge_pages={bool(doc.get('huge_pages', False))} (asked: {huge})"
-    return prof, ""
+    return HostProfile(prof, rt, d / "cost_table.json"), ""
 
 
 def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None = None, quick: bool = False,
@@ -709,76 +681,95 @@ def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None 
     return Path(root or DEFAULT_ROOT) / name
 
 
+def load_stored(root: Path, ident: HostIdentity, quick: bool, memory: str = "hold", huge: bool = True
+                ) -> tuple[HostProfile | None, Path, str]:
+    """(the stored profile of this machine or None, its store directory, why not): the full profile, or with `quick`
+    the quick one when no full one is usable."""
+    reasons = []
+    for q in ((False, True) if quick else (False,)):
+        d = store_dir(root, ident, q, memory, huge)
+        got, why = _stored(d, ident, need_full=not q, memory=memory, huge=huge)
+        if got is not None:
+            return got, d, ""
+        reasons.append(why)
+    return None, store_dir(root, ident, quick, memory, huge), next(
+        (w for w in reasons if w != "no stored profile"), "no stored profile")
+
+
+@contextlib.contextmanager
+def store_lock(root: Path):
+    """One calibration of this machine at a time (they disturb each other): an exclusive lock on `<root>/.lock`."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / ".lock", "w") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)
+        yield
+
+
 CALIBRATION_PREFAULT = {False: 2 << 30, True: 512 << 20}   # B touched before a calibration (hil.hostmem.prefault):
 #                                                            its scratch file's page cache, read buffers, probes
 
 
-def measure_and_store(root: Path, ident: HostIdentity, quick: bool,
-                      log: Callable[[str], None] = lambda m: None, rounds: int | None = None, memory: str = "hold",
-                      huge: bool = True) -> tuple[SocProfile, Path, float]:
+@dataclass
+class Calibration:
+    """One calibration of this host, before it is stored: the merged measurements (and each round's), the
+    profile and runtime model mapped from them with every field's source and spread, and its conditions."""
+    meas: Measurements
+    per_round: list
+    device: SocProfile
+    runtime: HostRuntime
+    fields: ProfileFields
+    quick: bool
+    wall_s: float
+    host_memory: dict
+    huge: bool
+
+
+def measure(root: Path, ident: HostIdentity, quick: bool, log: Callable[[str], None] = lambda m: None,
+            rounds: int | None = None, memory: str = "hold", huge: bool = True) -> Calibration:
     """Calibrate this host (`rounds` passes merged, None: the settings' default; guest free page reporting held or
-    not by `memory`, hil.hostmem; fresh memory on huge pages or not by `huge`, hil.runner_state.huge_pages) and write
-    its store directory; (profile, cost table path, wall s)."""
-    from hil.calibrate import CalibrationSettings
+    not by `memory`, hil.hostmem; fresh memory on huge pages or not by `huge`, hil.runner_state.huge_pages) and map
+    the measurements (`build_profile`). Nothing is stored (`store`)."""
     from hil.calibrate_merge import measure_rounds
+    from hil.calibrate_settings import CalibrationSettings
     from hil.hostmem import hold
     from hil.runner_state import huge_pages
 
-    d = store_dir(root, ident, quick, memory, huge)
     ghz, how = nominal_ghz()
     with hold(memory, CALIBRATION_PREFAULT[quick]) as mem, huge_pages(huge):
         t0 = time.perf_counter()
         meas, per_round = measure_rounds(root / "scratch", CalibrationSettings.make(quick, rounds), log)
         wall = time.perf_counter() - t0
         host_memory = {"mode": memory, "state": mem.describe(), "reported_mib": mem.reported_mib()}
-    prof, src, spr = build_profile(meas, ident, ghz, how)
-    table = cost_table(meas)
+    prof, rt, f = build_profile(meas, ident, ghz, how)
+    return Calibration(meas, per_round, prof, rt, f, quick, wall, host_memory, huge)
+
+
+def store(root: Path, ident: HostIdentity, cal: Calibration, memory: str = "hold") -> HostProfile:
+    """Write calibration `cal` into this machine's store directory (module doc); the stored profile."""
+    d = store_dir(root, ident, cal.quick, memory, cal.huge)
     d.mkdir(parents=True, exist_ok=True)
+    meas = cal.meas
     doc = measurements_json(meas)
-    if len(per_round) > 1:          # what each round measured: the merged figures' movement between rounds
-        doc["rounds"] = [{k: v for k, v in measurements_json(r).items() if k != "settings"} for r in per_round]
+    if len(cal.per_round) > 1:          # what each round measured: the merged figures' movement between rounds
+        doc["rounds"] = [{k: v for k, v in measurements_json(r).items() if k != "settings"} for r in cal.per_round]
+    rt_names = {fl.name for fl in dataclasses.fields(HostRuntime)}
+
+    def part(names) -> tuple[dict, dict]:
+        return ({k: v for k, v in cal.fields.sources.items() if k in names},
+                {k: v for k, v in cal.fields.spread.items() if k in names})
+
+    dev_src, dev_spr = part({fl.name for fl in dataclasses.fields(SocProfile)})
+    rt_src, rt_spr = part(rt_names)
+    head = dict(version=STORE_VERSION, identity_hash=ident.id_hash(), quick=cal.quick)
     _write_json(d / "measurements.json", doc)
-    _write_json(d / "cost_table.json", table)
+    _write_json(d / "cost_table.json", cost_table(meas))
     _write_json(d / "identity.json", ident.to_json())
-    _write_json(d / "device.json", dict(version=STORE_VERSION, identity_hash=ident.id_hash(), quick=quick,
-                                        measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                        wall_s=wall, rounds=len(per_round), loadavg=meas.loadavg,
-                                        host_memory=host_memory, huge_pages=bool(huge),
-                                        profile=asdict(prof), sources=src,
-                                        spread=spr))
-    return prof, d / "cost_table.json", wall
-
-
-def host_device(root: str | os.PathLike | None = None, remeasure: bool = False, quick: bool = False,
-                log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
-                rounds: int | None = None, memory: str = "hold", huge: bool = True) -> tuple[SocProfile, Path]:
-    """(SocProfile, cost table path) of this machine: the stored full profile when its identity, `memory` mode and
-    `huge` (fresh memory on transparent huge pages) match (with `quick`, else the stored quick one), otherwise
-    measured now (a quick calibration with `quick`; `rounds` passes, None: 3 full, 1 quick; free page reporting held
-    or not by `memory`, hil.hostmem; fresh memory on huge pages or not by `huge`) and stored. Prints one line
-    (`log`) saying which."""
-    root = Path(root or DEFAULT_ROOT)
-    ident = host_identity()
-    root.mkdir(parents=True, exist_ok=True)
-    with open(root / ".lock", "w") as lk:                      # one calibration at a time (they disturb each other)
-        fcntl.flock(lk, fcntl.LOCK_EX)
-        reasons = []
-        for q in ((False, True) if quick else (False,)):
-            d = store_dir(root, ident, q, memory, huge)
-            prof, why = _stored(d, ident, need_full=not q, memory=memory, huge=huge)
-            if prof is not None and not remeasure:
-                log(f"host profile: loaded {d} (identity {ident.id_hash()} matches this machine)")
-                return prof, d / "cost_table.json"
-            reasons.append(why)
-        why = "remeasure requested" if remeasure else next((w for w in reasons if w != "no stored profile"),
-                                                           "no stored profile")
-        from hil.calibrate import CalibrationSettings
-
-        prof, table, wall = measure_and_store(root, ident, quick, progress, rounds=rounds, memory=memory, huge=huge)
-        n = CalibrationSettings.make(quick, rounds).rounds
-        log(f"host profile: measured this host ({why}; {'quick' if quick else 'full'} calibration, "
-            f"{f'{n} rounds merged, ' if n > 1 else ''}{wall:.1f} s) -> {table.parent}")
-        return prof, table
+    _write_json(d / "runtime.json", dict(head, runtime=asdict(cal.runtime), sources=rt_src, spread=rt_spr))
+    _write_json(d / "device.json", dict(head, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                                        wall_s=cal.wall_s, rounds=len(cal.per_round), loadavg=meas.loadavg,
+                                        host_memory=cal.host_memory, huge_pages=bool(cal.huge),
+                                        profile=asdict(cal.device), sources=dev_src, spread=dev_spr))
+    return HostProfile(cal.device, cal.runtime, d / "cost_table.json")
 
 
 # ================================================ the `device=host` marker ==========================================
@@ -787,27 +778,23 @@ MARKER_KEYS = {"name", "measured", "store"}
 
 def is_host_marker(device: dict) -> bool:
     """True for the plain dict of `conf/device/host.yaml` (`measured: true`): a device that is this machine,
-    resolved by measuring it (`host_from_marker`) instead of read from the config."""
+    resolved by measuring it (`experiments.calibrate_fit.host_from_marker`) instead of read from the config."""
     return isinstance(device, dict) and device.get("measured") is True
 
 
-def host_from_marker(device: dict, quick: bool = False, remeasure: bool = False,
-                     log: Callable[[str], None] = print, progress: Callable[[str], None] = lambda m: None,
-                     rounds: int | None = None, memory: str = "hold", huge: bool = True) -> tuple[SocProfile, Path]:
-    """(SocProfile, cost table path) for a `device=host` marker dict (keys: name, measured, store); ValueError
-    naming the key for anything else. `memory`: hil.hostmem mode of a calibration (and of a stored profile); `huge`:
-    the runner's fresh memory on transparent huge pages (hil.runner_state.huge_pages)."""
+def marker_store(device: dict) -> Path | None:
+    """The store root a `device=host` marker dict names (keys: name, measured, store; None: the default root);
+    ValueError naming the key for anything else."""
     extra = sorted(set(device) - MARKER_KEYS)
     if extra:
         raise ValueError(f"device.{extra[0]}: not a key of the measured host device (keys: "
                          f"{', '.join(sorted(MARKER_KEYS))}); its values are measured, not configured")
     if device.get("measured") is not True:
         raise ValueError(f"device.measured: must be true for the measured host device (got {device.get('measured')!r})")
-    store = device.get("store") or ""
-    if not isinstance(store, str):
-        raise ValueError(f"device.store: must be a directory path or empty (got {store!r})")
-    return host_device(store or None, remeasure=remeasure, quick=quick, log=log, progress=progress, rounds=rounds,
-                       memory=memory, huge=huge)
+    store_root = device.get("store") or ""
+    if not isinstance(store_root, str):
+        raise ValueError(f"device.store: must be a directory path or empty (got {store_root!r})")
+    return Path(store_root) if store_root else None
 
 
 # ================================================ report =============================================================
@@ -821,15 +808,16 @@ def _unit(field_name: str) -> str:
     return "1"
 
 
-def markdown_table(device_doc: dict) -> str:
-    """The stored profile as a Markdown table: field, value, unit, how measured, spread (docs/hil.md)."""
+def markdown_table(doc: dict, key: str = "profile") -> str:
+    """A stored `device.json` (key "profile") or `runtime.json` (key "runtime") as a Markdown table: field, value,
+    unit, how measured, spread (docs/hil.md)."""
     rows = ["| field | value | unit | how | spread |", "|---|---|---|---|---|"]
-    for k, v in device_doc["profile"].items():
+    for k, v in doc[key].items():
         if k in ("name", "soc", "source"):
             continue
         val = f"{v:.4g}" if isinstance(v, float) else str(v)
-        sp = device_doc.get("spread", {}).get(k)
-        rows.append(f"| `{k}` | {val} | {_unit(k)} | {device_doc['sources'].get(k, '')} | "
+        sp = doc.get("spread", {}).get(k)
+        rows.append(f"| `{k}` | {val} | {_unit(k)} | {doc['sources'].get(k, '')} | "
                     f"{'' if sp is None else f'{sp:.2f}'} |")
     return "\n".join(rows)
 
@@ -844,6 +832,11 @@ if __name__ == "__main__":        # python -m hil.host: print this machine's sto
         print(f"error: no stored profile for this machine in {d}; run python -m experiments.calibrate", file=sys.stderr)
         raise SystemExit(2)
     doc = json.loads((d / "device.json").read_text())
+    if doc.get("version") != STORE_VERSION:
+        print(f"error: {recalibrate_error(d, doc.get('version'))}", file=sys.stderr)
+        raise SystemExit(2)
     print(f"{d} ({'quick' if doc['quick'] else 'full'}, measured {doc['measured_at']}, {doc['wall_s']:.0f} s, "
-          f"load average {doc.get('loadavg')})\n")
+          f"load average {doc.get('loadavg')})\n\ndevice profile:\n")
     print(markdown_table(doc))
+    print("\nhost runtime:\n")
+    print(markdown_table(json.loads((d / "runtime.json").read_text()), "runtime"))

@@ -42,4 +42,4 @@ class Timeline:
     waits_by_thread: dict[str, int] | None = None   # the same per plan worker ("cpu0", "load1", ...; measured: each
     #                                   worker thread's voluntary context switches, getrusage(RUSAGE_THREAD))
     packed_wakes: int | None = None   # wake-ups put on the waker's busy core while another core idled (modelled:
-    #                                   SocProfile.thread_wake_pack_*; measured: the scheduler trace's packed wake-ups)
+    #                                   HostRuntime.thread_wake_pack_*; measured: the scheduler trace's packed wake-ups)

@@ -51,14 +51,15 @@ import math
 import simpy
 
 from planner.cost.base import CostModel
-from planner.device import MEMORY_CLASSES, SocProfile
+from planner.device import SocProfile
+from planner.host_runtime import MEMORY_CLASSES, NO_RUNTIME, HostRuntime
 from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import OpWork, Plan
 from planner.timeline import Span, Timeline
 from sim.flash import Flash
 from sim.sharing import Cores, SharedRate
 
-# class of work of each op kind, for the co-run slowdown (SocProfile.corun_*)
+# class of work of each op kind, for the co-run slowdown (HostRuntime.corun_*)
 KIND_CLASS = {"matmul": "gemm", "lm_head": "gemm", "attention": "elementwise", "elementwise": "elementwise",
               "unpack": "unpack"}
 GEMM_KINDS = ("matmul", "lm_head")     # the op kinds a runtime splits over its GEMM pool
@@ -82,18 +83,21 @@ def _stream_extent(t) -> tuple[int, int]:
 
 
 class PlanExecutor:
-    def __init__(self, plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0) -> None:
+    def __init__(self, plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0,
+                 runtime: HostRuntime | None = None) -> None:
         self.plan, self.dev, self.cost = plan, dev, cost
+        # the host's runtime mechanics (planner.host_runtime); None: a device without them, every phone profile
+        self.rt = rt = NO_RUNTIME if runtime is None else runtime
         self.preloaded = int(preloaded_bytes)   # B of weights already in memory (Fig. 2): served without flash reads
         self.env = simpy.Environment()
         self.cores = Cores(self.env, dev.cpu_cores)
-        self.flash = Flash(self.env, dev, self.cores)
+        self.flash = Flash(self.env, dev, self.cores, rt.flash_request_busy_s)
         self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
-        # a Python runtime's interpreter lock: its per-task code runs one thread at a time (dev.interpreter_lock)
-        self.gil = simpy.Resource(self.env, capacity=1) if dev.interpreter_lock else None
+        # a Python runtime's interpreter lock: its per-task code runs one thread at a time (rt.interpreter_lock)
+        self.gil = simpy.Resource(self.env, capacity=1) if rt.interpreter_lock else None
         # x CPU time per class of work while other threads use the other cores: beside compute, beside memory-system
-        # work (SocProfile.corun_*, measured)
+        # work (HostRuntime.corun_*, measured)
         self.dispatch = Dispatcher(plan)
         self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
@@ -117,7 +121,7 @@ class PlanExecutor:
         self.stream_end: dict[object, int] = {}      # loader thread -> end of the file range its stream reached
         self.pool_spin: dict = {}             # worker -> core job of its GEMM helpers polling after the last GEMM
         self.pool_wakes = 0                   # multi-threaded GEMMs whose helpers had to be woken
-        self.packed_wakes = 0                 # wake-ups put on the waker's busy core (SocProfile.thread_wake_pack_*)
+        self.packed_wakes = 0                 # wake-ups put on the waker's busy core (HostRuntime.thread_wake_pack_*)
         self.gil_last: object = None          # the thread that last took the interpreter lock (a hand-off's waker)
         self.sleeping: set = set()            # workers asleep waiting for a task
         self.pack_acc = 0.0                   # accumulated share of packable wake-ups (`_packs`)
@@ -148,13 +152,13 @@ class PlanExecutor:
         Only for loads bound to file ranges (the runner's file). The stream is the load's main extent
         (`_stream_extent`): a layer's float32 norm vectors, stored together elsewhere in the file, are small reads
         beside it and do not move the stream."""
-        if self.dev.read_ahead_bytes <= 0 or t.random_reads or not t.tensors or any(r.nbytes <= 0 for r in t.tensors):
+        if self.rt.read_ahead_bytes <= 0 or t.random_reads or not t.tensors or any(r.nbytes <= 0 for r in t.tensors):
             return 0, 0
         lo, hi = _stream_extent(t)
         base, t_end = self.ra.get(owner, (-1, 0.0))
         if base < 0 or lo < base:
             return 0, hi
-        frontier = base + min(self.dev.read_ahead_bytes, int(self.flash.idle_since(t_end)))
+        frontier = base + min(self.rt.read_ahead_bytes, int(self.flash.idle_since(t_end)))
         return min(nread, max(0, min(hi, frontier) - lo)), hi
 
     def _starts_stream(self, t, owner: object) -> bool:
@@ -163,7 +167,7 @@ class PlanExecutor:
         measured on the host, docs/hil.md "Loads"): the thread's first sequential read of the run or, bound to file
         ranges, one that starts before the end of its last stream. A forward skip continues the stream, as in
         `_read_ahead` (the bytes in between are another loader's)."""
-        if self.dev.flash_stream_start_s <= 0 or t.random_reads or t.read_bytes <= 0:
+        if self.rt.flash_stream_start_s <= 0 or t.random_reads or t.read_bytes <= 0:
             return False
         bound = bool(t.tensors) and all(r.nbytes > 0 for r in t.tensors)
         lo, hi = _stream_extent(t) if bound else (0, 0)
@@ -184,7 +188,7 @@ class PlanExecutor:
         """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
         rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
         exceed `dram_gbps`)."""
-        evs = [self.cores.run(seconds, threads, owner, self.dev.corun(cls), cls in MEMORY_CLASSES) if on_core
+        evs = [self.cores.run(seconds, threads, owner, self.rt.corun(cls), cls in MEMORY_CLASSES) if on_core
                else self.env.timeout(seconds)]
         if self.dram is not None and dram_bytes > 0:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
@@ -213,9 +217,9 @@ class PlanExecutor:
             if held or handoff:
                 self.gil_waits += 1
                 self._count_wait(owner)
-                seconds += self.dev.thread_wake_cpu_s
-                if self.dev.thread_wake_s > 0:       # woken like any futex waiter: it runs thread_wake_s later,
-                    yield self.env.timeout(self.dev.thread_wake_s)   # the lock reserved for it meanwhile
+                seconds += self.rt.thread_wake_cpu_s
+                if self.rt.thread_wake_s > 0:       # woken like any futex waiter: it runs thread_wake_s later,
+                    yield self.env.timeout(self.rt.thread_wake_s)   # the lock reserved for it meanwhile
                 self._maybe_pack(owner, self.gil_last)      # ... maybe on its waker's busy core
             self.gil_last = owner
             if seconds > 0:
@@ -233,10 +237,10 @@ class PlanExecutor:
     def _retake(self, owner: object):
         """After a native call (a kernel, a read) a Python runtime's thread re-takes its interpreter lock: free, at no
         cost; held by another thread, a blocking hand-off (`_locked`). Yields until done; returns the core seconds."""
-        if self.gil is None or not self._gil_held() or self.dev.thread_wake_cpu_s <= 0:
+        if self.gil is None or not self._gil_held() or self.rt.thread_wake_cpu_s <= 0:
             return 0.0
         yield self.env.process(self._locked(0.0, owner, handoff=True))
-        return self.dev.thread_wake_cpu_s
+        return self.rt.thread_wake_cpu_s
 
     def _pool_start(self, owner: object) -> float:
         """A multi-threaded GEMM of worker `owner` starts: helpers still polling after its last GEMM take it at once
@@ -245,13 +249,13 @@ class PlanExecutor:
         if spin is not None and self.cores.cancel(spin):
             return 0.0
         self.pool_wakes += 1
-        return self.dev.gemm_pool_wake_s
+        return self.rt.gemm_pool_wake_s
 
     def _pool_end(self, owner: object, threads: int) -> None:
         """After the GEMM its `threads - 1` helpers keep polling their cores for `gemm_pool_spin_s` (core time that
         slows nobody through co-running, but takes a core share) unless the next GEMM cancels it first."""
-        if self.dev.gemm_pool_spin_s > 0:
-            self.pool_spin[owner] = self.cores.run(self.dev.gemm_pool_spin_s, threads - 1, ("pool", owner),
+        if self.rt.gemm_pool_spin_s > 0:
+            self.pool_spin[owner] = self.cores.run(self.rt.gemm_pool_spin_s, threads - 1, ("pool", owner),
                                                    neutral=True)
 
     def _python_s(self, w: OpWork, unit: str) -> float:
@@ -260,7 +264,7 @@ class PlanExecutor:
         where the cost table's overhead is ~1 us because its kernel points include ~5 us of a checked wrapper's
         Python — the same total per op, a different share held under the lock)."""
         over = self.cost.overhead_time(w, unit)
-        return max(over, self.dev.cpu_op_python_s) if over > 0 else over
+        return max(over, self.rt.cpu_op_python_s) if over > 0 else over
 
     def _touch_s(self, nbytes: int, allocations: int = 1, unpack: bool = False) -> float:
         """Core seconds of first-touching `nbytes` of newly allocated memory in `allocations` equal buffers, alone
@@ -268,7 +272,7 @@ class PlanExecutor:
         unpack kernel writing its outputs (`unpack_fault_s_per_byte`, measured apart: the writer matters)."""
         if nbytes <= 0:
             return 0.0
-        per = self.dev.unpack_fault_s_per_byte if unpack else self.dev.fault_s_per_byte
+        per = self.rt.unpack_fault_s_per_byte if unpack else self.rt.fault_s_per_byte
         return nbytes * per(nbytes / max(1, allocations))
 
     def _cpu_with_touch(self, cpu_s: float, touch_bytes: int, dram_bytes: float, allocations: int = 1,
@@ -330,7 +334,7 @@ class PlanExecutor:
         """An idle worker waits on its resource's queue; once woken it starts `thread_wake_s` later (a thread
         hand-off; `thread_wake_busy_s` while other threads occupy every core, `thread_wake_idle_core_s` while some
         run and a core is idle: it starts there) and spends `thread_wake_cpu_s` of core time on the wake-up."""
-        env, dev, me = self.env, self.dev, (resource, idx)
+        env, rt, me = self.env, self.rt, (resource, idx)
         self.cores.unpack(me)
         ev = env.event()
         self.idle[resource].append(ev)
@@ -339,33 +343,33 @@ class PlanExecutor:
         self.sleeping.discard(me)
         self.idle_wakes += 1
         self._count_wait(me)
-        wake_s = dev.thread_wake_s          # an idle worker thread takes this long to run once woken
-        if dev.thread_wake_busy_s > 0 or dev.thread_wake_idle_core_s > 0 or dev.thread_wake_pack_share > 0:
+        wake_s = rt.thread_wake_s          # an idle worker thread takes this long to run once woken
+        if rt.thread_wake_busy_s > 0 or rt.thread_wake_idle_core_s > 0 or rt.thread_wake_pack_share > 0:
             yield env.timeout(0)                # the waker and others woken at this instant start first
-            if dev.thread_wake_busy_s > 0 and self.cores.full_without():
-                wake_s = dev.thread_wake_busy_s     # ... longer while other threads occupy every core
+            if rt.thread_wake_busy_s > 0 and self.cores.full_without():
+                wake_s = rt.thread_wake_busy_s     # ... longer while other threads occupy every core
             elif self._maybe_pack(me, waker):
-                wake_s = dev.thread_wake_s          # ... put on its waker's busy core, which it preempts at once
-            elif dev.thread_wake_idle_core_s > 0 and self.cores.active:
-                wake_s = dev.thread_wake_idle_core_s    # ... on an idle core while others keep running
+                wake_s = rt.thread_wake_s          # ... put on its waker's busy core, which it preempts at once
+            elif rt.thread_wake_idle_core_s > 0 and self.cores.active:
+                wake_s = rt.thread_wake_idle_core_s    # ... on an idle core while others keep running
         if wake_s > 0:
             yield env.timeout(wake_s)
-        if self.dev.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
-            yield env.all_of(self._runtime(self.dev.thread_wake_cpu_s, owner=(resource, idx)))
+        if self.rt.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
+            yield env.all_of(self._runtime(self.rt.thread_wake_cpu_s, owner=(resource, idx)))
 
     def _packs(self, waker: object) -> bool:
         """Whether the OS puts a thread woken now by `waker` (running, another core idle) on the waker's core: once
         the idle core has been idle `thread_wake_pack_idle_s`, a `thread_wake_pack_share` of such wake-ups are
         (deterministic: an accumulator of that share packs every time it reaches one)."""
-        dev = self.dev
-        if waker is None or dev.thread_wake_pack_share <= 0 or dev.thread_wake_pack_idle_s <= 0:
+        rt = self.rt
+        if waker is None or rt.thread_wake_pack_share <= 0 or rt.thread_wake_pack_idle_s <= 0:
             return False
         if waker in self.sleeping:                          # it went to sleep: nothing keeps its core busy
             return False
         idle = self.cores.idle_for()
-        if idle is None or idle < dev.thread_wake_pack_idle_s:
+        if idle is None or idle < rt.thread_wake_pack_idle_s:
             return False
-        self.pack_acc += dev.thread_wake_pack_share
+        self.pack_acc += rt.thread_wake_pack_share
         if self.pack_acc < 1.0 - 1e-9:
             return False
         self.pack_acc -= 1.0
@@ -378,7 +382,7 @@ class PlanExecutor:
             return False
         self.cores.pack(wakee, waker)
         self.packed_wakes += 1
-        tick = self.dev.sched_balance_s
+        tick = self.rt.sched_balance_s
         if tick > 0:
             self.env.process(self._balance(wakee, waker, (math.floor(self.env.now / tick) + 1) * tick - self.env.now))
         return True
@@ -393,7 +397,7 @@ class PlanExecutor:
         """A load task on loader thread `me`: the runtime's per-tensor set-up, the flash transfer with the CPU side of
         the read (module doc), the re-take of the interpreter lock, the copy into a fresh NPU buffer and the task's
         own CPU work (deserialization). Yields until done; returns the core seconds."""
-        dev = self.dev
+        dev, rt = self.dev, self.rt
         hit = min(self.preloaded, t.read_bytes) if t.layer >= 0 else 0
         self.preloaded -= hit
         nread = t.read_bytes - hit
@@ -403,13 +407,13 @@ class PlanExecutor:
         # streaming the next pages while the thread copies and faults in the current ones — by the measured share
         # `read_cpu_overlap` (docs/hil.md "Loads"); scattered reads (no readahead) pay transfer, then copy.
         read_cpu = nread / (dev.read_cpu_gbps * 1e9) if dev.read_cpu_gbps > 0 else 0.0
-        if t.random_reads and dev.flash_random_read_cpu_s > 0 and nread > 0:
+        if t.random_reads and rt.flash_random_read_cpu_s > 0 and nread > 0:
             # scattered reads: each request's own kernel work (a page each, measured per request)
-            read_cpu = -(-nread // max(1, t.request_bytes)) * dev.flash_random_read_cpu_s
+            read_cpu = -(-nread // max(1, t.request_bytes)) * rt.flash_random_read_cpu_s
         n_buf = max(1, len(t.tensors))                        # one buffer per tensor (the runner's blobs)
         if fresh > 0:        # the read faults the fresh buffer in inside the kernel's copy (read_fault_gbps)
-            read_cpu += fresh * dev.read_fault_s_per_byte(fresh / n_buf)
-        setup = len(t.tensors) * dev.load_tensor_s if t.ops != ["embed"] else 0.0
+            read_cpu += fresh * rt.read_fault_s_per_byte(fresh / n_buf)
+        setup = len(t.tensors) * rt.load_tensor_s if t.ops != ["embed"] else 0.0
         sequential = nread > 0 and not t.random_reads
         self.loading += sequential
         try:
@@ -421,17 +425,17 @@ class PlanExecutor:
     def _load_read(self, t, nread: int, read_cpu: float, setup: float, n_buf: int, sequential: bool,
                    me: tuple[str, int]):
         """_load's set-up, transfer, CPU side and copy (module doc); returns the core seconds."""
-        env, dev = self.env, self.dev
+        env, rt = self.env, self.rt
         cpu_s = 0.0
         if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
             cpu_s += setup
             yield env.all_of(self._runtime(setup, owner=me))
-        if sequential and dev.read_cpu_multi != 1.0:
+        if sequential and rt.read_cpu_multi != 1.0:
             yield env.timeout(0)               # every load that starts at this instant has registered
             if self.loading > 1:
-                read_cpu *= dev.read_cpu_multi     # another loader reads too: more CPU per byte (read_cpu_multi)
+                read_cpu *= rt.read_cpu_multi     # another loader reads too: more CPU per byte (read_cpu_multi)
         if nread > 0 and self._starts_stream(t, me):     # a new sequential stream: its start-up latency
-            yield env.timeout(dev.flash_stream_start_s)
+            yield env.timeout(rt.flash_stream_start_s)
         ahead, hi = self._read_ahead(t, nread, me)     # already in the page cache: copied, not transferred
         if nread - ahead > 0:
             self.cores.unpack(me)                      # it blocks on the device: a packed loader is free again
@@ -440,12 +444,12 @@ class PlanExecutor:
         if not t.random_reads:
             self.reading += 1                 # sequential readers in their transfer right now
             transfer.callbacks.append(lambda _e: self._read_done(t_end))
-        if dev.read_irq_gbps > 0 and nread > 0:
+        if rt.read_irq_gbps > 0 and nread > 0:
             # the read's interrupt and block-completion work takes core time meanwhile (charged to whichever thread
             # runs; nobody waits for it)
-            self.cores.run(nread / (dev.read_irq_gbps * 1e9), 1, me)
+            self.cores.run(nread / (rt.read_irq_gbps * 1e9), 1, me)
         # the overlap measured with as many readers as are streaming now (one, or several at once)
-        eta = 0.0 if t.random_reads else dev.read_overlap(self.reading)
+        eta = 0.0 if t.random_reads else rt.read_overlap(self.reading)
         if read_cpu > 0 and eta > 0:
             # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap; T = this read's transfer
             # as it went (the device shared with the other readers, as in the calibration)
@@ -491,7 +495,7 @@ class PlanExecutor:
         else:
             unit, threads, core = "npu", 1, 0
         cpu_s = 0.0
-        on_core = unit == "cpu" or self.dev.npu_on_cpu_core
+        on_core = unit == "cpu" or self.rt.npu_on_cpu_core
         for w in t.works:
             dur = cost.op_time(w, unit, threads, core)
             py = min(dur, self._python_s(w, unit)) if self.gil is not None and on_core else 0.0
@@ -499,7 +503,7 @@ class PlanExecutor:
                 cpu_s += py
                 yield env.all_of(self._runtime(py, owner=me))
             gemm = w.kind in GEMM_KINDS
-            occ = threads if gemm or not self.dev.cpu_split_gemm_only else 1   # threads the op occupies
+            occ = threads if gemm or not self.rt.cpu_split_gemm_only else 1   # threads the op occupies
             pooled = gemm and threads > 1 and unit == "cpu"
             if pooled:                               # the GEMM's helpers: polling still, or woken now
                 wake = self._pool_start(me)
@@ -534,7 +538,7 @@ class PlanExecutor:
         returns the core seconds."""
         env, cost = self.env, self.cost
         cpu_s = 0.0
-        setup = len(t.tensors) * self.dev.unpack_tensor_s
+        setup = len(t.tensors) * self.rt.unpack_tensor_s
         n_out = max(1, len(t.tensors))
         touch = self._touch_s(fresh, n_out, unpack=True)              # the fresh INT8 outputs
         calls = [(w, max(1, w.calls)) for w in t.works]
@@ -578,5 +582,8 @@ class PlanExecutor:
                         packed_wakes=self.packed_wakes)
 
 
-def simulate(plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0) -> Timeline:
-    return PlanExecutor(plan, dev, cost, preloaded_bytes).run()
+def simulate(plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int = 0,
+             runtime: HostRuntime | None = None) -> Timeline:
+    """The timeline of `plan` on device `dev` (durations from `cost`); `runtime`: the host's runtime mechanics
+    (a measured host, `planner.host_runtime`), None for a device without them."""
+    return PlanExecutor(plan, dev, cost, preloaded_bytes, runtime).run()

@@ -6,8 +6,9 @@ fairly (water filling, `sim.sharing.SharedRate`) among active reads. Byte counts
 is a float only inside the sharing math.
 
 While two or more sequential reads stream at once the aggregate is `flash_multi_gbps` where the profile has it
-(several loaders taking one file's pieces in turn: on the host VM two of them read 2.37-2.87 GB/s together where one
-read 3.08-3.22, by request size; docs/hil.md "Host profile").
+(several loaders taking one file's pieces in turn: on the host VM two of them read less together than one alone;
+docs/hil.md "Host profile"). On a measured host a sequential read's requests also wait for a time slice while other
+threads occupy every core (`request_busy_s`, `HostRuntime.flash_request_busy_s`; 0 on a phone).
 """
 from __future__ import annotations
 
@@ -20,13 +21,15 @@ from sim.sharing import SharedRate
 class Flash(SharedRate):
     """Flash bandwidth (B/s) shared by the active reads, each capped by its request size's single-reader rate."""
 
-    def __init__(self, env: simpy.Environment, dev: SocProfile, cores: SharedRate | None = None) -> None:
+    def __init__(self, env: simpy.Environment, dev: SocProfile, cores: SharedRate | None = None,
+                 request_busy_s: float = 0.0) -> None:
         super().__init__(env, dev.flash_peak_gbps * 1e9)
         self.dev = dev
+        self.request_busy_s = request_busy_s            # s per sequential request while every core is taken
         self.bytes_read = 0                             # B, integer total
         self.cores = cores
         self._busy: dict[int, bool] = {}                # id(job) -> cores busy when its cap was last set
-        if cores is not None and dev.flash_request_busy_s > 0:
+        if cores is not None and request_busy_s > 0:
             cores.listeners.append(self._cores_changed)
 
     def read(self, nbytes: int, request_bytes: int, random: bool = False, owner: object = None) -> simpy.Event:
@@ -50,7 +53,7 @@ class Flash(SharedRate):
     def _share(self) -> None:
         """Scattered reads queue behind sequential streams (their readahead): while any sequential read is active, a
         random read's per-request latency is `flash_random_read_busy_s`. A sequential read's requests wait for a core
-        while other threads occupy all of them (`flash_request_busy_s`). Re-evaluated whenever either set changes."""
+        while other threads occupy all of them (`request_busy_s`). Re-evaluated whenever either set changes."""
         pending = getattr(self, "_req_random", None)
         if pending is not None:                            # the job `use` just appended
             self.active[-1].random, self.active[-1].request = pending[1], pending[0]
@@ -63,7 +66,7 @@ class Flash(SharedRate):
         for j in self.active:
             if j.random:
                 j.cap = self.dev.reader_rate(j.request, True, busy)
-            elif self.dev.flash_request_busy_s > 0:
+            elif self.request_busy_s > 0:
                 b = self._busy[id(j)] = self._cores_busy(j.owner)
-                j.cap = self.dev.reader_rate(j.request, False, cores_busy=b)
+                j.cap = self.dev.reader_rate(j.request, False, wait_s=self.request_busy_s if b else 0.0)
         super()._share()

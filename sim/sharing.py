@@ -271,7 +271,7 @@ class Cores(SharedRate):
     def run(self, seconds: float, threads: int = 1, owner: object = None, slow: tuple[float, float] = (1.0, 1.0),
             memory: bool = False, neutral: bool = False) -> simpy.Event:
         """`slow` (each >= 1): the job's work takes that many times its CPU time while the other cores are in use by
-        other threads' compute / memory-system work (measured per class of work on the host: `SocProfile.corun_*`);
+        other threads' compute / memory-system work (measured per class of work on the host: `HostRuntime.corun_*`);
         `memory`: this job is memory-system work (what others' `slow[1]` applies to); `neutral`: this job occupies
         its cores but slows no other job through co-running (a thread polling a flag in a pause loop)."""
         if min(slow) < 1.0:

@@ -24,7 +24,7 @@ class CostModel(ABC):
 
     def overhead_time(self, work: OpWork, unit: str) -> float:
         """The part of `op_time` that is the runtime's fixed per-op dispatch cost (not the kernel): what a Python
-        runtime spends holding its interpreter lock (`SocProfile.interpreter_lock`). Default: none."""
+        runtime spends holding its interpreter lock (`HostRuntime.interpreter_lock`). Default: none."""
         return 0.0
 
     def dram_bytes(self, work: OpWork, unit: str) -> float:

@@ -13,13 +13,15 @@ import time
 
 import pytest
 
+from experiments import calibrate_fit as fit
 from hil import calibrate as cal
 from hil import calibrate_compute as comp
 from hil import calibrate_reads as reads
 from hil import calibrate_stats as stats
 from hil import host
 from planner.cost import AnalyticCostModel, TableCostModel, make_cost_model
-from planner.device import CORUN_CLASSES, SocProfile
+from planner.device import SocProfile
+from planner.host_runtime import CORUN_CLASSES, HostRuntime
 from planner.plan import OpWork
 from tests.conftest import REPO
 
@@ -28,25 +30,30 @@ from tests.conftest import REPO
 def quick_store(tmp_path_factory):
     root = tmp_path_factory.mktemp("hoststore")
     lines: list[str] = []
-    prof, table = host.host_device(root, quick=True, log=lines.append)
-    return root, prof, table, lines
+    got = fit.host_profile(root, quick=True, log=lines.append)
+    return root, got, got.cost_table, lines
 
 
 def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
-    root, prof, table, lines = quick_store
+    root, got, table, lines = quick_store
     assert len(lines) == 1 and lines[0].startswith("host profile: measured")
     d = table.parent
     assert d.name == host.host_identity().id_hash() + "-quick"
-    assert {p.name for p in d.iterdir()} >= {"device.json", "cost_table.json", "identity.json", "measurements.json"}
+    assert {p.name for p in d.iterdir()} >= {"device.json", "runtime.json", "cost_table.json", "identity.json",
+                                             "measurements.json"}
     assert not list((root / "scratch").glob("*")), "scratch file left behind"
     doc = json.loads((d / "device.json").read_text())
+    rdoc = json.loads((d / "runtime.json").read_text())
     again = SocProfile(**doc["profile"])                        # the schema accepts it (all > 0 checks)
-    assert again == prof and prof.name == "host" and doc["quick"] is True
-    for f in dataclasses.fields(SocProfile):                     # every value says where it comes from
-        if f.name not in ("name", "soc", "source"):
-            assert doc["sources"].get(f.name), f.name
+    prof, rt = got.device, got.runtime
+    assert again == prof and HostRuntime(**rdoc["runtime"]) == rt and prof.name == "host" and doc["quick"] is True
+    for cls, part in ((SocProfile, doc), (HostRuntime, rdoc)):   # every value says where it comes from
+        for f in dataclasses.fields(cls):
+            if f.name not in ("name", "soc", "source"):
+                assert part["sources"].get(f.name), f.name
+    sources = {**doc["sources"], **rdoc["sources"]}
     assert prof.cpu_big_cores == host.host_identity().physical_cores and prof.cpu_little_cores == 0
-    assert prof.npu_setup_s == 0 and prof.npu_on_cpu_core and prof.read_cpu_gbps > 0 and prof.dram_gbps > 0
+    assert prof.npu_setup_s == 0 and rt.npu_on_cpu_core and prof.read_cpu_gbps > 0 and prof.dram_gbps > 0
     assert doc["sources"]["flash_peak_gbps"].startswith("measured")
     assert doc["sources"]["power_big_core_w"].startswith("assumed")
     model = make_cost_model("table", prof, str(table))
@@ -60,48 +67,48 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     # the runner's per-op cost and its wake-ups, the read overlap and the first-touch curve are measured
     # a clamped difference (runner cycle minus the bare kernel calls, which carry ~5 us of wrapper Python each):
     # 0 on hosts where the runner's compiled step is as cheap as the checked wrapper (as unpack_tensor_s below)
-    assert 0 <= prof.cpu_op_overhead_s < prof.thread_wake_s * 2 + 1e-3 and prof.thread_wake_s > 0
-    assert 0 <= prof.read_cpu_overlap <= 1 and prof.mem_fault_gbps > 0 and prof.mem_fault_large_gbps > 0
-    assert 0 <= prof.read_cpu_overlap_multi <= 1                 # measured with two readers (not the -1 default)
-    assert prof.read_cpu_multi >= 1                               # two readers' CPU per byte / one's (noise: 1)
-    assert prof.load_tensor_s > 0 and prof.unpack_tensor_s >= 0 and prof.interpreter_lock
+    assert 0 <= prof.cpu_op_overhead_s < rt.thread_wake_s * 2 + 1e-3 and rt.thread_wake_s > 0
+    assert 0 <= rt.read_cpu_overlap <= 1 and rt.mem_fault_gbps > 0 and rt.mem_fault_large_gbps > 0
+    assert 0 <= rt.read_cpu_overlap_multi <= 1                 # measured with two readers (not the -1 default)
+    assert rt.read_cpu_multi >= 1                               # two readers' CPU per byte / one's (noise: 1)
+    assert rt.load_tensor_s > 0 and rt.unpack_tensor_s >= 0 and rt.interpreter_lock
     # the runner's GEMM pool: only GEMMs split, helpers poll for the runner's window, their wake-up measured
     from hil.runner_state import POOL_SPIN_US
-    assert prof.cpu_split_gemm_only and prof.gemm_pool_spin_s == pytest.approx(POOL_SPIN_US * 1e-6)
+    assert rt.cpu_split_gemm_only and rt.gemm_pool_spin_s == pytest.approx(POOL_SPIN_US * 1e-6)
     if (os.cpu_count() or 1) > 1:
-        assert prof.gemm_pool_wake_s >= 0 and doc["sources"]["gemm_pool_wake_s"].startswith("measured")
+        assert rt.gemm_pool_wake_s >= 0 and sources["gemm_pool_wake_s"].startswith("measured")
         assert raw_pool_wake(d) is not None
     corun = tuple(f"corun_{c}{kind}" for c in CORUN_CLASSES for kind in ("", "_mem"))   # beside compute / memory work
-    assert all(getattr(prof, k) >= 1.0 for k in corun)          # busy / alone ratios (noise below 1 taken as 1)
+    assert all(getattr(rt, k) >= 1.0 for k in corun)            # busy / alone ratios (noise below 1 taken as 1)
     raw = json.loads((d / "measurements.json").read_text())
     assert set(raw["corun"]) == {k.removeprefix("corun_") for k in corun}
     assert all(v["median"] > 0 and v["n"] >= 3 for v in raw["corun"].values())
     for key in ("read_cpu_overlap", "read_cpu_overlap_multi"):    # the simulator's read model fitted to measured reads
-        assert doc["sources"][key].startswith("fitted") and "measured" in doc["sources"][key], key
+        assert sources[key].startswith("fitted") and "measured" in sources[key], key
     st = raw["settings"]
     for readers, wall, key in ((1, "fresh_wall", "read_cpu_overlap"), (2, "fresh_wall_2", "read_cpu_overlap_multi")):
         meas = raw["cold_read_s_per_byte"][wall]["median"] * st["scratch_bytes"]
-        eta = prof.read_overlap(readers)
+        eta = rt.read_overlap(readers)
 
         def sim(e: float, readers=readers, key=key) -> float:
-            return host._simulated_read_s(dataclasses.replace(prof, **{key: min(1.0, max(0.0, e))}),
-                                          st["scratch_bytes"], st["overlap_blob_bytes"], raw["bulk_request_bytes"],
-                                          readers)
+            return fit.simulated_read_s(prof, dataclasses.replace(rt, **{key: min(1.0, max(0.0, e))}),
+                                        st["scratch_bytes"], st["overlap_blob_bytes"], raw["bulk_request_bytes"],
+                                        readers)
         # the fitted share brackets the measured read: the simulated read is not continuous in eta (two readers,
-        # 256 MiB: 0.145 s at eta 0, 0.133 at 0.005; 2026-12-03), so the measured time can fall in a jump
+        # 256 MiB: 0.145 s at eta 0, 0.133 at 0.005), so the measured time can fall in a jump
         lo, hi = sorted((sim(eta + 1e-6), sim(eta - 1e-6)))
         assert lo * (1 - 1e-3) <= meas <= hi * (1 + 1e-3) or eta in (0.0, 1.0), (readers, lo, hi, meas, eta)
     for key in ("thread_wake_s", "mem_fault_large_gbps", "cpu_op_overhead_s", "load_tensor_s", "read_cpu_multi",
                 "unpack_tensor_s", *corun):
-        assert doc["sources"][key].startswith("measured"), key
+        assert sources[key].startswith("measured"), key
     el = OpWork("elementwise", nbytes=4096)                     # the runner runs it on one thread in any pool
     assert model.op_time(el, "cpu", 2) == model.op_time(el, "cpu", 1)
     if (os.cpu_count() or 1) > 1:                               # wake-up packing: where woken threads ran
         pack = raw["wake_pack"]
         assert [r["gap_us"] for r in pack] == list(comp.PACK_GAPS_US)
         assert all(0 <= r["share"] <= 1 and r["idle_s"] > 0 for r in pack)
-        assert (prof.thread_wake_pack_idle_s, prof.thread_wake_pack_share) == comp.pack_threshold(pack)
-        assert doc["sources"]["thread_wake_pack_share"].startswith("measured")
+        assert (rt.thread_wake_pack_idle_s, rt.thread_wake_pack_share) == comp.pack_threshold(pack)
+        assert sources["thread_wake_pack_share"].startswith("measured")
 
 
 def test_pack_threshold_is_the_least_squares_step_over_the_curve():
@@ -127,10 +134,10 @@ def raw_pool_wake(d):
 
 def test_stored_profile_is_loaded_when_identity_matches(quick_store, monkeypatch):
     root, prof, _table, _ = quick_store
-    monkeypatch.setattr(host, "measure_and_store", lambda *a, **k: pytest.fail("re-measured a matching profile"))
+    monkeypatch.setattr(fit, "measure_and_store", lambda *a, **k: pytest.fail("re-measured a matching profile"))
     lines: list[str] = []
-    got, table = host.host_device(root, quick=True, log=lines.append)
-    assert got == prof and table.is_file()
+    got = fit.host_profile(root, quick=True, log=lines.append)
+    assert got == prof and got.cost_table.is_file()
     assert len(lines) == 1 and lines[0].startswith("host profile: loaded")
 
 
@@ -144,10 +151,10 @@ def test_a_full_profile_serves_quick_requests_and_is_preferred(quick_store, monk
     doc = json.loads((full / "device.json").read_text())
     doc["quick"] = False
     (full / "device.json").write_text(json.dumps(doc))
-    monkeypatch.setattr(host, "measure_and_store", lambda *a, **k: pytest.fail("re-measured"))
+    monkeypatch.setattr(fit, "measure_and_store", lambda *a, **k: pytest.fail("re-measured"))
     lines: list[str] = []
     for quick in (True, False):
-        _prof, t = host.host_device(root, quick=quick, log=lines.append)
+        t = fit.host_profile(root, quick=quick, log=lines.append).cost_table
         assert t == full / "cost_table.json"
     assert all(f"loaded {full} " in line for line in lines)
 
@@ -155,26 +162,26 @@ def test_a_full_profile_serves_quick_requests_and_is_preferred(quick_store, monk
 def _spy(calls, prof, table):
     def measure(root, ident, quick, log=None, rounds=None, memory="hold", huge=True):
         calls.append((ident, quick))
-        return prof, table, 0.0
+        return prof, 0.0
     return measure
 
 
 def test_profile_of_another_machine_is_remeasured(quick_store, monkeypatch, tmp_path):
     root, prof, table, _ = quick_store
     calls: list = []
-    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    monkeypatch.setattr(fit, "measure_and_store", _spy(calls, prof, table))
     real = host.host_identity()
     other = dataclasses.replace(real, cpu_model="Some Other CPU", physical_cores=real.physical_cores + 6)
     # the stored directory copied under the other machine's hash: identity.json still says the real machine
     shutil.copytree(table.parent, root / f"{other.id_hash()}-quick", dirs_exist_ok=True)
     monkeypatch.setattr(host, "host_identity", lambda: other)
     lines: list[str] = []
-    host.host_device(root, quick=True, log=lines.append)
+    fit.host_profile(root, quick=True, log=lines.append)
     assert len(calls) == 1 and calls[0][0] == other
     assert "another machine" in lines[0] and "cpu_model" in lines[0]
     # a new machine with nothing stored: measured as well
     monkeypatch.setattr(host, "host_identity", lambda: dataclasses.replace(real, kernel_release="0.0-test"))
-    host.host_device(root, quick=True, log=lines.append)
+    fit.host_profile(root, quick=True, log=lines.append)
     assert len(calls) == 2 and "no stored profile" in lines[1]
 
 
@@ -187,14 +194,14 @@ def test_profile_measured_with_another_memory_mode_is_remeasured(quick_store, mo
     d = host.store_dir(root, quick=True, memory="as_is")
     shutil.copytree(table.parent, d)                             # a held profile where an as-is one belongs
     calls: list = []
-    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    monkeypatch.setattr(fit, "measure_and_store", _spy(calls, prof, table))
     lines: list[str] = []
-    host.host_device(root, quick=True, log=lines.append, memory="as_is")
+    fit.host_profile(root, quick=True, log=lines.append, memory="as_is")
     assert len(calls) == 1 and "host_memory=hold (asked: as_is)" in lines[0]
     doc = json.loads((d / "device.json").read_text())
     del doc["host_memory"]                                       # a profile from before hil.hostmem: as is
     (d / "device.json").write_text(json.dumps(doc))
-    host.host_device(root, quick=True, log=lines.append, memory="as_is")
+    fit.host_profile(root, quick=True, log=lines.append, memory="as_is")
     assert len(calls) == 1 and "loaded" in lines[1]
 
 
@@ -206,39 +213,56 @@ def test_profile_measured_with_other_huge_pages_is_remeasured(quick_store, monke
     assert d.name == table.parent.name + "-4k"                   # kept apart from the huge-page profile
     shutil.copytree(table.parent, d)                             # a huge-page profile where a 4 KiB one belongs
     calls: list = []
-    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    monkeypatch.setattr(fit, "measure_and_store", _spy(calls, prof, table))
     lines: list[str] = []
-    host.host_device(root, quick=True, log=lines.append, huge=False)
+    fit.host_profile(root, quick=True, log=lines.append, huge=False)
     assert len(calls) == 1 and "huge_pages=True (asked: False)" in lines[0]
     doc = json.loads((d / "device.json").read_text())
     del doc["huge_pages"]                                        # a profile from before huge pages: 4 KiB pages
     (d / "device.json").write_text(json.dumps(doc))
-    host.host_device(root, quick=True, log=lines.append, huge=False)
+    fit.host_profile(root, quick=True, log=lines.append, huge=False)
     assert len(calls) == 1 and "loaded" in lines[1]
 
 
 def test_quick_profile_does_not_serve_a_full_request(quick_store, monkeypatch):
     root, prof, table, _ = quick_store
     calls: list = []
-    monkeypatch.setattr(host, "measure_and_store", _spy(calls, prof, table))
+    monkeypatch.setattr(fit, "measure_and_store", _spy(calls, prof, table))
     lines: list[str] = []
-    host.host_device(root, quick=False, log=lines.append)
-    host.host_device(root, quick=True, remeasure=True, log=lines.append)
+    fit.host_profile(root, quick=False, log=lines.append)
+    fit.host_profile(root, quick=True, remeasure=True, log=lines.append)
     assert [q for _i, q in calls] == [False, True]
     assert "no stored profile" in lines[0] and "full calibration" in lines[0] and "remeasure requested" in lines[1]
+
+
+def test_a_store_of_another_version_says_to_recalibrate(quick_store, monkeypatch, tmp_path):
+    _root, prof, table, _ = quick_store
+    root = tmp_path / "store"
+    d = host.store_dir(root, quick=True)
+    shutil.copytree(table.parent, d)
+    doc = json.loads((d / "device.json").read_text())
+    doc["version"] = host.STORE_VERSION - 1                      # a store from before device / runtime were split
+    (d / "device.json").write_text(json.dumps(doc))
+    monkeypatch.setattr(fit, "measure_and_store", lambda *a, **k: pytest.fail("re-measured an old store silently"))
+    with pytest.raises(ValueError, match="recalibrate: python -m experiments.calibrate device=host remeasure=true"):
+        fit.host_profile(root, quick=True, log=lambda m: None)
+    calls: list = []
+    monkeypatch.setattr(fit, "measure_and_store", _spy(calls, prof, table))
+    fit.host_profile(root, quick=True, remeasure=True, log=lambda m: None)       # remeasure replaces it
+    assert len(calls) == 1
 
 
 def test_marker_config_and_bad_markers(quick_store, monkeypatch):
     root, prof, _table, _ = quick_store
     assert host.is_host_marker({"name": "host", "measured": True, "store": ""})
     assert not host.is_host_marker({"name": "xiaomi15pro", "flash_peak_gbps": 2.8})
-    got, _ = host.host_from_marker({"name": "host", "measured": True, "store": str(root)}, quick=True,
-                                   log=lambda m: None)
+    got = fit.host_from_marker({"name": "host", "measured": True, "store": str(root)}, quick=True,
+                               log=lambda m: None)
     assert got == prof
     with pytest.raises(ValueError, match="device.flash_peak_gbps"):
-        host.host_from_marker({"name": "host", "measured": True, "store": str(root), "flash_peak_gbps": 1.0})
+        fit.host_from_marker({"name": "host", "measured": True, "store": str(root), "flash_peak_gbps": 1.0})
     with pytest.raises(ValueError, match="device.measured"):
-        host.host_from_marker({"name": "host", "measured": False})
+        fit.host_from_marker({"name": "host", "measured": False})
 
 
 def test_scratch_file_is_removed_on_error(tmp_path):

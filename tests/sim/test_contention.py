@@ -1,13 +1,46 @@
-"""Shared cores: a plan with more runnable threads than cores takes longer (docs/coldstart.md "Shared resources")."""
+"""Shared cores: a plan with more runnable threads than cores takes longer (docs/coldstart.md "Shared resources").
+Most cases run a phone profile with host runtime mechanics (planner.host_runtime) switched on one at a time."""
 import dataclasses
 
 import pytest
 import simpy
 
+from planner.host_runtime import HostRuntime
 from planner.plan import OpWork, Plan, PlanBuilder, TensorRef
-from sim.executor import PlanExecutor, simulate
+from sim import executor
 from sim.sharing import Cores, SharedRate
 from tests.sim.helpers import FakeCost, xiaomi
+
+RT_FIELDS = {f.name for f in dataclasses.fields(HostRuntime)}
+
+
+@dataclasses.dataclass(frozen=True)
+class Host:
+    """A device profile and a host runtime model, their fields read by name from either (the tests' shorthand)."""
+    dev: object
+    rt: HostRuntime
+
+    def __getattr__(self, name):
+        return getattr(self.dev if hasattr(self.dev, name) else self.rt, name)
+
+
+def replace(h: Host, **kw) -> Host:
+    """`h` with fields of the device profile and of the runtime model replaced by name."""
+    rt = {k: v for k, v in kw.items() if k in RT_FIELDS}
+    dev = {k: v for k, v in kw.items() if k not in RT_FIELDS}
+    return Host(dataclasses.replace(h.dev, **dev), dataclasses.replace(h.rt, **rt))
+
+
+def host(**kw) -> Host:
+    return replace(Host(xiaomi(), HostRuntime()), **kw)
+
+
+def simulate(plan: Plan, h: Host, cost) -> object:
+    return executor.simulate(plan, h.dev, cost, runtime=h.rt)
+
+
+def PlanExecutor(plan: Plan, h: Host, cost) -> executor.PlanExecutor:  # noqa: N802 - the executor, built from a Host
+    return executor.PlanExecutor(plan, h.dev, cost, runtime=h.rt)
 
 
 def unpack_plan(n: int, seconds: float = 1.0) -> Plan:
@@ -17,8 +50,8 @@ def unpack_plan(n: int, seconds: float = 1.0) -> Plan:
     return Plan("t", "m", "d", 1, 0, b.tasks, unpack_threads=n)
 
 
-def device(cores: int, **kw):
-    return dataclasses.replace(xiaomi(), cpu_big_cores=cores, cpu_little_cores=0, **kw)
+def device(cores: int, **kw) -> Host:
+    return host(cpu_big_cores=cores, cpu_little_cores=0, **kw)
 
 
 @pytest.mark.parametrize("threads,cores,want", [(3, 2, 1.5), (3, 4, 1.0), (2, 2, 1.0), (4, 1, 4.0)])
@@ -85,7 +118,7 @@ def test_read_overlap_between_serial_and_concurrent():
     """A sequential load takes max(T, C) + (1 − η)·min(T, C): T + C with no overlap, max(T, C) with full overlap."""
     dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0,
                  read_cpu_gbps=2.0)                                      # T = 1 s, C = 0.5 s per GB
-    t = {eta: simulate(_load_plan(1), dataclasses.replace(dev, read_cpu_overlap=eta), FakeCost()).end_s
+    t = {eta: simulate(_load_plan(1), replace(dev, read_cpu_overlap=eta), FakeCost()).end_s
          for eta in (0.0, 0.5, 1.0)}
     assert t[0.0] == pytest.approx(1.5, rel=1e-6)
     assert t[0.5] == pytest.approx(1.25, rel=1e-6)
@@ -98,11 +131,11 @@ def test_two_readers_at_once_overlap_by_their_own_measured_share():
     dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0, read_cpu_gbps=2.0,
                  read_cpu_overlap=1.0)
     assert simulate(_load_plan(2), dev, FakeCost()).end_s == pytest.approx(2.0, rel=1e-6)      # -1: same share
-    multi = dataclasses.replace(dev, read_cpu_overlap_multi=0.0)
+    multi = replace(dev, read_cpu_overlap_multi=0.0)
     assert simulate(_load_plan(2), multi, FakeCost()).end_s == pytest.approx(2.5, rel=1e-6)    # T + C
     assert simulate(_load_plan(1), multi, FakeCost()).end_s == pytest.approx(1.0, rel=1e-6)    # alone: 1.0
     with pytest.raises(ValueError, match="read_cpu_overlap_multi"):
-        dataclasses.replace(dev, read_cpu_overlap_multi=-0.5)
+        replace(dev, read_cpu_overlap_multi=-0.5)
 
 
 def test_readahead_fills_the_page_cache_while_the_device_is_idle():
@@ -118,7 +151,7 @@ def test_readahead_fills_the_page_cache_while_the_device_is_idle():
               tensors=[TensorRef("b", 10 * mb, 10 * mb)])
         return Plan("t", "m", "d", 1, 0, b.tasks)
     dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0)
-    ra = dataclasses.replace(dev, read_ahead_bytes=8 * 10**6)
+    ra = replace(dev, read_ahead_bytes=8 * 10**6)
     assert simulate(plan(True), dev, FakeCost()).end_s == pytest.approx(1.02)
     assert simulate(plan(True), ra, FakeCost()).end_s == pytest.approx(1.012)
     assert simulate(plan(False), ra, FakeCost()).end_s == pytest.approx(0.02)     # no idle time: nothing ahead
@@ -141,7 +174,7 @@ def test_a_new_sequential_stream_waits_its_start_up_once():
     assert simulate(plan(False), dev, FakeCost()).end_s == pytest.approx(0.025)
     assert simulate(plan(True), dev, FakeCost()).end_s == pytest.approx(0.030)
     assert simulate(plan(False, random=True), dev, FakeCost()).end_s == pytest.approx(0.020)
-    assert simulate(plan(False), dataclasses.replace(dev, flash_stream_start_s=0.0), FakeCost()).end_s == \
+    assert simulate(plan(False), replace(dev, flash_stream_start_s=0.0), FakeCost()).end_s == \
         pytest.approx(0.020)
 
 
@@ -154,15 +187,15 @@ def test_page_faults_of_threads_run_in_parallel_on_their_cores():
     two = simulate(_load_plan(2), dev, FakeCost()).end_s
     assert one == pytest.approx(1.0, rel=1e-3)
     assert two == pytest.approx(1.0, rel=1e-3)
-    assert simulate(_load_plan(2), dataclasses.replace(dev, cpu_big_cores=1), FakeCost()).end_s == \
+    assert simulate(_load_plan(2), replace(dev, cpu_big_cores=1), FakeCost()).end_s == \
         pytest.approx(2.0, rel=1e-3)
-    no_faults = dataclasses.replace(dev, mem_fault_gbps=0.0)
+    no_faults = replace(dev, mem_fault_gbps=0.0)
     assert simulate(_load_plan(2), no_faults, FakeCost()).end_s < 1e-3
 
 
 def test_a_read_into_fresh_memory_pays_the_read_fault_rate():
     dev = device(4, flash_peak_gbps=1e6, flash_reader_gbps=1e6, flash_request_latency_s=0.0, mem_fault_gbps=1.0)
-    assert simulate(_load_plan(1), dataclasses.replace(dev, read_fault_gbps=0.5), FakeCost()).end_s == \
+    assert simulate(_load_plan(1), replace(dev, read_fault_gbps=0.5), FakeCost()).end_s == \
         pytest.approx(2.0, rel=1e-3)                                      # 1 GB at 0.5 GB/s instead of 1 GB/s
     assert dev.read_fault_s_per_byte(1 << 20) == dev.fault_s_per_byte(1 << 20)   # 0 = the user-space touch rate
 
@@ -195,24 +228,24 @@ def test_staging_blobs_reuse_released_buffers_best_fit_and_unpacked_tensors_are_
 
 
 def test_first_touch_cost_depends_on_allocation_size():
-    dev = dataclasses.replace(xiaomi(), mem_fault_gbps=2.0, mem_fault_small_bytes=1 << 20, mem_fault_large_gbps=8.0,
-                              mem_fault_large_bytes=16 << 20)
+    dev = host(mem_fault_gbps=2.0, mem_fault_small_bytes=1 << 20, mem_fault_large_gbps=8.0,
+               mem_fault_large_bytes=16 << 20)
     assert dev.fault_s_per_byte(4096) == pytest.approx(0.5e-9)
     assert dev.fault_s_per_byte(1 << 30) == pytest.approx(0.125e-9)
     assert dev.fault_s_per_byte(4 << 20) == pytest.approx(0.25e-9)          # halfway in log size
-    assert dataclasses.replace(dev, mem_fault_large_gbps=0.0).fault_s_per_byte(1 << 30) == pytest.approx(0.5e-9)
-    assert dataclasses.replace(dev, mem_fault_gbps=0.0).fault_s_per_byte(1 << 20) == 0.0
+    assert replace(dev, mem_fault_large_gbps=0.0).fault_s_per_byte(1 << 30) == pytest.approx(0.5e-9)
+    assert replace(dev, mem_fault_gbps=0.0).fault_s_per_byte(1 << 20) == 0.0
     with pytest.raises(ValueError, match="read_cpu_overlap"):
-        dataclasses.replace(dev, read_cpu_overlap=1.5)
+        replace(dev, read_cpu_overlap=1.5)
 
 
 def test_an_unpack_first_touches_its_output_at_the_unpack_fault_rate():
     """An unpack's fresh 1 GB output costs unpack_fault_s_per_byte (its own curve) when measured, else the memcpy
     first-touch rate; a load's fresh buffer keeps fault_s_per_byte either way."""
-    dev = dataclasses.replace(xiaomi(), mem_fault_gbps=2.0, mem_fault_small_bytes=1 << 20, mem_fault_large_gbps=8.0,
-                              mem_fault_large_bytes=16 << 20)
+    dev = host(mem_fault_gbps=2.0, mem_fault_small_bytes=1 << 20, mem_fault_large_gbps=8.0,
+               mem_fault_large_bytes=16 << 20)
     assert dev.unpack_fault_s_per_byte(1 << 30) == dev.fault_s_per_byte(1 << 30)
-    own = dataclasses.replace(dev, unpack_fault_gbps=4.0, unpack_fault_large_gbps=16.0)
+    own = replace(dev, unpack_fault_gbps=4.0, unpack_fault_large_gbps=16.0)
     assert own.unpack_fault_s_per_byte(4096) == pytest.approx(0.25e-9)
     assert own.unpack_fault_s_per_byte(4 << 20) == pytest.approx(0.125e-9)
     assert own.unpack_fault_s_per_byte(1 << 30) == pytest.approx(0.0625e-9)
@@ -223,7 +256,7 @@ def test_an_unpack_first_touches_its_output_at_the_unpack_fault_rate():
     plan = Plan("t", "m", "d", 1, 0, b.tasks)
     base = device(2, mem_fault_gbps=1.0)
     assert simulate(plan, base, FakeCost()).end_s == pytest.approx(1.0, rel=1e-3)
-    assert simulate(plan, dataclasses.replace(base, unpack_fault_gbps=4.0), FakeCost()).end_s == \
+    assert simulate(plan, replace(base, unpack_fault_gbps=4.0), FakeCost()).end_s == \
         pytest.approx(0.25, rel=1e-3)
 
 
@@ -266,7 +299,7 @@ def test_read_interrupt_work_takes_core_time_from_other_threads():
     dev = device(1, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0)
     assert simulate(plan, dev, FakeCost()).end_s == pytest.approx(1.0, rel=1e-6)
     # one core: the unpack shares it with the interrupt work while the read runs -> 0.5 s of it lost
-    assert simulate(plan, dataclasses.replace(dev, read_irq_gbps=2.0), FakeCost()).end_s == pytest.approx(1.5, rel=1e-3)
+    assert simulate(plan, replace(dev, read_irq_gbps=2.0), FakeCost()).end_s == pytest.approx(1.5, rel=1e-3)
 
 
 def test_a_worker_woken_while_every_core_is_busy_waits_longer():
@@ -282,7 +315,7 @@ def test_a_worker_woken_while_every_core_is_busy_waits_longer():
 
     def m_start(d) -> float:
         return next(s.start for s in simulate(plan, d, FakeCost()).spans if plan.tasks[s.task].name == "m")
-    quiet = dataclasses.replace(dev, thread_wake_busy_s=0.0)
+    quiet = replace(dev, thread_wake_busy_s=0.0)
     assert m_start(dev) - m_start(quiet) == pytest.approx(0.24, rel=1e-6)
 
 
@@ -298,7 +331,7 @@ def test_a_worker_woken_onto_an_idle_core_while_others_run_waits_its_own_time():
 
     def start(d, name: str) -> float:
         return next(s.start for s in simulate(plan, d, FakeCost()).spans if plan.tasks[s.task].name == name)
-    quiet = dataclasses.replace(dev, thread_wake_idle_core_s=0.0)
+    quiet = replace(dev, thread_wake_idle_core_s=0.0)
     assert start(dev, "m") - start(quiet, "m") == pytest.approx(0.04, rel=1e-6)    # u1 still runs at the wake
     b1 = PlanBuilder()
     v0 = b1.add("u0", "unpack", works=[OpWork("unpack", n=1.0)])            # type: ignore[arg-type]
@@ -317,7 +350,7 @@ def test_scattered_reads_cost_their_measured_core_time_per_request():
     plan = Plan("t", "m", "d", 1, 0, b.tasks)
     dev = device(2, flash_random_read_s=0.001, read_cpu_gbps=1e3)
     base = simulate(plan, dev, FakeCost())
-    tl = simulate(plan, dataclasses.replace(dev, flash_random_read_cpu_s=0.002), FakeCost())
+    tl = simulate(plan, replace(dev, flash_random_read_cpu_s=0.002), FakeCost())
     assert tl.spans[0].cpu_s == pytest.approx(0.02)
     assert tl.end_s - base.end_s == pytest.approx(0.02 - base.spans[0].cpu_s, rel=1e-3)
 
@@ -344,7 +377,7 @@ def test_per_tensor_costs_of_loads_and_unpacks_are_core_time():
 
 
 def test_corun_slowdown_applies_only_while_other_threads_use_the_other_cores():
-    """SocProfile.corun_*: a class of work takes that many times its CPU time while other threads run on the other
+    """HostRuntime.corun_*: a class of work takes that many times its CPU time while other threads run on the other
     cores (measured on the host); alone, or beside a real NPU, it takes its own time."""
     one = unpack_plan(1)
     two = unpack_plan(2)
@@ -362,7 +395,7 @@ def test_corun_slowdown_applies_only_while_other_threads_use_the_other_cores():
 
 
 def test_corun_slowdown_depends_on_what_the_other_cores_run():
-    """A job beside memory-system work (cold reads into fresh buffers, first touch: SocProfile.corun_*_mem) is slowed
+    """A job beside memory-system work (cold reads into fresh buffers, first touch: HostRuntime.corun_*_mem) is slowed
     by that factor, beside compute by the other one; each co-runner counts by the cores it occupies."""
     def finish(n_cores: int, others: list[bool]) -> float:
         env = simpy.Environment()
@@ -389,7 +422,7 @@ def test_cores_reject_a_speed_up_factor():
     with pytest.raises(ValueError, match="slow"):
         Cores(simpy.Environment(), 2).run(1.0, slow=(0.5, 1.0))
     with pytest.raises(ValueError, match="corun_read_mem"):
-        dataclasses.replace(xiaomi(), corun_read_mem=0.9)
+        host(corun_read_mem=0.9)
 
 
 def test_a_thread_that_finds_the_interpreter_lock_held_pays_a_hand_off():
@@ -426,10 +459,10 @@ def test_an_ops_python_share_under_the_interpreter_lock_is_cpu_op_python_s():
     plan = Plan("t", "m", "d", 1, 0, b.tasks)
     dev = device(2, interpreter_lock=True, npu_on_cpu_core=True)
     assert simulate(plan, dev, _OverheadCost()).end_s == pytest.approx(0.11)
-    assert simulate(plan, dataclasses.replace(dev, cpu_op_python_s=0.05), _OverheadCost()).end_s == \
+    assert simulate(plan, replace(dev, cpu_op_python_s=0.05), _OverheadCost()).end_s == \
         pytest.approx(0.15)
     one = Plan("t", "m", "d", 1, 0, b.tasks[:1])
-    assert simulate(one, dataclasses.replace(dev, cpu_op_python_s=0.05), _OverheadCost()).end_s == \
+    assert simulate(one, replace(dev, cpu_op_python_s=0.05), _OverheadCost()).end_s == \
         pytest.approx(0.1)                                       # alone: the same total
 
 
@@ -513,7 +546,7 @@ def test_polling_gemm_helpers_take_a_core_share_from_other_threads():
     b.add("u", "unpack", deps=[g0], works=[OpWork("unpack", n=0.6)])               # type: ignore[arg-type]
     plan = Plan("t", "m", "d", 1, 0, b.tasks, cpu_threads=2)
     base = device(2, cpu_split_gemm_only=True)
-    spin = dataclasses.replace(base, gemm_pool_spin_s=10.0)
+    spin = replace(base, gemm_pool_spin_s=10.0)
     u = {p: next(s for s in simulate(plan, d, FakeCost()).spans if plan.tasks[s.task].name == "u")
          for p, d in (("quiet", base), ("spin", spin))}
     # quiet: u has a core of its own beside e (0.3 s), then shares with the 2-thread g1 (4/3 + 2/3 cores for
@@ -523,7 +556,7 @@ def test_polling_gemm_helpers_take_a_core_share_from_other_threads():
     # g1 then ends the polling and shares with u as above (u does 0.1 in 0.15 s), then u alone (0.2): 0.8 s
     assert u["spin"].end - u["spin"].start == pytest.approx(0.8)
     with pytest.raises(ValueError, match="gemm_pool_spin_s"):
-        dataclasses.replace(base, gemm_pool_spin_s=-1.0)
+        replace(base, gemm_pool_spin_s=-1.0)
 
 
 def test_shared_rate_cancel_ends_a_job_and_resplits():
@@ -637,11 +670,11 @@ def test_two_loaders_at_once_pay_the_measured_cpu_per_byte_factor():
     once share the device (2 s each) and pay C x 1.5 = 0.75 s after it."""
     dev = device(2, flash_peak_gbps=1.0, flash_reader_gbps=1.0, flash_request_latency_s=0.0, read_cpu_gbps=2.0,
                  read_cpu_overlap=0.0)
-    multi = dataclasses.replace(dev, read_cpu_multi=1.5)
+    multi = replace(dev, read_cpu_multi=1.5)
     assert simulate(_load_plan(1), multi, FakeCost()).end_s == pytest.approx(1.5, rel=1e-6)
     assert simulate(_load_plan(2), dev, FakeCost()).end_s == pytest.approx(2.5, rel=1e-6)
     tl = simulate(_load_plan(2), multi, FakeCost())
     assert tl.end_s == pytest.approx(2.75, rel=1e-6)
     assert [s.cpu_s for s in tl.spans] == pytest.approx([0.75, 0.75])
     with pytest.raises(ValueError, match="read_cpu_multi"):
-        dataclasses.replace(dev, read_cpu_multi=0.9)
+        replace(dev, read_cpu_multi=0.9)
