@@ -16,8 +16,9 @@ controller <-> device i runs at device i's rate and device i <-> device j at min
 
 Every resource name starts with P = "efc<pid><letters>"; a JSON state file `<state_dir>/P.json` (owner pid + start
 time, namespaces, root links, cgroups, worker pids, scratch paths) is written BEFORE anything is created, so
-`cleanup_stale()` can remove every set whose owner is dead; names matching the pattern whose embedded pid is dead are
-removed too (a state directory lost with its tmpfs).
+`cleanup_stale()` can remove every set whose owner is dead. Clean-up acts on these records only: a namespace, link or
+cgroup whose name merely looks like ours is someone else's (the records live in /run, a tmpfs, and so do the network
+namespaces: a reboot clears both), and a record's entries are removed only when they carry the record's own prefix.
 """
 from __future__ import annotations
 
@@ -185,11 +186,35 @@ def _read_states(sdir: Path) -> list[tuple[Path, dict]]:
     return out
 
 
+_PREFIX = re.compile(rf"^{NAME_PREFIX}\d+[a-z]+$")
+
+
+def _own_entries(state: dict, prefix: str) -> dict:
+    """The entries of a state record that are this project's: names (namespaces, root links, cgroups, scratch
+    directories' base names) that start with the record's prefix, pids with a recorded start time; anything else in
+    a record (hand-edited, or torn) is ignored rather than removed."""
+    if not isinstance(prefix, str) or not _PREFIX.match(prefix):
+        return {}
+
+    def names(k: str) -> list[str]:
+        v = state.get(k, [])
+        return [x for x in v if isinstance(x, str) and x.startswith(prefix)] if isinstance(v, list) else []
+
+    pids = [p for p in state.get("pids", []) if isinstance(p, list) and len(p) == 2
+            and all(isinstance(x, int) and not isinstance(x, bool) for x in p)] \
+        if isinstance(state.get("pids"), list) else []
+    paths = [p for p in state.get("paths", []) if isinstance(p, str) and Path(p).is_absolute()
+             and Path(p).name.startswith(prefix)] if isinstance(state.get("paths"), list) else []
+    return {"namespaces": names("namespaces"), "root_links": names("root_links"), "cgroups": names("cgroups"),
+            "pids": pids, "paths": paths}
+
+
 def _teardown(state: dict) -> None:
     """Remove everything a state record lists; tolerant of anything already gone. Order: processes, cgroups,
-    links, namespaces, scratch paths."""
+    links, namespaces, scratch paths. Only a pid whose start time matches the record is killed (never a recycled
+    pid)."""
     for pid, st in state.get("pids", []):
-        if pid_alive(pid, st):
+        if st is not None and pid_alive(pid, st):
             _kill([pid])
     for ns in state.get("namespaces", []):
         _kill(_netns_pids(ns))
@@ -209,37 +234,33 @@ def _teardown(state: dict) -> None:
         shutil.rmtree(p, ignore_errors=True)
 
 
-def cleanup_stale(sdir: Path | None = None) -> list[str]:
-    """Remove every cluster set whose owner process is dead (state file, or name pattern with a dead pid).
-
-    Returns the prefixes / names removed. Sets of live owners (this process included) are left alone."""
+def stale_records(sdir: Path | None = None) -> list[tuple[Path, dict]]:
+    """(state file, the record's own entries) of every cluster set on this host whose owner process is dead."""
     sdir = sdir or state_dir()
+    out = []
+    for path, st in _read_states(sdir):
+        pid, start = st.get("pid"), st.get("start_time")
+        if isinstance(pid, int) and pid_alive(pid, start):
+            continue
+        out.append((path, _own_entries(st, path.stem)))
+    return out
+
+
+def cleanup_stale(sdir: Path | None = None) -> list[str]:
+    """Remove every cluster set whose owner process is dead, from the state records only (`_own_entries`).
+
+    Returns the prefixes removed. Sets of live owners (this process included), and anything not in a record, are left
+    alone."""
+    sdir = sdir or state_dir()
+    if not sdir.is_dir():
+        return []
     removed: list[str] = []
     with _locked(sdir):
-        for path, st in _read_states(sdir):
-            pid, start = st.get("pid"), st.get("start_time")
-            if isinstance(pid, int) and pid_alive(pid, start):
-                continue
-            _teardown(st)
+        for path, own in stale_records(sdir):
+            _teardown(own)
             with contextlib.suppress(FileNotFoundError):
                 path.unlink()
-            removed.append(st.get("prefix") or path.stem)
-
-        def orphan(name: str) -> bool:
-            m = _OWNED.match(name)
-            return bool(m) and not pid_alive(int(m.group(1)))
-
-        ns_orphans = [ns for ns in _netns_list() if orphan(ns)]
-        link_orphans = [ln for ln in _root_links() if orphan(ln)]
-        ctl = cgroup.detect_cpu_controller()
-        cg_orphans = [p.name for p in cgroup.list_groups(ctl, _OWNED)] if ctl else []
-        cg_orphans = [n for n in cg_orphans if orphan(n)]
-        if ns_orphans or link_orphans or cg_orphans:
-            _teardown({"namespaces": ns_orphans, "root_links": link_orphans, "cgroups": cg_orphans})
-            removed += ns_orphans + link_orphans + cg_orphans
-        stray = [pid for pid, parent in worker_processes() if not pid_alive(parent)]
-        _kill(stray)             # workers whose controller died (normally gone already: parent-death signal)
-        removed += [f"pid {p}" for p in stray]
+            removed.append(path.stem)
     return removed
 
 
