@@ -139,10 +139,10 @@ def compare_at_speed(run: HostRun, m_pred: dict[str, Any], tag: str = "at_host_s
 def compare_per_run(run: HostRun, host: HostProfile, speeds: list[dict[str, float]],
                     tag: str = "at_run_speed") -> tuple[dict[str, Any], list[float | None]]:
     """Each measured run against the plan re-simulated at the kernel speeds measured right before that run
-    (`speeds[k]`, hil.drift.speeds_before; modelled, conditioned on a measurement taken before the run, so still a
-    prediction). predicted_<tag>_<phase>_s: median over runs of the per-run predictions; <phase>_error_<tag>_pct:
-    median over runs of each run's (predicted - measured) / measured; ttft_error_<tag>_min_pct / _max_pct. Also the
-    per-run predicted TTFTs (None where a run has no speeds)."""
+    (`speeds[k]`, hil.diagnostics.drift.speeds_before; modelled, conditioned on a measurement taken before the run,
+    so still a prediction). predicted_<tag>_<phase>_s: median over runs of the per-run predictions;
+    <phase>_error_<tag>_pct: median over runs of each run's (predicted - measured) / measured;
+    ttft_error_<tag>_min_pct / _max_pct. Also the per-run predicted TTFTs (None where a run has no speeds)."""
     cache: dict[tuple, dict[str, Any]] = {}
     preds: list[dict[str, Any] | None] = []
     for k in range(len(run.meas_metrics)):

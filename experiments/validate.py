@@ -71,6 +71,7 @@ class ValidateConfig:
     huge_pages: bool = True
     sched_trace: bool = False
     versus: str = "none"
+    diagnostics: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= 8:
@@ -112,7 +113,7 @@ def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str, huge: bool
 
 
 KEYS = ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits", "remeasure", "quick_profile",
-        "write_trace", "host_memory", "huge_pages", "sched_trace", "versus")
+        "write_trace", "host_memory", "huge_pages", "sched_trace", "versus", "diagnostics")
 
 
 def settings(cfg: DictConfig) -> ValidateConfig:
@@ -138,7 +139,7 @@ def settings(cfg: DictConfig) -> ValidateConfig:
     if c.versus != "none":
         versus_framework(c.versus)                          # an unknown name: one line, before any work
     if c.sched_trace:
-        from hil.schedtrace import available as tracefs_missing
+        from hil.diagnostics.schedtrace import available as tracefs_missing
 
         if (why := tracefs_missing()) is not None:
             raise ConfigError(f"sched_trace: {why}")
@@ -188,7 +189,7 @@ def validate(cfg: DictConfig) -> Estimate:
 def run(cfg: DictConfig) -> dict[str, Any]:
     from experiments.hostrun import compare, compare_per_run, logits_check, merged_trace, per_op
     from hil.deploy import plan_summary
-    from hil.drift import SPEED_KEYS, drift_pct, run_speeds, speeds_before
+    from hil.diagnostics.drift import SPEED_KEYS, drift_pct, run_speeds, speeds_before
     from quant.evaluate import eval_text_tokens
 
     watch_parent()
@@ -218,16 +219,19 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     m.update({k: v for k, v in plan_summary(run_.plan).items() if not isinstance(v, str)})
     m["priority"] = run_.plan.schedule.priority
     m.update(compare(run_))
-    reference = _probe_reference(Path(table))
-    for key, v in drift_pct(reference, probes).items():
-        m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
-    speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
-    m.update(speed_summary(speeds))
-    m.update(_at_host_speed(run_, host, {cls: run_speeds(reference, around, key)[c.warmup:]
-                                         for cls, key in SPEED_KEYS.items()}))
-    at_run, pred_runs = compare_per_run(run_, host, speeds_before(reference, before)[c.warmup:])
-    m.update(at_run)
-    m.update(_at_run_placement(run_, host, places))
+    speeds: list[float | None] = []
+    pred_runs: list[float | None] = []
+    if c.diagnostics:          # the host probes around the runs (hil.diagnostics.drift): opt-in
+        reference = _probe_reference(Path(table))
+        for key, v in drift_pct(reference, probes).items():
+            m[f"host_drift_{key.removesuffix('_s').removesuffix('_s_per_byte')}_pct"] = v
+        speeds = run_speeds(reference, around)[c.warmup:]    # one per measured run
+        m.update(speed_summary(speeds))
+        m.update(_at_host_speed(run_, host, {cls: run_speeds(reference, around, key)[c.warmup:]
+                                             for cls, key in SPEED_KEYS.items()}))
+        at_run, pred_runs = compare_per_run(run_, host, speeds_before(reference, before)[c.warmup:])
+        m.update(at_run)
+        m.update(_at_run_placement(run_, host, places))
     m.update(memory)
     if sched is not None:
         m.update({f"measured_sched_{k}": v for k, v in sched.items() if not isinstance(v, dict)})
@@ -252,7 +256,7 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
-    _print(m, out)
+    _print(m, out, c.diagnostics)
     return m
 
 
@@ -285,12 +289,13 @@ def ops_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def _measure(c: ValidateConfig, host, tokens, gguf):
-    """The cold runs (`c.warmup` + `c.repeats`), a speed probe after each, llama.cpp's run after each when `gguf`;
-    (HostRun, host probes before / after, speed probes around the runs, the probe right before each run, the peer's
-    measured runs, the `versus` runs, the wake-up placement probed before / after the runs)."""
+    """The cold runs (`c.warmup` + `c.repeats`), llama.cpp's run after each when `gguf`, and with `c.diagnostics` a
+    speed probe after each; (HostRun, host probes before / after, speed probes around the runs, the probe right
+    before each run, the peer's measured runs, the `versus` runs, the wake-up placement probed before / after the
+    runs; the probes' lists empty without `c.diagnostics`)."""
     from experiments.hostrun import run_host
     from hil.calibrate_reads import scratch_file
-    from hil.drift import READ_PROBE_BYTES, placement_probe, probe, speed_probe
+    from hil.diagnostics.drift import READ_PROBE_BYTES, placement_probe, probe, speed_probe
 
     peer_runs: list = []
     run_peer = None
@@ -307,29 +312,43 @@ def _measure(c: ValidateConfig, host, tokens, gguf):
             if k >= c.warmup:
                 peer_runs.append(r)
         run_peer = _peer
-    # a scratch file for the read probe, as the calibration's (hil.drift.read_probe), removed on every exit path
-    with scratch_file(host.cost_table.parent.parent / "scratch", READ_PROBE_BYTES) as scratch:
-        probes = [probe(read_path=scratch)]              # the host now vs when its profile was measured
-        places = [placement_probe()]                     # where the OS puts woken threads now (and after the runs)
-        around = [probes[0]]                             # speed probes around the runs: [k] before run k
-        before = [probes[0]]                             # [k]: the last probe before run k started
+    probes: list = []
+    places: list = []
+    around: list = []                                    # speed probes around the runs: [k] before run k
+    before: list = []                                    # [k]: the last probe before run k started
 
-        def between(k: int) -> None:
+    def between(k: int, scratch: Path | None = None) -> None:
+        if scratch is not None:
             around.append(speed_probe(scratch))          # right after run k, before anything else
-            if vs is not None:
-                vs.run(k >= c.warmup)
-            if run_peer is not None:
-                run_peer(k)
-            if vs is not None or run_peer is not None:
-                before.append(speed_probe(scratch))      # others ran since: probe again, right before run k + 1
-            else:
-                before.append(around[-1])
+        if vs is not None:
+            vs.run(k >= c.warmup)
+        if run_peer is not None:
+            run_peer(k)
+        if scratch is None:
+            return
+        if vs is not None or run_peer is not None:
+            before.append(speed_probe(scratch))          # others ran since: probe again, right before run k + 1
+        else:
+            before.append(around[-1])
 
-        run_ = run_host(c.model, host, c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
+    def runs(after_each) -> object:
+        return run_host(c.model, host, c.framework, c.bits, tokens, c.quant, c.repeats, c.warmup,
                         progress=lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True),
-                        between=between)
-        probes.append(probe(read_path=scratch))
-        places.append(placement_probe())
+                        between=after_each)
+
+    if not c.diagnostics:
+        run_ = runs(between)
+    else:
+        # a scratch file for the read probe, as the calibration's (hil.diagnostics.drift.read_probe), removed on
+        # every exit path
+        with scratch_file(host.cost_table.parent.parent / "scratch", READ_PROBE_BYTES) as scratch:
+            probes.append(probe(read_path=scratch))      # the host now vs when its profile was measured
+            places.append(placement_probe())             # where the OS puts woken threads now (and after the runs)
+            around.append(probes[0])
+            before.append(probes[0])
+            run_ = runs(lambda k: between(k, scratch))
+            probes.append(probe(read_path=scratch))
+            places.append(placement_probe())
     print(file=sys.stderr)
     return run_, probes, around, before, peer_runs, vs, places
 
@@ -368,9 +387,9 @@ def versus_metrics(name: str, vs: "Versus", predicted_ttft_s: float, measured_tt
 
 def _sched_trace(run_, tokens, spec, ncpu: int) -> dict[str, Any]:
     """One more cold run, after the measured ones and not counted in their medians, with the kernel's scheduler
-    events traced: where its core time went (measured; hil.schedtrace, docs/hil.md "Scheduler trace")."""
+    events traced: where its core time went (measured; hil.diagnostics.schedtrace, docs/hil.md "Scheduler trace")."""
+    from hil.diagnostics.schedtrace import SchedTrace, breakdown, monotonic_t0, parse
     from hil.runner import run_plan
-    from hil.schedtrace import SchedTrace, breakdown, monotonic_t0, parse
 
     with SchedTrace() as tr:
         res = run_plan(run_.plan, run_.packed_path, tokens, spec=spec)
@@ -380,7 +399,8 @@ def _sched_trace(run_, tokens, spec, ncpu: int) -> dict[str, Any]:
 
 
 def speed_summary(speeds: list[float | None]) -> dict[str, float]:
-    """host_speed (median), host_speed_min / _max over the measured runs (measured; hil.drift.run_speeds)."""
+    """host_speed (median), host_speed_min / _max over the measured runs (measured;
+    hil.diagnostics.drift.run_speeds)."""
     vals = [v for v in speeds if v is not None]
     if not vals:
         return {}
@@ -389,9 +409,9 @@ def speed_summary(speeds: list[float | None]) -> dict[str, float]:
 
 def _at_host_speed(run_, host, per_class: dict[str, list[float | None]]) -> dict[str, Any]:
     """The plan re-simulated with its kernels at the host speed measured around the runs (`per_class`: each speed
-    class's speed per measured run, hil.drift.run_speeds; their medians; planner.cost.scaled): modelled, conditioned
-    on that measurement — the calibrated prediction's error minus this one's is the host's drift (docs/hil.md
-    "Prediction at the run-time host speed")."""
+    class's speed per measured run, hil.diagnostics.drift.run_speeds; their medians; planner.cost.scaled): modelled,
+    conditioned on that measurement — the calibrated prediction's error minus this one's is the host's drift
+    (docs/hil.md "Prediction at the run-time host speed")."""
     from experiments.hostrun import compare_at_speed, predict
 
     speeds = {cls: float(statistics.median(v)) for cls, vals in per_class.items()
@@ -404,14 +424,15 @@ def _at_host_speed(run_, host, per_class: dict[str, list[float | None]]) -> dict
 
 
 def _at_run_placement(run_, host, places: list) -> dict[str, Any]:
-    """The wake-up placement measured around the runs (`hil.drift.placement_probe` before and after, merged) and the
-    plan re-simulated with it instead of the calibrated one: modelled, conditioned on that measurement, like the
-    prediction at the run-time host speed (docs/hil.md "Wake-up packing"). {} where the probe cannot run."""
+    """The wake-up placement measured around the runs (`hil.diagnostics.drift.placement_probe` before and after,
+    merged) and the plan re-simulated with it instead of the calibrated one: modelled, conditioned on that
+    measurement, like the prediction at the run-time host speed (docs/hil.md "Wake-up packing"). {} where the probe
+    cannot run."""
     import dataclasses
 
     from experiments.hostrun import compare_at_speed, predict
     from hil.calibrate_compute import pack_threshold
-    from hil.drift import merge_placements
+    from hil.diagnostics.drift import merge_placements
 
     rows = merge_placements(places)
     if rows is None:
@@ -446,7 +467,7 @@ def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], pee
 
 
 def _probe_reference(table: Path) -> dict[str, float]:
-    """The host probe stored with the profile (hil.drift; {} for a profile measured before it existed)."""
+    """The host probe stored with the profile (hil.diagnostics.drift; {} for a profile measured before it existed)."""
     try:
         return dict(json.loads((table.parent / "measurements.json").read_text()).get("host_probe") or {})
     except (OSError, ValueError):
@@ -457,7 +478,7 @@ def _fmt(v) -> str:
     return "n/a" if v is None else f"{v:.3f}"
 
 
-def _print(m: dict[str, Any], out: Path) -> None:
+def _print(m: dict[str, Any], out: Path, diagnostics: bool = True) -> None:
     print(f"{m['framework']} {m['model']} bits={m['bits']} prompt={m['prompt_tokens']} on this host -> {out}")
     print(f"  {'phase':<16}{'predicted':>11}{'measured (median, min-max)':>32}{'error':>9}")
     for ph in ("ttft", "load", "unpack", "prefill", "cpu_bubble_rate", "npu_bubble_rate"):
@@ -485,6 +506,9 @@ def _print(m: dict[str, Any], out: Path) -> None:
               f"{'' if m['logits_ref_top1_stable'] else ' (the reference flips its own top-1 under 1-ulp noise)'}, "
               f"max |Δ| {m['logits_max_abs_diff']:.4f} (tolerance {m['logits_tolerance']:.3f} = max(0.02, 3 x the "
               f"reference's own 1-ulp noise {m['logits_ref_noise']:.4f}))")
+    if not diagnostics:
+        print("  host probes: off (diagnostics=true probes the host's drift since its calibration, its kernel speeds "
+              "around each run and its wake-up placement, and re-predicts at them; docs/hil.md \"Host drift\")")
     drift = {k.removeprefix("host_drift_").removesuffix("_pct"): v for k, v in m.items() if k.startswith("host_drift_")}
     if drift:
         print("  host since its calibration (measured, probes before and after the runs): " +

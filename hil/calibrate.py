@@ -253,7 +253,7 @@ class Measurements:
     random_read_busy: Stat                # s per cold random 4 KiB read while a sequential stream runs
     wall_s: dict[str, float]              # s per measurement group
     loadavg: tuple[float, float, float]   # 1/5/15-min load average at the start (other work on the shared host)
-    host_probe: dict[str, float] = field(default_factory=dict)   # hil.drift.probe() at the start (s per probe)
+    host_probe: dict[str, float] = field(default_factory=dict)   # s per probe, hil.diagnostics.drift.probe() first
     pread_readahead: Stat | None = None   # B resident ahead of a paused sequential pread stream
     pool_wake: Stat | None = None         # s a 2-thread GEMM takes longer when its helper sleeps (measure_pool_wake)
     stream_start: Stat | None = None      # s a cold sequential read takes beyond its steady rate (stream_start)
@@ -278,7 +278,7 @@ def measure_all(scratch_dir: Path, s: CalibrationSettings, log: Callable[[str], 
         log(f"calibrate: {name} {wall[name]:.1f} s")
         return r
 
-    from hil.drift import READ_PROBE_BYTES, probe, read_probe
+    from hil.diagnostics.drift import READ_PROBE_BYTES, probe, read_probe
 
     # first, in a fresh process state, as experiments.validate probes before its runs (after the calibration's
     # other steps the same GEMM probe measured 191 us where a fresh process measured 131)

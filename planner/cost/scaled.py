@@ -3,10 +3,10 @@
 Why (docs/hil.md "Prediction at the run-time host speed"): a shared VM's cores do not keep the speed its calibration
 caught — the same INT8 GEMM probe took 0.74x to 1.2x its calibrated CPU time in the minutes after a calibration. A
 prediction from the calibrated table then carries the host's drift as well as the model's error. The validate app
-measures the host's speed right around every cold run (`hil.drift`: the calibration's GEMM and elementwise probes,
-thread CPU time) and re-simulates the plan with the kernels at that speed: the gap between the two predictions is the
-host's part of the error, the rest is the model's. The plain (calibrated) prediction stays the one the app is judged
-on; this one is labelled as conditioned on the measured speed.
+measures the host's speed right around every cold run on request (`diagnostics=true`, `hil.diagnostics.drift`: the
+calibration's GEMM and elementwise probes, thread CPU time) and re-simulates the plan with the kernels at that speed:
+the gap between the two predictions is the host's part of the error, the rest is the model's. The plain (calibrated)
+prediction stays the one the app is judged on; this one is labelled as conditioned on the measured speed.
 
 `speeds[cls]` = calibrated probe time / probe time now (1.0: as calibrated; 0.8: kernels take 1.25x). Classes are
 those the probes measure: `gemm` (matmul, lm_head on one thread), `gemm_mt` (the same split over several threads:

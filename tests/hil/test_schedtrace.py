@@ -1,11 +1,11 @@
-"""hil.schedtrace: the replay of scheduler events into where each core's time went, on a hand-written trace in the
-kernel's text format (the categories of docs/hil.md "Scheduler trace"), and the tracefs guard."""
+"""hil.diagnostics.schedtrace: the replay of scheduler events into where each core's time went, on a hand-written
+trace in the kernel's text format (the categories of docs/hil.md "Scheduler trace"), and the tracefs guard."""
 from __future__ import annotations
 
 import pytest
 
-from hil import schedtrace
-from hil.schedtrace import breakdown, parse
+from hil.diagnostics import schedtrace
+from hil.diagnostics.schedtrace import breakdown, parse
 
 # cpu0: thread 100 runs, wakes 101 onto its own (busy) cpu while cpu1 idles; 101 waits until 100 blocks at 4 ms.
 # cpu1: idle; at 6 ms 101 wakes 102 onto cpu1, whose switch-in is not traced (as this kernel sometimes does): its

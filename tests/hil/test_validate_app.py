@@ -29,12 +29,13 @@ def _validate(store, run, *args: str) -> subprocess.CompletedProcess:
 
 @pytest.mark.parametrize("framework", ["edgeflow", "llamacpp"])
 def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
-    from hil.schedtrace import available as tracefs_missing
+    from hil.diagnostics.schedtrace import available as tracefs_missing
 
     run = tmp_path / "run"
     traced = framework == "edgeflow" and tracefs_missing() is None    # root with tracefs (CI, this host)
     versus = "edgeflow" if framework == "llamacpp" else "none"   # EdgeFlow's runs interleaved with the baseline's
-    r = _validate(store, run, f"framework={framework}", f"sched_trace={str(traced).lower()}", f"versus={versus}")
+    r = _validate(store, run, f"framework={framework}", f"sched_trace={str(traced).lower()}", f"versus={versus}",
+                  "diagnostics=true")                        # the host probes (hil.diagnostics.drift): opt-in
     assert r.returncode == 0, r.stderr[-3000:]
     m = json.loads((run / "metrics.json").read_text())
     if versus != "none":
@@ -68,7 +69,7 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     ops = list(csv.DictReader((run / "ops.csv").open()))
     loads = [r for r in ops if r["op"].startswith("load:")]
     assert loads and all(float(r["predicted_cpu_s"]) > 0 and float(r["measured_cpu_s"]) > 0 for r in loads)
-    drift = {k for k in m if k.startswith("host_drift_")}        # the host now vs at calibration (hil.drift)
+    drift = {k for k in m if k.startswith("host_drift_")}        # the host now vs at calibration (diagnostics.drift)
     base = {"host_drift_gemm_pct", "host_drift_elementwise_pct", "host_drift_unpack_pct", "host_drift_first_touch_pct"}
     newer = {"host_drift_read_pct", "host_drift_read_cpu_pct"} | ({"host_drift_gemm_mt_pct"}    # 2+ CPUs: the
                                                                    if len(os.sched_getaffinity(0)) > 1 else set())
@@ -92,7 +93,7 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     want = 100 * (m["predicted_at_host_speed_ttft_s"] - m["measured_ttft_s"]) / m["measured_ttft_s"]
     assert m["ttft_error_at_host_speed_pct"] == pytest.approx(want)
     assert m["host_speed_elementwise"] > 0 and m["host_speed_unpack"] > 0
-    if "host_drift_gemm_mt_pct" in m:               # the 2-thread GEMM's own speed (hil.drift, planner.cost.scaled)
+    if "host_drift_gemm_mt_pct" in m:               # the 2-thread GEMM's own speed (diagnostics.drift, cost.scaled)
         assert m["host_speed_gemm_mt"] > 0 and "host_speed_gemm_mt" in m["measured_keys"]
         assert "2-thread GEMM" in r.stdout
     assert m["host_speed_read"] > 0 and m["host_speed_read_cpu"] > 0 and "cold read" in r.stdout   # read probe
@@ -103,14 +104,14 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert m["ttft_error_at_run_speed_pct"] == pytest.approx((errs[0] + errs[1]) / 2, abs=1e-3)
     assert m["ttft_error_at_run_speed_min_pct"] == pytest.approx(errs[0], abs=1e-3)
     assert "predicted_at_run_speed_ttft_s" in m["modelled_keys"] and "at the kernel speeds probed" in r.stdout
-    # the wake-up placement probed around the runs, and the plan re-simulated with it (hil.drift.placement_probe)
+    # the wake-up placement probed around the runs, and the plan re-simulated with it (drift.placement_probe)
     if (os.cpu_count() or 1) > 1:
         assert 0 <= m["measured_run_pack_share"] <= 1 and m["measured_run_pack_idle_s"] >= 0
         assert "measured_run_pack_share" in m["measured_keys"]
         assert "predicted_at_run_placement_ttft_s" in m["modelled_keys"] and "wake-up placement around" in r.stdout
         want = 100 * (m["predicted_at_run_placement_ttft_s"] - m["measured_ttft_s"]) / m["measured_ttft_s"]
         assert m["ttft_error_at_run_placement_pct"] == pytest.approx(want)
-    if traced:                      # one more cold run with the kernel's scheduler traced (hil.schedtrace)
+    if traced:                      # one more cold run with the kernel's scheduler traced (hil.diagnostics.schedtrace)
         pcts = [m[f"measured_sched_{k}_pct"] for k in ("running", "queued", "waking", "no_work", "other")]
         assert sum(pcts) == pytest.approx(100.0) and m["measured_sched_running_pct"] > 0
         assert m["measured_sched_wakes"] > 0 and m["measured_sched_events_lost"] == 0
@@ -119,7 +120,7 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
 
 
 def test_drift_is_the_change_of_the_median_probe_against_the_profile():
-    from hil.drift import PROBES, drift_pct, probe
+    from hil.diagnostics.drift import PROBES, drift_pct, probe
 
     now = probe(reps=3)
     multi = set() if len(os.sched_getaffinity(0)) > 1 else {"gemm_mt_s"}
@@ -132,7 +133,7 @@ def test_drift_is_the_change_of_the_median_probe_against_the_profile():
 
 
 def test_run_speed_is_the_calibration_probe_over_the_probes_around_each_run():
-    from hil.drift import run_speeds, speed_probe
+    from hil.diagnostics.drift import run_speeds, speed_probe
 
     now = speed_probe()
     multi = {"gemm_mt_s"} if len(os.sched_getaffinity(0)) > 1 else set()     # the 2-thread GEMM: 2+ CPUs only
@@ -208,7 +209,7 @@ def test_sched_trace_without_tracefs_is_a_config_error_before_any_work(monkeypat
 
     import experiments.validate as v
     from experiments.common import ConfigError
-    from hil import schedtrace
+    from hil.diagnostics import schedtrace
 
     monkeypatch.setattr(schedtrace, "TRACEFS", (str(tmp_path / "none"),))
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base=None):
@@ -218,7 +219,7 @@ def test_sched_trace_without_tracefs_is_a_config_error_before_any_work(monkeypat
 
 
 def test_read_probe_reads_the_file_cold_and_gives_rates_per_byte(tmp_path):
-    from hil.drift import read_probe
+    from hil.diagnostics.drift import read_probe
 
     f = tmp_path / "scratch.bin"
     f.write_bytes(os.urandom(3 << 20))
@@ -231,7 +232,7 @@ def test_read_probe_reads_the_file_cold_and_gives_rates_per_byte(tmp_path):
 
 
 def test_speeds_before_use_only_the_probe_before_each_run():
-    from hil.drift import speeds_before
+    from hil.diagnostics.drift import speeds_before
 
     ref = {"gemm_s": 1.0, "elementwise_s": 2.0, "unpack_s": 0.0}          # no unpack reference: class left out
     got = speeds_before(ref, [{"gemm_s": 2.0, "elementwise_s": 2.0, "unpack_s": 1.0}, {"gemm_s": 0.5}])
@@ -244,7 +245,7 @@ def test_speeds_before_use_only_the_probe_before_each_run():
 
 
 def test_placement_probes_merge_per_gap_and_none_wins():
-    from hil.drift import merge_placements
+    from hil.diagnostics.drift import merge_placements
 
     a = [dict(gap_us=0, idle_s=1e-4, share=0.2), dict(gap_us=500, idle_s=6e-4, share=0.6)]
     b = [dict(gap_us=0, idle_s=3e-4, share=0.4), dict(gap_us=500, idle_s=8e-4, share=1.0)]
