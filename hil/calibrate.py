@@ -104,11 +104,11 @@ def _touch_excess(s: CalibrationSettings, nbytes: int, k: int, write: Callable[[
                   clock: Callable[[], float], evicted: Path | None) -> list[float]:
     """Per repeat (`s.reps_noisy`, at least 3): seconds per byte of `write` into `k` fresh `nbytes`-byte buffers
     (`hil.runner_state.fresh_empty`) minus the same writes again, on `clock`. One untimed repeat first, and each
-    repeat's buffers are freed before the next, as a validate session's runs go (a warm-up run, then cold runs that
-    each allocate their tensors afresh and free them at the end: the memory a run faults in is what the run before
-    gave back). Keeping every repeat's buffers instead measured the first touch of memory no run had used: on the
-    Firecracker VM of 2026-12-04 0.3-0.5 GB/s with transparent huge pages (the guest assembling new 2 MiB blocks) where
-    the runs' memory faulted in at 6-15 GB/s. With `evicted`, that file is read and evicted before every repeat (the
+    repeat's buffers are freed before the next, as validate's runs go (a warm-up run, then cold runs that each
+    allocate their tensors afresh and free them at the end: the memory a run faults in is what the run before gave
+    back). Keeping every repeat's buffers instead measures the first touch of memory no run has used, which on a VM
+    with transparent huge pages can be an order of magnitude slower than what the runs see (measured on the host:
+    docs/hil.md "Host memory"). With `evicted`, that file is read and evicted before every repeat (the
     runner's state: its model file was just evicted)."""
     from hil.runner_state import fresh_empty
 
@@ -150,7 +150,8 @@ def measure_unpack_touch(s: CalibrationSettings, C: int, D: int, total: int = 64
     unpack (hil.runner_state: weightlet at 5 bits into a `fresh_empty` output, all kept alive): unpacks of `total`
     bytes of outputs into fresh buffers minus the same unpacks again (`_touch_excess`). The writer matters: the same
     fresh 16 MiB buffers measured 0.20 ns/B written by the unpack kernel and 0.30 by memcpy (`measure_first_touch`),
-    1 MiB ones 0.22 and 0.27 (2026-12-03), so the unpack's first touch is measured through the unpack kernel."""
+    1 MiB ones 0.22 and 0.27 (measured on the host, docs/hil.md "Host profile"), so the unpack's first touch is
+    measured through the unpack kernel."""
     from quant.pack import pack_bits3
     from quant.pack.formats import get_format
 

@@ -388,9 +388,9 @@ def pack_threshold(rows: list[dict]) -> tuple[float, float]:
     least-squares step — no packing below some idle time, a constant share from it on — over the curve's points
     sorted by idle time (each step at a measured point; the share is the mean from there, the points below count as
     0). (0, 0) when no step fits better than no packing at all. A step, not a threshold on the share: the measured
-    share is often flat over idle time (0.77-0.90 from 57 us on one machine, 0.07-0.13 or 0.43-0.57 at every idle time
-    on another, 2026-12-06), and a fixed cut such as "every share from there >= 0.5" turns a share near the cut into
-    all or nothing."""
+    share is often flat over idle time (measured: 0.77-0.90 from 57 us on one VM, 0.07-0.13 or 0.43-0.57 at every
+    idle time on another; docs/hil.md "Wake-up packing"), and a fixed cut such as "every share from there >= 0.5"
+    turns a share near the cut into all or nothing."""
     pts = sorted(rows, key=lambda r: r["idle_s"])
     s = np.array([r["share"] for r in pts], dtype=np.float64)
     best_sse, idle, share = float(np.sum(s ** 2)), 0.0, 0.0           # no packing

@@ -1,12 +1,12 @@
 """How much more CPU time work takes while another core is busy (docs/hil.md "Co-running cores").
 
 Calibrated alone, the runner's work costs less CPU than it does in a plan, where the other core is busy with another
-worker: on this 2-core KVM guest, first touch of fresh memory measured 0.42 ns/B alone, 0.47 with a GEMM loop on the
-other core, 0.50 with another thread touching fresh memory, 0.47 with a cold reader or a memcpy (2026-12-01); an
-INT8 GEMM only 3 % more beside another GEMM. And it depends on what the other core runs: a cold read into fresh
-buffers took 1.0x its CPU beside a GEMM loop, 1.12-1.17x beside a second cold reader and 1.23-1.24x beside a
-thread faulting fresh pages (three runs of 5-9 alternating sets, 2026-12-01); elementwise ops 1.6x beside a GEMM
-loop, 1.06-1.10x beside first touch. A plan's loaders run side by side and beside the unpacker's first touch.
+worker. Measured on a 2-core KVM guest (docs/hil.md "Co-running cores"): first touch of fresh memory 0.42 ns/B
+alone, 0.47 with a GEMM loop on the other core, 0.50 with another thread touching fresh memory, 0.47 with a cold
+reader or a memcpy; an INT8 GEMM only 3 % more beside another GEMM. And it depends on what the other core runs: a
+cold read into fresh buffers took 1.0x its CPU beside a GEMM loop, 1.12-1.17x beside a second cold reader and
+1.23-1.24x beside a thread faulting fresh pages (three runs of 5-9 alternating sets); elementwise ops 1.6x beside a
+GEMM loop, 1.06-1.10x beside first touch. A plan's loaders run side by side and beside the unpacker's first touch.
 
 So each class of work the simulator charges to the cores is timed here in thread CPU time alone, with one CPU-bound
 compute co-runner on the other core (a loop of native GEMM calls, as the runner's workers run) and with one
@@ -63,7 +63,7 @@ def _probes(s: CalibrationSettings, path: Path, runtime: Callable[[], float]) ->
     # loader's buffer), an unpack's output fresh and faulted in before the call; only the kernel is timed. Probes on
     # one L2-resident working set, or on one cycled through 64 MiB of old buffers, measured the unpack x1.0-1.13
     # beside other work, where the runner's own sequence (fresh payload copy, fresh output, kernel) measured x1.25-1.3
-    # beside a GEMM loop or a cold reader (its kernels 11.4 ms alone, 14-15 beside; 2026-12-01)
+    # beside a GEMM loop or a cold reader (its kernels 11.4 ms alone, 14-15 beside; measured, docs/hil.md)
     w0 = rng.integers(-127, 128, size=(1536, 576), dtype=np.int8)
     x = aligned_copy(rng.integers(-127, 128, size=(16, 576), dtype=np.int8))   # cache-line aligned, as the runner's
     y = aligned((16, 1536), np.int32)
@@ -170,11 +170,11 @@ class CoRunner:
 
     Compute from another process: a co-runner thread in this process takes the interpreter lock around each of its
     native calls, and the probe thread re-taking it after its own call pays the hand-off in its CPU time. Measured
-    here (2026-12-03, 7 alternating sets): beside a co-runner thread the GEMM probe took 1.18x its CPU alone, the
-    unpack 1.42x, elementwise 1.28x; beside the same loop in another process 0.99x, 1.03x, 1.00x; beside a thread
-    making one 30 ms GEMM call per lock hand-off 1.06x, 1.04-1.08x, 1.0x. So what a co-runner thread adds is the
-    interpreter lock's hand-offs, which the simulator models on their own (`HostRuntime.interpreter_lock`,
-    `thread_wake_cpu_s`), and the two are not counted twice.
+    on the host (7 alternating sets; docs/hil.md "Co-running cores"): beside a co-runner thread the GEMM probe took
+    1.18x its CPU alone, the unpack 1.42x, elementwise 1.28x; beside the same loop in another process 0.99x, 1.03x,
+    1.00x; beside a thread making one 30 ms GEMM call per lock hand-off 1.06x, 1.04-1.08x, 1.0x. So what a co-runner
+    thread adds is the interpreter lock's hand-offs, which the simulator models on their own
+    (`HostRuntime.interpreter_lock`, `thread_wake_cpu_s`), and the two are not counted twice.
     Memory work from this process: page faults and new mappings of threads of one process contend on its address
     space (the mm's locks and page tables), as the runner's loaders and unpacker do, and another process does not
     share them: beside the same first-touch loop the probes took unpack 1.34x, touch 1.20x, cold read 1.16x from a

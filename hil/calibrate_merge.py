@@ -1,12 +1,12 @@
 """Several calibration rounds merged into one set of measurements (docs/hil.md "Host profile", "Rounds").
 
-On this shared 2-vCPU host one calibration moves a plan's prediction by 10-20 %: two full calibrations ten minutes
-apart (2026-12-02) gave the 2-thread GEMM's parallel efficiency 0.91 and 0.47, the interrupt-side read cost 17.7
-and 4.8 GB/s, the INT8 GEMM rate 184 and 221 GOP/s — each figure the median of its own repeats, taken within a few
+On a shared 2-vCPU host one calibration moves a plan's prediction by 10-20 % (measured, docs/hil.md "Rounds"): two full
+calibrations ten minutes apart gave the 2-thread GEMM's parallel efficiency 0.91 and 0.47, the interrupt-side read cost
+17.7 and 4.8 GB/s, the INT8 GEMM rate 184 and 221 GOP/s — each figure the median of its own repeats, taken within a few
 seconds, so a noisy stretch of seconds moves the figures measured in it together. `rounds` full passes of every
-measurement, merged figure by figure with the median over rounds, are robust to one noisy stretch per figure
-(with 3 rounds a figure is right when 2 of its 3 rounds are), and every round stays self-consistent (a round's
-later steps use that round's request size and read costs).
+measurement, merged figure by figure with the median over rounds, are robust to one noisy stretch per figure (with 3
+rounds a figure is right when 2 of its 3 rounds are), and every round stays self-consistent (a round's later steps use
+that round's request size and read costs).
 
 Merge rules, by type (the same tree in every round, else ValueError: rounds of different settings are not merged):
 - float: the median over rounds; int: the lower median (a member of the rounds: a request size stays one that was

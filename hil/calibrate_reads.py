@@ -81,7 +81,7 @@ def _read_pieces(path: Path, pieces: list[tuple[int, int]], request: int) -> int
     reused buffer; returns bytes read. One descriptor for all of a reader's pieces, as the runner's loader threads
     keep one each (`hil.runner`): the kernel keeps its readahead state per open file, so a descriptor opened per
     piece starts every piece's readahead afresh — 2.19-2.30 GB/s against 2.58-2.62 through one descriptor (cold,
-    4 MiB pieces and requests, 96-256 MiB files, six alternations, AMD EPYC family 25 VM, 2026-12-06 18:05 UTC)."""
+    4 MiB pieces and requests, 96-256 MiB files, six alternations; measured on an AMD EPYC VM, docs/hil.md)."""
     buf = bytearray(request)
     mv = memoryview(buf)
     fd = os.open(path, os.O_RDONLY)
@@ -110,7 +110,7 @@ def read_rate(path: Path, request: int, threads: int, cold: bool) -> tuple[float
     B/s, resident fraction before the read).
 
     Why in turn, not a contiguous 1/threads each: two loaders taking alternate layers read slower than one
-    (SmolLM2 5-bit EdgeFlow loads alone through the runner, 2026-12-06, Zen 5 VM: 38.8-46.4 ms with two loaders,
+    (measured, SmolLM2 5-bit EdgeFlow loads alone through the runner on a Zen 5 VM: 38.8-46.4 ms with two loaders,
     40.1-44.0 with one; the 1B model's 0.71 GB 257-327 and 237-289 ms), where two readers of the file's two halves
     gained (2.71-3.20 GB/s against 1.82-2.96 taking 3 MiB pieces in turn, 96 MiB file, eight alternations): the
     profile measured the halves, and the simulator predicted two loaders 10 % faster than one."""
@@ -208,7 +208,7 @@ def pread_readahead(path: Path, request: int, reps: int, chunks: int = 12, pause
     """Bytes the kernel's readahead keeps in the page cache ahead of a sequential pread stream: evict, read
     `chunks` consecutive `request`-byte chunks with a pause after each (the device otherwise idle, as between a
     layer-by-layer runtime's reads), and after each of the second half count the resident bytes right after the
-    stream's end (mincore). Measured 8-16 MiB ahead of 1.6 and 4 MiB chunks on this host (2026-12-01)."""
+    stream's end (mincore). Measured 8-16 MiB ahead of 1.6 and 4 MiB chunks on the host (docs/hil.md "Loads")."""
     size = path.stat().st_size
     chunks = max(2, min(chunks, size // max(1, request) - 1))
     vals = []
@@ -244,9 +244,9 @@ def stream_start(path: Path, request: int, blob: int = 0) -> float:
     fresh `blob`-byte buffers that stay alive (`hil.runner_state.fresh_empty`; 0 = one reused buffer) in preads of at
     most `request` bytes. The completion time of every buffer is recorded, the steady rate is the second half's
     (bytes / seconds), and the result is the total time minus size / that rate — the intercept of time vs bytes read
-    (the first request waits for a synchronous read and the kernel's readahead window ramps up). Measured here
-    (2026-12-03, 7 repeats): 3.2 ms (0.7-5.0) into fresh 2 MiB buffers; into one reused buffer 0-11 ms, bimodal
-    (~2.5 or ~10 ms), so the fresh pattern, the runner's, is the one calibrated. >= 0."""
+    (the first request waits for a synchronous read and the kernel's readahead window ramps up). Measured on the
+    host (7 repeats; docs/hil.md "Loads"): 3.2 ms (0.7-5.0) into fresh 2 MiB buffers; into one reused buffer
+    0-11 ms, bimodal (~2.5 or ~10 ms), so the fresh pattern, the runner's, is the one calibrated. >= 0."""
     from hil.runner_state import fresh_empty
 
     evict(path)
@@ -459,10 +459,10 @@ def measure_read_fresh(path: Path, s: CalibrationSettings, request: int) -> Cold
     buffers give 2.6)."""
     size = path.stat().st_size
     rows: dict[str, list[float]] = {k: [] for k in ("fw", "rw", "fc", "rc", "fw2", "rw2", "fc2")}
-    # one untimed repeat first, as a validate session's warm-up run: a fresh process's first reads into fresh
-    # memory fault in several times slower on this VM (extra CPU over the reused-buffer read: 0.46-1.14 ns/B in
-    # the first one to three 256 MiB reads of a process, 0.26-0.37 after; 2026-12-01), which the measured runs of
-    # a session, reusing the memory of the run before, do not see
+    # one untimed repeat first, as validate's warm-up run: a fresh process's first reads into fresh memory fault in
+    # several times slower on the host VM (measured, extra CPU over the reused-buffer read: 0.46-1.14 ns/B in the
+    # first one to three 256 MiB reads of a process, 0.26-0.37 after), which validate's measured runs, reusing the
+    # memory of the run before, do not see
     for th in (1, 2):
         cold_read(path, request, s.overlap_blob_bytes, fresh=True, threads=th)
     for _ in range(max(3, s.reps_noisy)):

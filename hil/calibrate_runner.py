@@ -5,7 +5,7 @@ worker loop (lock, `Dispatcher` pop / complete, notifications, span and memory b
 Python path (`hil.runner_ops.OpRunner`'s compiled step: one closure and one raw ctypes call, the weight's address
 looked up), a load's buffer mapping (`fresh_empty`, one anonymous mapping per tensor), read syscall and arrival
 bookkeeping, an unpack's output mapping and scale copy. A bare task loop with the kernels left out measured 6.4 us
-per task; before the steps were compiled (2026-12-01) the op path alone cost 10-13 us per op. The bare kernel calls
+per task. The bare kernel calls
 subtracted below go through `native.compute`'s checked wrappers (~5 us of Python each), as the cost table's points
 do, so an op's modelled total (table + overhead) is right while ~5 us of it counts as kernel time.
 

@@ -28,7 +28,7 @@ class Stat:
     left out (preemptions: time another thread ran, which the simulator's core sharing charges on its own). On a
     shared host the median is the typical call, not the average one: this 2-vCPU VM runs ~1.45x slower in bursts
     (a 16 x 576 x 1536 GEMM timed in 6,651 windows of 20 calls over 20 s: 78 % of windows at 130-150 us, 21 % at
-    170-210 us, slow bursts lasting 3 ms median, 18 ms p90; 2026-12-04), and a cold start of 0.15-1.5 s sums its
+    170-210 us, slow bursts lasting 3 ms median, 18 ms p90; measured), and a cold start of 0.15-1.5 s sums its
     kernels' costs over many bursts: calls of one kernel timed back to back gave mean / median 1.02-1.06
     (docs/hil.md "Host profile")."""
     median: float          # s

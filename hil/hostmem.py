@@ -1,10 +1,10 @@
 """Host memory during hardware-in-the-loop runs: hold the guest's free page reporting (docs/hil.md "Host memory").
 
-This host is a virtual machine whose virtio-balloon reports free memory (VIRTIO_BALLOON_F_REPORTING, feature bit 5):
-the guest kernel tells the hypervisor about free blocks of >= 2^`page_reporting_order` pages, and the hypervisor takes
-their backing away. The next first touch of such a page costs a hypervisor fault on top of the guest's own fault and
-zeroing. Measured here (2026-12-02; a C loop writing one byte per 4 KiB page of a fresh 1 GiB anonymous mapping, 4-5
-repeats, the previous 1 GiB freed just before):
+This host is a virtual machine whose virtio-balloon reports free memory (VIRTIO_BALLOON_F_REPORTING, feature bit 5): the
+guest kernel tells the hypervisor about free blocks of >= 2^`page_reporting_order` pages, and the hypervisor takes their
+backing away. The next first touch of such a page costs a hypervisor fault on top of the guest's own fault and zeroing.
+Measured on the host (docs/hil.md "Host memory"; a C loop writing one byte per 4 KiB page of a fresh 1 GiB anonymous
+mapping, 4-5 repeats, the previous 1 GiB freed just before):
 
 | next touch | reported meanwhile | first touch |
 |---|---|---|
@@ -13,9 +13,9 @@ repeats, the previous 1 GiB freed just before):
 | 3 s later, reporting held (order 11) | 0 MiB | 0.42-0.51 ns/B |
 
 So a cold run's fresh tensors (the unpack phase) and page-cache pages (the load phase) cost 1x or ~5x depending on how
-long ago memory was freed — by the previous run, by llama.cpp's run, by an eviction — which is what made the 1B
-model's unpack phase take 0.51-0.57 s in one session and 1.34-1.53 s in another. A phone has no hypervisor: its fresh
-pages cost the kernel's fault and zeroing only, which is the held state here.
+long ago memory was freed — by the previous run, by llama.cpp's run, by an eviction — which moved the 1B model's unpack
+phase between 0.51-0.57 s and 1.34-1.53 s from one series of runs to another. A phone has no hypervisor: its fresh pages
+cost the kernel's fault and zeroing only, which is the held state here.
 
 `hold(mode, prefault_bytes)` is a context manager:
 - "hold": sets `page_reporting_order` to the largest value the kernel accepts (11 on this kernel, whose largest free
@@ -119,11 +119,11 @@ def hold(mode: str = "hold", prefault_bytes: int = 0, params: Path = PARAMS, sta
 def prefault(nbytes: int) -> float:
     """Touch `nbytes` of fresh anonymous memory (one write per page) and free it, twice: through a mapping advised
     MADV_HUGEPAGE (the kernel then backs it with 2 MiB blocks, the blocks the runs' huge-page buffers are given next)
-    and through a plain one (4 KiB pages: page cache, small buffers); wall seconds taken. A 4 KiB-only prefault left
-    the 2 MiB blocks unbacked: measured 2026-12-04 (AMD EPYC), reporting let run for 6 s then held, 0.4 GiB
-    prefaulted, then ten rounds of 120 MiB of fresh huge-page buffers: first touch 0.4-0.9 GB/s in the first two
-    rounds after a 4 KiB prefault (0.19-0.21 s: it was given pages that were backed already) against 11.3-11.6 GB/s
-    in every round after a huge-page one (0.87-0.93 s)."""
+    and through a plain one (4 KiB pages: page cache, small buffers); wall seconds taken. A 4 KiB-only prefault left the
+    2 MiB blocks unbacked: measured on an AMD EPYC VM (docs/hil.md "Host memory"), reporting let run for 6 s then held,
+    0.4 GiB prefaulted, then ten rounds of 120 MiB of fresh huge-page buffers: first touch 0.4-0.9 GB/s in the first two
+    rounds after a 4 KiB prefault (0.19-0.21 s: it was given pages that were backed already) against 11.3-11.6 GB/s in
+    every round after a huge-page one (0.87-0.93 s)."""
     import numpy as np
 
     t0 = time.perf_counter()

@@ -33,12 +33,12 @@ from quant.llama import rope_tables
 from quant.pack.formats import BY_CODE, F32_CODE
 
 PAGE = 4096   # B, buffer alignment (direct-I/O / page size)
-# The runner's native GEMM helpers (native.compute.GemmPool), the same in the calibration that times 2-thread GEMMs:
-# a helper polls for the next GEMM this long after its part, as ggml's pool does, and is pinned to another CPU than
-# its caller's. Measured (16x576x1536, weights cycled through DRAM, 2026-12-01): 1 thread 157-167 us; 2 threads with
-# helpers that sleep at once 131-159 us (a sleeping helper was woken ~50 us late, or queued by the kernel behind its
-# caller on the caller's own core), polling and pinned 85 us with <= 30 us between GEMMs; beyond the poll window
-# the helper sleeps and the wake-up costs again (300 us apart: 152-169 us).
+# The runner's native GEMM helpers (native.compute.GemmPool), the same in the calibration that times 2-thread GEMMs: a
+# helper polls for the next GEMM this long after its part, as ggml's pool does, and is pinned to another CPU than its
+# caller's. Measured on the host (16x576x1536, weights cycled through DRAM; docs/hil.md): 1 thread 157-167 us; 2 threads
+# with helpers that sleep at once 131-159 us (a sleeping helper was woken ~50 us late, or queued by the kernel behind
+# its caller on the caller's own core), polling and pinned 85 us with <= 30 us between GEMMs; beyond the poll window the
+# helper sleeps and the wake-up costs again (300 us apart: 152-169 us).
 POOL_SPIN_US = 100.0
 POOL_PIN = True
 

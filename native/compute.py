@@ -15,8 +15,8 @@ result, so hot loops do not allocate). The NumPy references with the same signat
     aligned(shape, dtype), aligned_copy(a) -> zero-filled array / copy whose data starts on a SIMD_ALIGN (64 B) boundary
 
 Alignment: the kernels accept any address, but the AVX-512 GEMM and attention load whole 64-byte vectors, and an
-operand that does not start on a cache line splits every load across two lines. Measured on the AMD EPYC (Zen 5) VM of
-2026-12-05, thread CPU time, median of 100 calls: 128 x 576 x 1536 INT8 GEMM 445 us with x and w 64-byte aligned, 505
+operand that does not start on a cache line splits every load across two lines. Measured on an AMD EPYC (Zen 5) VM,
+thread CPU time, median of 100 calls: 128 x 576 x 1536 INT8 GEMM 445 us with x and w 64-byte aligned, 505
 with x at +16 or +32 B, 499 with w at +16, 587 with every operand at +16 (+32 %); attention (128 tokens, 9 / 3 heads
 of 64) 585 us aligned, 781 at +16 B; the elementwise ops within 0-12 %. NumPy and malloc give 16-byte alignment, so
 which case a buffer hit depended on the heap's state: the runner and the calibration allocate every kernel operand

@@ -206,9 +206,8 @@ class PlanExecutor:
         time — a holder that waits for a core keeps the lock meanwhile, as a preempted thread keeps the GIL. A thread
         that finds the lock held blocks and is handed it later: that costs it a wake-up's CPU (`thread_wake_cpu_s`,
         measured for the same futex hand-off through a Condition) and its latency (`thread_wake_s`, the same
-        measurement; the lock stays reserved for it, as CPython's forced switch waits until the waiter took it). An
-        EdgeFlow SmolLM2 run made ~1,300-1,500 voluntary context switches in all (2026-12-01), against ~216 waits for
-        work and ~210 lock hand-offs in the simulator (docs/hil.md "What is still off")."""
+        measurement; the lock stays reserved for it, as CPython's forced switch waits until the waiter took it). The
+        measured runs block more often than this models (docs/hil.md "What is still off")."""
         held = self._gil_held()
         if held or handoff:
             self.cores.unpack(owner)                        # it blocks: a packed thread is free again

@@ -1,32 +1,26 @@
 """Has the host changed since its profile was measured? (docs/hil.md "Host drift")
 
-This host is a shared VM: the same kernel's time moves by 10-30 % within an hour (a 16 x 576 x 1536 INT8 GEMM
-measured 130 / 161 / 179 us seconds apart; the same cold-start plan's median TTFT 0.218 s and 0.252 s twenty
-minutes apart, 2026-12-01), so a prediction from a profile measured an hour ago can be off by that much for reasons
-no model of the plan can know. The calibration runs `probe()` first and stores the result in its measurements
-(`host_probe`); `experiments.validate` runs the same probe right before and right after its cold runs and reports,
-per probe, how far the host moved since the calibration (`host_drift_pct`, measured), and a short speed probe
-(GEMM + elementwise, `speed_probe`) after every cold run gives each run's host speed relative to the calibration
-(`run_speeds`; validate's `runs.csv`). The probe right before each run alone (`speeds_before`) is the device state
-a prediction for that run may use (validate's "at the pre-run speed" prediction); the calibrated prediction uses
-none of it.
+A shared VM's kernels move by 10-30 % within an hour (measured on the host: the same INT8 GEMM and the same cold
+start's TTFT minutes apart; docs/hil.md "Host drift"), so a prediction from a profile measured an hour ago can be off
+by that much for reasons no model of the plan can know. The calibration runs `probe()` first and stores the result
+in its measurements (`host_probe`); `experiments.validate diagnostics=true` runs the same probe right before and
+right after its cold runs and reports, per probe, how far the host moved since the calibration (`host_drift_pct`,
+measured), and a short speed probe (GEMM + elementwise, `speed_probe`) after every cold run gives each run's host
+speed relative to the calibration (`run_speeds`; validate's `runs.csv`). The probe right before each run alone
+(`speeds_before`) is the device state a prediction for that run may use (validate's "at the pre-run speed"
+prediction); the calibrated prediction uses none of it.
 
 Probes (each the median of `reps` timings, thread CPU time so other processes' load does not enter): one INT8 GEMM
 at a SmolLM2 FFN shape (16 x 576 x 1536, 1 thread), one set of the float32 elementwise ops at 16 x 576, one
 weightlet unpack of a 1536 x 576 tensor at 5 bits into a touched output, and first touch of 32 fresh 1 MiB mappings
 (`hil.runner_state.fresh_empty`, as the runner allocates its tensors). On a machine with two or more CPUs also the
 same GEMM split over two threads by the runner's native pool (`gemm_mt_s`, wall time: the caller waits for its
-helper on the other vCPU), because the two vCPUs do not keep one speed together: on the Zen 5 VM of 2026-12-06 a
-pinned 1-thread 128 x 576 x 1536 GEMM took 468-487 us on either vCPU in eight of ten seconds (709 / 750 us on one
-in two) while the 2-thread GEMM took 262-285 us in five and 329-446 us in the other five, two of them with both
-vCPUs at full speed alone; the llama.cpp- and MNN-style plans, whose every matmul is a 2-thread GEMM, measured
-their GEMMs 1.6x slower than predicted in the processes of such minutes with the 1-thread probe at 1.03-1.06
-(docs/hil.md "Prediction at the run-time host speed"). Each GEMM thread count is then its own speed class.
-With a scratch file (`read_path`: the calibration's, or one `experiments.validate` writes for its runs) also a cold
-read of its first `READ_PROBE_BYTES` in 1 MiB preads into one reused buffer, wall and thread CPU time per byte
-(`read_s_per_byte`, `read_cpu_s_per_byte`): the loads of the cycle of 04:26 UTC on 2026-12-06 took 1.3-1.7x their
-predicted time with the kernel probes at 0.92-1.01, the same plan's loads 0.057, 0.068 and 0.085 s in processes
-fifteen minutes apart.
+helper on the other vCPU), because two vCPUs need not keep one speed together (measured on a Zen 5 VM: the 2-thread
+GEMM swung between two speeds while each vCPU alone held one; docs/hil.md "Prediction at the run-time host speed").
+Each GEMM thread count is then its own speed class. With a scratch file (`read_path`: the calibration's, or one
+`experiments.validate` writes for its runs) also a cold read of its first `READ_PROBE_BYTES` in 1 MiB preads into
+one reused buffer, wall and thread CPU time per byte (`read_s_per_byte`, `read_cpu_s_per_byte`): a plan's loads can
+move by 1.3-1.7x with the kernel probes unchanged (measured, docs/hil.md "Host drift").
 """
 from __future__ import annotations
 
@@ -167,9 +161,9 @@ def drift_pct(reference: dict[str, float], now: list[dict[str, float]]) -> dict[
 
 def placement_probe(hand_offs: int = PLACEMENT_HAND_OFFS) -> list[dict] | None:
     """The calibration's wake-up placement probe (`hil.calibrate_compute.measure_wake_pack`, `hand_offs` per gap):
-    where the OS puts a thread woken while its waker computes, now. On this VM that placement moves within the hour
-    (the same probe measured 0.10 of the hand-offs packed at 02:22 UTC and 0.60 at 02:50 on 2026-12-06; docs/hil.md
-    "Wake-up packing"), so `experiments.validate` runs it right before and right after its cold runs. None where the
+    where the OS puts a thread woken while its waker computes, now. On the host VM that placement moves within the
+    hour (measured: 0.10 and 0.60 of the hand-offs packed half an hour apart; docs/hil.md "Wake-up packing"), so
+    `experiments.validate diagnostics=true` runs it right before and right after its cold runs. None where the
     calibration's probe is (one core, no sched_getcpu)."""
     from hil.calibrate_compute import measure_wake_pack
     from hil.calibrate_settings import CalibrationSettings
