@@ -1,5 +1,6 @@
-"""Host calibration (docs/hil.md "Host profile"): measure what the cold-start components cost on THIS machine and map
-the numbers onto a device profile (`planner.device.SocProfile`) plus a cost table (`planner.cost.table`).
+"""Host calibration (docs/hil.md "Host profile"): measure what the cold-start components cost on THIS machine;
+`hil.host` maps the numbers onto a device profile (`planner.device.SocProfile`), the host's runtime model
+(`planner.host_runtime.HostRuntime`) and a cost table (`planner.cost.table`).
 
 The papers calibrate a phone's profile from component figures (EdgeFlow §3 / §4.2-4.3: flash read bandwidth, unpack
 throughput per format, INT8 matmul roofline, dispatch overheads); here the same components are measured directly:

@@ -10,6 +10,11 @@ wait when the next one is not ready yet; `position`: a unit runs any ready op, e
 position) first. An idle CPU steals the NPU queue's head when more than `steal_threshold` NPU ops are ready.
 Durations come from the
 `CostModel`; flash reads from the flash model. Ties are broken by sequence numbers, so runs are deterministic.
+A device is a `SocProfile` (what the hardware is); a measured host adds its `HostRuntime` (planner.host_runtime,
+docs/design.md §6.1), the one hook through which the mechanics of its OS and of the Python runner below enter
+(`runtime=`; None for a phone: every one of them off). Its fields are the `thread_wake_*`, `*_fault_*`, `read_*`
+(except `read_cpu_gbps`), `flash_stream_start_s`, `flash_request_busy_s`, `flash_random_read_cpu_s`, the runner's
+and the `corun_*` names below.
 Contention (docs/coldstart.md "Shared resources"): every thread of the plan occupies a CPU core while it works — unpack
 and compute ops, the CPU side of reads (page cache -> buffer at `read_cpu_gbps` plus first touch; for sequential reads
 overlapping the flash transfer by `read_cpu_overlap` / `read_cpu_overlap_multi`, readahead keeps the device busy; after
@@ -24,7 +29,7 @@ until they have had their core time; finding it held, or returning from a kernel
 blocking hand-off's `thread_wake_cpu_s`) — and the cores are processor-shared (`sim.sharing.Cores`): with more runnable
 threads than cores every op slows down. The NPU queue occupies a core only where it is one (`npu_on_cpu_core`, this
 host's NPU stand-in). Newly allocated memory (a load's buffer and NPU-buffer copy, an unpack's INT8 output) costs its
-allocating thread first-touch time (`SocProfile.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer
+allocating thread first-touch time (`HostRuntime.fault_s_per_byte`: page faults + zeroing; a read() into a fresh buffer
 faults it in inside the kernel's copy, `read_fault_s_per_byte`; an unpack kernel's stores into its fresh output,
 `unpack_fault_s_per_byte`); threads fault in parallel (measured on the host,
 docs/hil.md). Fresh memory follows the runner's allocations: unpacked tensors and non-staging blobs are new, staging
@@ -267,7 +272,7 @@ class PlanExecutor:
 
     def _touch_s(self, nbytes: int, allocations: int = 1, unpack: bool = False) -> float:
         """Core seconds of first-touching `nbytes` of newly allocated memory in `allocations` equal buffers, alone
-        (`SocProfile.fault_s_per_byte`: large allocations fault for less per byte, measured); `unpack`: by an
+        (`HostRuntime.fault_s_per_byte`: large allocations fault for less per byte, measured); `unpack`: by an
         unpack kernel writing its outputs (`unpack_fault_s_per_byte`, measured apart: the writer matters)."""
         if nbytes <= 0:
             return 0.0
