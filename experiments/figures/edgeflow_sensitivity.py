@@ -49,7 +49,7 @@ def data(size: str) -> pd.DataFrame:
 
 def plot(df: pd.DataFrame, fig) -> None:
     d = df[df.parameter != "(default)"].copy()
-    d["label"] = d.parameter + " " + d.variant
+    d["label"] = [f"{label(p)}: {v}" for p, v in zip(d.parameter, d.variant)]
     wls = list(dict.fromkeys(d.workload))
     fws = list(dict.fromkeys(d.framework))
     axes = []

@@ -76,6 +76,18 @@ NAMES: dict[str, str] = {
     "attn_swa": "SWA attention",
     "ffn_dense": "dense FFN",
     "ffn_moe": "MoE FFN",
+    # assumed phone-profile values varied by the sensitivity figure (conf/device/xiaomi15pro.yaml keys)
+    "flash_request_latency_s": "flash request latency",
+    "flash_bulk_request_bytes": "flash bulk request size",
+    "cpu_parallel_eff": "CPU parallel efficiency",
+    "cpu_kquant_gemm_slowdown": "CPU K-quant GEMM slowdown",
+    "cpu_fp16_gflops_per_ghz": "CPU FP16 GFLOPS per GHz",
+    "cpu_elementwise_gbps_per_core": "CPU element-wise GB/s per core",
+    "cpu_op_overhead_s": "CPU per-operator overhead",
+    "npu_weight_gbps": "NPU weight bandwidth",
+    "npu_dispatch_s": "NPU dispatch time",
+    "npu_driver_slots": "NPU driver slots",
+    "npu_prepare_s_per_gb (restore cost)": "NPU graph restore cost per GB",
     # cold-start phases and metrics
     "setup_s": "set-up",
     "load_s": "load weights",

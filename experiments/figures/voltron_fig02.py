@@ -57,3 +57,6 @@ def plot(df: pd.DataFrame, fig) -> None:
         ax.margins(x=0.25, y=0.15)             # room for the model labels inside the axes
     fig_legend(fig, (ax1, ax2))
     note(fig, "simulated")
+    unfit = piv[piv.ttft_s.isna() & piv.tpot_ms_p50.isna()]
+    if len(unfit):
+        note(fig, "no precision fits (not drawn): " + ", ".join(label(m) for m in unfit.model))

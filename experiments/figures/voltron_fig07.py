@@ -7,7 +7,7 @@ from __future__ import annotations
 import pandas as pd
 
 from experiments.figures.base import FigureSpec, fig_legend, note
-from experiments.figures.voltron_data import conversation, qos_line
+from experiments.figures.voltron_data import QOS_TPOT_MS, conversation, qos_line
 from sim.multidevice.workload import WorkloadConfig
 from sim.multidevice.workload import conversation as lengths
 
@@ -54,14 +54,19 @@ def data(size: str) -> pd.DataFrame:
 
 
 def plot(df: pd.DataFrame, fig) -> None:
+    from matplotlib.ticker import MaxNLocator
+
     axes = [fig.add_subplot(1, 3, i + 1) for i in range(3)]
     a = df[df.panel == "a"]
-    for user in dict.fromkeys(a.user):
+    for i, user in enumerate(dict.fromkeys(a.user)):
+        color = f"C{i % 10}"
         for k, m in (("input_tokens", "o-"), ("output_tokens", "s--")):
             d = a[(a.user == user) & (a.metric == k)]
-            axes[0].plot(d.turn, d.value, m, ms=3, label=f"user {user} {k.split('_')[0]}")
+            axes[0].plot(d.turn, d.value, m, ms=3, color=color)
         d = df[(df.panel == "b") & (df.user == user)]
-        axes[1].plot(d.turn, d.value, "o-", ms=3, label=f"user {user}")
+        axes[1].plot(d.turn, d.value, "o-", ms=3, color=color, label=f"user {user}")
+    axes[0].plot([], [], "o-", ms=3, color="0.4", label="input (per turn)")
+    axes[0].plot([], [], "s--", ms=3, color="0.4", label="output (per turn)")
     axes[0].set_ylabel("tokens")
     axes[0].set_title("(a) lengths per turn", fontsize=9)
     axes[1].set_ylabel("tokens in the KV cache")
@@ -71,7 +76,7 @@ def plot(df: pd.DataFrame, fig) -> None:
     d = c[c.metric == "decode_step_ms_mean"]
     ax.plot(d.turn, d.value, "o-", label="Voltron decode step, mean (ms)")
     qos_line(ax)
-    ax.set_ylim(bottom=0)
+    ax.set_ylim(0, 1.15 * max(QOS_TPOT_MS, float(d.value.max()) if len(d) else 0.0))
     ax2 = ax.twinx()
     for k, m, lab in (("decode_tp_sublayers_mean", "s--", "sublayers as TP, decode (mean)"),
                       ("prefill_tp_sublayers", "^:", "sublayers as TP, prefill")):
@@ -82,5 +87,6 @@ def plot(df: pd.DataFrame, fig) -> None:
     ax.set_title("(c) Voltron's plan over turns", fontsize=9)
     for x in axes:
         x.set_xlabel("turn")
+        x.xaxis.set_major_locator(MaxNLocator(integer=True))
     fig_legend(fig, (axes[0], axes[1], ax, ax2), ncol=4)
     note(fig, "simulated")

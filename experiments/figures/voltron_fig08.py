@@ -9,7 +9,7 @@ import pandas as pd
 
 from experiments.figures.base import FigureSpec, legend, note
 from experiments.figures.names import label
-from experiments.figures.voltron_data import conversation, qos_line
+from experiments.figures.voltron_data import conversation, gapped, qos_line
 from planner.voltron.rssi import RssiTable
 
 GRID = {"full": dict(model="qwen2_5_14b", turns=5, think_s=60.0, every=1),
@@ -57,11 +57,12 @@ LINKS = {"link1": "phone ↔ tablet", "link2": "phone ↔ watch"}     # conf/clu
 
 
 def plot(df: pd.DataFrame, fig) -> None:
-    ax1, ax2 = fig.add_subplot(2, 1, 1), fig.add_subplot(2, 1, 2)
+    ax1 = fig.add_subplot(2, 1, 1)
+    ax2 = fig.add_subplot(2, 1, 2, sharex=ax1)
     a = df[(df.panel == "a") & (df.metric == "rssi_dbm")]
     for s in dict.fromkeys(a.series):
         d = a[a.series == s]
-        ax1.plot(d.time_s, d.value, lw=0.9, label=LINKS.get(s, s))
+        ax1.plot(*gapped(d), lw=0.9, label=LINKS.get(s, s))
     ax1.set_ylabel("RSSI (dBm)")
     legend(ax1, title="Office link")
     b = df[df.panel == "b"]

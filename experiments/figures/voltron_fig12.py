@@ -8,7 +8,7 @@ import pandas as pd
 
 from experiments.figures.base import FigureSpec, legend, note
 from experiments.figures.names import label
-from experiments.figures.voltron_data import conversation, qos_line
+from experiments.figures.voltron_data import conversation, gapped, qos_line
 
 GRID = {"full": dict(model="qwen2_5_14b", turns=5, think_s=60.0, every=1),
         "toy": dict(model="qwen2_5_3b", turns=1, think_s=None, every=10)}
@@ -52,12 +52,10 @@ def plot(df: pd.DataFrame, fig) -> None:
     legend(ax1, markerscale=4)
     v = df[df.planner == "voltron"]
     for k, lab in (("n_fp16", "FP16"), ("n_int8", "INT8"), ("n_int4", "INT4"), ("n_tp", "run as TP")):
-        d = v[v.metric == k]
-        ax2.plot(d.time_s, d.value, lw=0.9, label=lab)
+        ax2.plot(*gapped(v[v.metric == k]), lw=0.9, label=lab)
     ax2.set_ylabel("sublayers (Voltron)")
     legend(ax2)
-    d = v[v.metric == "accuracy"]
-    ax3.plot(d.time_s, d.value, lw=0.9, color="tab:green")
+    ax3.plot(*gapped(v[v.metric == "accuracy"]), lw=0.9, color="tab:green")
     ax3.set_ylabel("accuracy proxy\n(Voltron)")
     ax3.set_xlabel("time (s)")
     note(fig, "simulated")
