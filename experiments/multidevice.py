@@ -136,7 +136,7 @@ def main(cfg: DictConfig) -> None:
     out = run_dir()
     prepare_run_dir(out, OUTPUTS)
     res = run(cfg)
-    if cfg.timeline:
+    if strict_bool(cfg.timeline, "timeline"):
         atomic_write_text(out / "timeline.csv", pd.DataFrame(res.timeline).to_csv(index=False))
         # every plan adopted, one JSON object per line (PhasePlan.from_json reads them back; the HIL takes the same)
         atomic_write_text(out / "plans.jsonl", "".join(f'{{"plan_id": {k}, "plan": {p.to_json()}}}\n'

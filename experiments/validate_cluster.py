@@ -236,12 +236,23 @@ def _replan_lag(rows: list[dict], n_devices: int) -> int | None:
     return worst
 
 
+def profile_files(cfg: DictConfig) -> list:
+    """The stored measured profile this run uses (an input `experiments.resume` digests besides the config)."""
+    from hil.cluster.session import ProfileStore
+    from planner.voltron.devices import Cluster, emulated_cluster, load_device
+
+    inp = inputs(cfg)
+    cluster, cores = emulated_cluster(Cluster(inp.cluster, [load_device(d) for d in inp.cluster.devices]))
+    d = ProfileStore(cluster, cores, inp.spec.name, inp.profile_dir).dir
+    return [p for p in (d / "profile.npz", d / "meta.json") if p.is_file()]
+
+
 register()
 GROUPS = {"cluster": None, "model": None, "planner": None, "trace": None}
 
 
 @hydra.main(config_path="../conf", config_name="validate_cluster", version_base="1.3")
-@resumable(expected=("measured_ttft_s",))
+@resumable(expected=("measured_ttft_s",), files=profile_files)
 @one_line_errors
 def main(cfg: DictConfig) -> None:
     watch_parent()

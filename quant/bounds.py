@@ -44,11 +44,25 @@ def int_in(value: Any, key: str, lo: int | None = None, hi: int | None = None) -
     return value
 
 
+TRUE_WORDS = ("true", "1", "yes", "on")
+FALSE_WORDS = ("false", "0", "no", "off")
+
+
 def strict_bool(value: Any, key: str) -> bool:
-    """true / false only (Hydra parses `key=true`, `key=false` as booleans); anything else is an error."""
-    if not isinstance(value, bool):
-        raise ConfigError(f"{key}: must be true or false (got {value!r})")
-    return value
+    """The one truth-value rule (config keys and environment variables alike): a bool, the integers 1 / 0, or
+    true/false, 1/0, yes/no, on/off in any case -> bool; anything else is an error naming `key`. Use the returned
+    value: the text "no" is truthy in Python."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    if isinstance(value, str):
+        word = value.strip().lower()
+        if word in TRUE_WORDS:
+            return True
+        if word in FALSE_WORDS:
+            return False
+    raise ConfigError(f"{key}: must be true or false (also 1/0, yes/no, on/off; got {value!r})")
 
 
 def check_numbers(node: Any, key: str = "") -> None:

@@ -26,8 +26,11 @@ def test_nan_and_inf_are_rejected(capsys, app, arg, key):
 def test_booleans_are_strict(capsys):
     reject(capsys, "multidevice", ["timeline=abc"], "timeline")
     reject(capsys, "coldstart", ["write_trace=abc"], "write_trace")
-    assert strict_bool(False, "k") is False
-    for v in ("abc", 1, "true"):
+    for v in (True, 1, "true", "TRUE", "Yes", "on", " 1 "):
+        assert strict_bool(v, "k") is True
+    for v in (False, 0, "false", "False", "NO", "off", "0"):
+        assert strict_bool(v, "k") is False
+    for v in ("abc", 2, -1, 1.0, "", None, "y"):
         with pytest.raises(ValueError, match="k: must be true or false"):
             strict_bool(v, "k")
     with pytest.raises(ValueError, match="finite"):
