@@ -245,11 +245,6 @@ def run_dir() -> Path:
         return Path.cwd()
 
 
-# Called with (run dir, metrics document) just before `write_run_outputs` writes metrics.json: `experiments.resume`
-# records the digests of the run's inputs there, so a run killed after its metrics.json still has them.
-BEFORE_METRICS: list[Callable[[Path, dict], None]] = []
-
-
 def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any],
                       measured: list[str], modelled: list[str], inputs: list[str] = ()) -> Path:
     """Write `metrics.json` (+ the resolved `config.yaml`) atomically. Every numeric key must be labelled: measured on
@@ -265,8 +260,6 @@ def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any]
     if cfg is not None:
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     write_manifest(out)
-    for hook in BEFORE_METRICS:
-        hook(out, doc)
     return atomic_write_json(out / "metrics.json", doc)
 
 
@@ -419,7 +412,7 @@ def fail(msg: str) -> None:
 
 def one_line_error_types() -> tuple[type[BaseException], ...]:
     """Exceptions whose message is one line naming the key or file: printed as `error: ...`, exit 2."""
-    from quant.gguf_model import GGUFError
+    from quant.gguf_file import GGUFError
     from quant.pack.container import PackedFileError
 
     return ConfigError, FileNotFoundError, PackedFileError, GGUFError

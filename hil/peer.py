@@ -209,8 +209,8 @@ def private_copy(src, out_dir=None) -> Path:
 def bench_prompt(n: int) -> np.ndarray:
     """The benchmark prompt: the first `n` token ids (int64, (n,)) of quant.evaluate's evaluation text with SmolLM2's
     tokenizer (the synthetic models share it), the same ids for our runner and the peer."""
+    from quant.arch import smollm2_spec
     from quant.evaluate import eval_text_tokens
-    from quant.gguf_model import smollm2_spec
 
     return np.asarray(eval_text_tokens(smollm2_spec(), int(n), 0), dtype=np.int64)
 

@@ -425,7 +425,7 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     ix = read_index(path)
     _check_bound(plan, ix)
     if spec is None:
-        from quant.gguf_model import model_spec
+        from quant.arch import model_spec
 
         spec = model_spec(plan.model)
     check_spec(ix, spec)

@@ -15,6 +15,7 @@ import math
 import re
 from dataclasses import dataclass
 from enum import Enum
+from pathlib import Path
 
 NAME_RE = re.compile(r"^[A-Za-z0-9_.-]+$")     # names that become file / directory names
 PACKAGE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")   # a top-level module name (no dots: finding it imports nothing)
@@ -149,3 +150,23 @@ class ModelSpec:
     def output_channels_per_layer(self) -> int:
         """Number of per-output-channel quantization units (rows) in one block's linear layers."""
         return sum(o for o, _ in self.linear_shapes().values())
+
+
+CONF_MODEL_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
+
+
+def model_spec(name: str) -> ModelSpec:
+    """ModelSpec of conf/model/<name>.yaml without Hydra (for scripts, tests and `python -m quant.twin`)."""
+    from omegaconf import OmegaConf  # only this reader needs it: the rest of the module is the standard library
+
+    path = CONF_MODEL_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"model={name}: no {path}")
+    d = OmegaConf.to_container(OmegaConf.load(path))
+    d.pop("defaults", None)
+    d["weights"] = WeightSource(d.get("weights", "twin"))
+    return ModelSpec(**d)
+
+
+def smollm2_spec() -> ModelSpec:
+    return model_spec("smollm2_135m")

@@ -10,6 +10,9 @@ Check figure (measured on this machine kind): the first 512 tokens, fp32 referen
 """
 from __future__ import annotations
 
+import hashlib
+import json
+import sys
 from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
@@ -17,6 +20,9 @@ from pathlib import Path
 import numpy as np
 
 from quant.arch import ModelSpec
+from quant.atomic import atomic_write_json
+from quant.gguf_file import tokenizer_of
+from quant.gguf_model import gguf_path
 from quant.llama import LinearHook, forward_logits
 
 EVAL_OFFSET = 0          # tokens; evaluation slice starts here (the 17.83 check figure uses offset 0)
@@ -31,9 +37,7 @@ def eval_text() -> str:
 
 @lru_cache(maxsize=4)
 def _all_tokens(gguf: str) -> np.ndarray:
-    from quant.gguf_model import _tokenizer_cached
-
-    ids = _tokenizer_cached(gguf).encode(eval_text(), add_special_tokens=False).ids
+    ids = tokenizer_of(gguf).encode(eval_text(), add_special_tokens=False).ids
     arr = np.asarray(ids, dtype=np.int64)
     arr.flags.writeable = False
     return arr
@@ -46,13 +50,6 @@ def text_token_count(spec: ModelSpec) -> int:
     """Number of tokens of the evaluation text, for checking token slices before any work. Tokenizing takes seconds,
     so the count is cached in outputs/cache/text_tokens.json, keyed by the GGUF file (path, size, mtime), the text's
     hash and the Python version (the text is CPython's pydoc_data)."""
-    import hashlib
-    import json
-    import sys
-
-    from quant.atomic import atomic_write_json
-    from quant.gguf_model import gguf_path
-
     path = gguf_path(spec)
     st = path.stat()
     key = hashlib.sha1(f"{path}|{st.st_size}|{st.st_mtime_ns}|{sys.version}|".encode()
@@ -73,8 +70,6 @@ def text_token_count(spec: ModelSpec) -> int:
 
 def eval_text_tokens(spec: ModelSpec, n_tokens: int, offset: int = 0) -> np.ndarray:
     """Tokens [offset, offset + n_tokens) of the evaluation text, int64 (n_tokens,)."""
-    from quant.gguf_model import gguf_path
-
     if n_tokens < 2:
         raise ValueError(f"n_tokens must be >= 2 (got {n_tokens})")
     if offset < 0:
@@ -120,8 +115,6 @@ def eval_slices(spec: ModelSpec, count: int, length: int, offset: int = 0, strid
                 calib: tuple[int, int] | None = None) -> np.ndarray:
     """K = count disjoint evaluation slices of `length` tokens, int64 (K, L), checked against the text length and
     the calibration slice calib = (offset, tokens)."""
-    from quant.gguf_model import gguf_path
-
     offs = slice_offsets(count, length, offset, stride)
     toks = _all_tokens(str(gguf_path(spec)))
     check_slices(int(toks.size), offs, length, calib)

@@ -347,9 +347,9 @@ def _existing(path: str, a) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
+    from quant.arch import smollm2_spec
     from quant.atomic import atomic_write_json
     from quant.evaluate import eval_slices, slice_offsets
-    from quant.gguf_model import smollm2_spec
     from quant.settings import QuantSettings
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])

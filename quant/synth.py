@@ -16,14 +16,12 @@ Owns:
 - writing it, one tensor at a time (rows generated in chunks), as two GGUF files (Q8_0; Q4_1 with the token embedding
   in Q8_0, as in the shipped SmolLM2 file) with `gguf.GGUFWriter` + `gguf.quants.quantize`, SmolLM2's tokenizer
   metadata copied so that llama.cpp and quant.gguf_model's tokenizer both work;
-- the EdgeFlow packed file (quant.export.write_pack) from the Q8_0 file's dequantized weights (quant.gguf_model),
-  calibrated and quantized layer by layer with EdgeFlow's method (quant.methods.edgeflow, paper §4.1);
-- the cache: `outputs/models/<name>-<seed>-<hash>.{q8_0,q4_1}.gguf` and `...b<bits>.<fmt>.<code>.efpk`, where the
-  hash covers the generator version, the shapes, the twin and the source file, and <code> the packed-file writer's
-  source (quant.export, quant.pack, the quantizer); atomic writes (quant.atomic), a per-model
-  file lock so concurrent callers generate once, and re-use only after a header/size check.
-Entry points: `ensure_gguf(spec, qtype)` (quant.gguf_model.gguf_path calls it for `weights=synthetic` models) and
-`ensure_synth(name, bits, fmt)` (validate app, benchmarks).
+- the cache: `outputs/models/<name>-<seed>-<hash>.{q8_0,q4_1}.gguf`, where the hash covers the generator version, the
+  shapes, the twin and the source file; atomic writes (quant.atomic), a per-model file lock so concurrent callers
+  generate once, and re-use only after a header/size check.
+Entry point: `ensure_gguf(spec, qtype)` (quant.gguf_model.gguf_path calls it for `weights=synthetic` models). The
+EdgeFlow packed file of a synthetic model is `quant.synth_pack`'s. SmolLM2's file is read through quant.gguf_file,
+which sits below quant.gguf_model.
 """
 from __future__ import annotations
 
@@ -33,19 +31,19 @@ import hashlib
 import json
 import logging
 import math
-import os
 import struct
 import threading
 import time
-from collections import OrderedDict
-from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from functools import lru_cache
 from pathlib import Path
 
 import numpy as np
 
-from quant.arch import ModelSpec, WeightSource
+from quant.arch import ModelSpec, WeightSource, model_spec
+from quant.atomic import atomic_open, atomic_write_json
+from quant.gguf_file import package_gguf
+from quant.twin import DEPTH_BINS, load_twin, twin_channel_stats, twin_path
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +58,6 @@ CHUNK_WEIGHTS = 1 << 22                # weights generated per chunk (16 MiB of 
 CREST_CAP = 0.9                        # κ ≤ CREST_CAP·√D: a row of D values cannot have a crest above √D
 TOP_K_MIN = 64                         # order statistics kept per row to solve the clip level exactly
 BISECT_STEPS = 40                      # bisection steps for the clip level (relative precision ~1e-12)
-PACK_CODE = ("quant/export.py", "quant/pack/container.py", "quant/pack/formats.py", "quant/pack/weightlet.py",
-             "quant/pack/layout.py", "quant/pack/baselines.py", "quant/methods/edgeflow.py", "quant/quantize.py")
-PACK_SETTINGS = dict(calib_tokens=64, search_tokens=32, alpha_steps=3, eval_tokens=8)   # fast quantizer settings
 _PROBS = np.linspace(0.0, 1.0, 101)    # quantile levels of the source statistics (embedding rows, norms)
 _LOCK = threading.Lock()
 
@@ -87,18 +82,13 @@ def _crest_norm(d: int) -> float:
 
 
 def source_path() -> Path:
-    from quant.gguf_model import gguf_path, model_spec
-
-    return gguf_path(model_spec(SOURCE_MODEL))
+    return package_gguf(model_spec(SOURCE_MODEL))
 
 
 @lru_cache(maxsize=1)
 def _source() -> tuple[SourceStats, list]:
     """(statistics, tokenizer fields [(key, value, type, sub_type)]) of SmolLM2's GGUF, read once per process."""
     import gguf
-
-    from quant.gguf_model import model_spec
-    from quant.twin import DEPTH_BINS
 
     src = model_spec(SOURCE_MODEL)
     reader = gguf.GGUFReader(str(source_path()))
@@ -205,8 +195,6 @@ class Sampler:
     """Deterministic per-tensor sampling: tensor k of the plan uses rng([seed, k]); rows in fixed-size chunks."""
 
     def __init__(self, spec: ModelSpec, seed: int) -> None:
-        from quant.twin import load_twin, twin_channel_stats
-
         self.spec, self.seed = spec, int(seed)
         self.twin = load_twin()
         self.src = source_stats()
@@ -314,8 +302,6 @@ def write_gguf(spec: ModelSpec, seed: int, paths: dict[str, Path], progress=None
     """Generate the model once and write it to every file in `paths` (qtype -> path), atomically. Returns `paths`."""
     import gguf
 
-    from quant.atomic import atomic_open
-
     plan = tensor_plan(spec)
     sampler = Sampler(spec, seed)
     with contextlib.ExitStack() as stack:
@@ -343,23 +329,12 @@ def write_gguf(spec: ModelSpec, seed: int, paths: dict[str, Path], progress=None
 # ---- cache -------------------------------------------------------------------------------------------------------
 def cache_key(spec: ModelSpec, seed: int) -> str:
     """8 hex digits over what determines the files: generator version, shapes, seed, twin, source file (name, size)."""
-    from quant.twin import twin_path
-
     skip = ("name", "hf_id", "weights", "gguf_package", "gguf_file")
     shape = {k: v for k, v in asdict(spec).items() if k not in skip}
     src = source_path()
     blob = json.dumps({"v": SYNTH_VERSION, "shape": shape, "seed": int(seed), "twin": twin_path().read_text(),
                        "src": [src.name, src.stat().st_size]}, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:8]
-
-
-def pack_code_key() -> str:
-    """6 hex digits over the source of the packed-file writer (quant.export, quant.pack): a packed file made by other
-    writer code is not re-used (the file layout changes with it)."""
-    h = hashlib.sha256(str(PACK_SETTINGS).encode())
-    for rel in PACK_CODE:
-        h.update((ROOT / rel).read_bytes())
-    return h.hexdigest()[:6]
 
 
 def stem(spec: ModelSpec, seed: int) -> str:
@@ -392,15 +367,13 @@ def gguf_valid(path: Path, spec: ModelSpec) -> bool:
 
 
 def _write_sidecar(path: Path, spec: ModelSpec, seed: int, q: str, seconds: float) -> None:
-    from quant.atomic import atomic_write_json
-
     atomic_write_json(_sidecar(path), {"model": spec.name, "seed": seed, "qtype": q, "bytes": path.stat().st_size,
                                        "synth_version": SYNTH_VERSION, "generate_s": seconds, "measured": True,
                                        "source": SOURCE_MODEL, "note": "weights sampled from the twin (synthetic)"})
 
 
 @contextlib.contextmanager
-def _file_lock(path: Path):
+def file_lock(path: Path):
     path.parent.mkdir(parents=True, exist_ok=True)
     with _LOCK, open(path, "a+b") as f:
         fcntl.flock(f, fcntl.LOCK_EX)
@@ -410,14 +383,14 @@ def _file_lock(path: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
-def _check_spec(spec: ModelSpec) -> None:
+def check_spec(spec: ModelSpec) -> None:
     if spec.weights != WeightSource.synthetic:
         raise SynthError(f"model={spec.name} is not a synthetic model (model.weights={spec.weights.value})")
 
 
 def ensure_gguf(spec: ModelSpec, qtype: str = "q8_0", seed: int = DEFAULT_SEED, out_dir: Path | None = None) -> Path:
     """Path of the cached GGUF (`qtype` in QTYPES) of synthetic model `spec`; both files are generated if missing."""
-    _check_spec(spec)
+    check_spec(spec)
     if qtype not in QTYPES:
         raise SynthError(f"qtype must be one of {QTYPES} (got {qtype!r})")
     out = Path(out_dir) if out_dir is not None else OUT_DIR
@@ -425,7 +398,7 @@ def ensure_gguf(spec: ModelSpec, qtype: str = "q8_0", seed: int = DEFAULT_SEED, 
     paths = {q: out / f"{base}.{q}.gguf" for q in QTYPES}
     if gguf_valid(paths[qtype], spec):
         return paths[qtype]
-    with _file_lock(out / f".{base}.lock"):
+    with file_lock(out / f".{base}.lock"):
         todo = {q: p for q, p in paths.items() if not gguf_valid(p, spec)}
         if todo:
             t0 = time.perf_counter()
@@ -436,149 +409,3 @@ def ensure_gguf(spec: ModelSpec, qtype: str = "q8_0", seed: int = DEFAULT_SEED, 
                 _write_sidecar(p, spec, seed, q, dt)
             log.info("generated in %.1f s", dt)
     return paths[qtype]
-
-
-@dataclass(frozen=True)
-class SynthPaths:
-    q8_0: Path                 # GGUF, Q8_0 weights (llama.cpp peer; source of the packed file)
-    q4_1: Path                 # GGUF, Q4_1 linear weights, Q8_0 token embedding (llama.cpp peer)
-    pack: Path | None          # EdgeFlow packed file (quant.pack container) or None when not asked for
-    bits: int | None           # EdgeFlow budget of the packed file (bits per weight)
-    fmt: str | None            # packed format of the packed file (weightlet | mixed | kquant | int8)
-
-
-def _pack_meta_ok(path: Path) -> bool:
-    try:
-        from quant.pack import PackedFile
-
-        with PackedFile(path):
-            return True
-    except Exception:
-        return False
-
-
-class GGUFWeights(Mapping):
-    """Read-only mapping GGUF tensor name -> float32 array ((out_channels, in_channels) for matrices), dequantized on
-    access from the memory-mapped file, the `keep` most recently used arrays cached: the quantizer sees the weights
-    dict it expects while at most a few tensors exist in float32 (1B model: ~1 GB instead of 4.3 GB)."""
-
-    def __init__(self, path: Path, keep: int = 8) -> None:
-        import gguf
-
-        self._tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
-        self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
-        self._keep = keep
-
-    def __getitem__(self, name: str) -> np.ndarray:
-        import gguf
-
-        if name in self._cache:
-            self._cache.move_to_end(name)
-            return self._cache[name]
-        t = self._tensors[name]
-        shape = tuple(int(s) for s in reversed(t.shape))
-        arr = np.ascontiguousarray(np.asarray(gguf.quants.dequantize(t.data, t.tensor_type), dtype=np.float32)
-                                   .reshape(shape))
-        arr.flags.writeable = False
-        self._cache[name] = arr
-        while len(self._cache) > self._keep:
-            self._cache.popitem(last=False)
-        return arr
-
-    def __iter__(self):
-        return iter(self._tensors)
-
-    def __len__(self) -> int:
-        return len(self._tensors)
-
-
-def write_synth_pack(spec: ModelSpec, gguf_q8: Path, bits: int, fmt: str, dest: Path, progress=None) -> dict:
-    """EdgeFlow packed file of `spec` at `dest` from the Q8_0 GGUF's dequantized weights: EdgeFlow's quantizer
-    (paper §4.1; quant.methods.edgeflow.search_group, per-tensor budget `bits`) with fast settings (PACK_SETTINGS),
-    calibrated on the calibration slice of the evaluation text (SmolLM2's tokenizer = this model's), layer by layer,
-    then quant.export.write_pack. Unlike quant.pipeline.run_quantization it holds the float32 weights only a few
-    tensors at a time (GGUFWeights), drops each layer's float32 fake-quantized weight copy as soon as the layer is
-    done and runs no evaluation forward (at 1B scale those would add ~8 GB; the perplexity of sampled weights means
-    nothing). Returns measured times and peak RSS."""
-    import resource
-    import tempfile
-
-    from quant.calibrate import calibrate
-    from quant.evaluate import eval_text_tokens
-    from quant.export import write_pack
-    from quant.gguf_model import model_spec
-    from quant.methods import METHODS
-    from quant.methods.base import QuantizedModel
-    from quant.methods.edgeflow import search_group
-    from quant.settings import QuantSettings
-    from quant.smoothing import smoothing_groups
-
-    st = QuantSettings(**PACK_SETTINGS)
-    t0 = time.perf_counter()
-    weights = GGUFWeights(gguf_q8)                                # float32 on demand, a few tensors at a time
-    t_load = time.perf_counter() - t0                               # index only: tensors are read when used
-    toks = eval_text_tokens(model_spec(SOURCE_MODEL), st.calib_tokens, st.calib_offset)
-    calib = calibrate(weights, spec, toks)
-    method = METHODS["edgeflow"](st)
-    alphas = np.linspace(0.0, 1.0, st.alpha_steps) if st.smoothing else np.zeros(1)
-    layers = {}
-    for i in range(spec.n_layers):
-        for names in smoothing_groups(spec, i):
-            _, got = search_group(names, weights, spec, calib, alphas, st.beta,
-                                  lambda wp: method.allocate_rows(wp, float(bits)), st)
-            for n, layer in got.items():
-                layer.w_hat = None                                  # not needed to pack; 4 bytes per weight
-                layers[n] = layer
-        for n in [k for k in calib.inputs if k.startswith(f"blk.{i}.")]:
-            calib.inputs[n] = None                                  # this layer's activations are no longer needed
-        if progress:
-            progress(i + 1, spec.n_layers)
-    t_quant = time.perf_counter() - t0 - t_load
-    qm = QuantizedModel(layers, "edgeflow")
-    b, d = qm.all_bits()
-    with tempfile.TemporaryDirectory(dir=dest.parent, prefix=".pack-") as td:
-        p = write_pack(qm, spec, weights, td, fmt=fmt)
-        os.replace(p, dest)
-    return {"load_s": t_load, "quantize_s": t_quant, "total_s": time.perf_counter() - t0,
-            "avg_bits": float((b * d).sum() / d.sum()), "file_bytes": dest.stat().st_size,
-            "peak_rss_gb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1e6,
-            "settings": {**PACK_SETTINGS, "method": "edgeflow", "scope": st.scope}}
-
-
-def ensure_synth(name: str = DEFAULT_MODEL, bits: int | None = 5, fmt: str = "weightlet", seed: int = DEFAULT_SEED,
-                 out_dir: Path | None = None, spec: ModelSpec | None = None) -> SynthPaths:
-    """Cached files of synthetic model conf/model/<name>.yaml: both GGUFs and (bits given) the EdgeFlow packed file at
-    `bits` bits per weight in packed format `fmt`. Generates what is missing (1B: GGUFs ~2-3 min, pack a few min)."""
-    from quant.gguf_model import model_spec
-    from quant.pack import FORMATS
-
-    spec = spec or model_spec(name)
-    _check_spec(spec)
-    if bits is not None and (isinstance(bits, bool) or not isinstance(bits, int) or not 1 <= bits <= 8):
-        raise SynthError(f"bits must be an integer in 1..8 (got {bits!r})")
-    if fmt not in FORMATS:
-        raise SynthError(f"fmt must be one of {sorted(FORMATS)} (got {fmt!r})")
-    out = Path(out_dir) if out_dir is not None else OUT_DIR
-    q8 = ensure_gguf(spec, "q8_0", seed, out)
-    q41 = ensure_gguf(spec, "q4_1", seed, out)
-    if bits is None:
-        return SynthPaths(q8, q41, None, None, None)
-    base = stem(spec, seed)
-    pack = out / f"{base}.b{bits}.{fmt}.{pack_code_key()}.efpk"
-    if not _pack_meta_ok(pack):
-        with _file_lock(out / f".{base}.lock"):
-            if not _pack_meta_ok(pack):
-                info = write_synth_pack(spec, q8, bits, fmt, pack)
-                from quant.atomic import atomic_write_json
-
-                atomic_write_json(pack.with_suffix(".json"), {"measured": True, **info, "bits": bits, "fmt": fmt})
-    return SynthPaths(q8, q41, pack, bits, fmt)
-
-
-if __name__ == "__main__":                     # python -m quant.synth [name] [bits] [fmt]: generate and print paths
-    import sys
-
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    a = sys.argv[1:]
-    print(ensure_synth(a[0] if a else DEFAULT_MODEL, int(a[1]) if len(a) > 1 else 5,
-                       a[2] if len(a) > 2 else "weightlet"))

@@ -53,7 +53,7 @@ def _eff_bits(r: dict) -> float:
     """Stored bits per linear weight incl. scales, widths and shadow FP16 columns (from the size estimate)."""
     n = r.get("n_linear_weights")
     if not n:
-        from quant.gguf_model import model_spec
+        from quant.arch import model_spec
 
         spec = model_spec(r["model"])
         n = spec.n_layers * sum(o * i for o, i in spec.linear_shapes().values())

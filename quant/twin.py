@@ -26,7 +26,10 @@ from pathlib import Path
 
 import numpy as np
 
-from quant.arch import ModelSpec
+from quant.allocate import allocate
+from quant.arch import ModelSpec, smollm2_spec
+from quant.atomic import atomic_write_text
+from quant.gguf_file import check_shapes, package_gguf, read_tensors
 
 KINDS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 DEPTH_BINS = 5                       # equal slices of relative depth; per-kind statistics drift with depth
@@ -99,10 +102,9 @@ def twin_path(source: str = DEFAULT_SOURCE) -> Path:
 
 def regenerate_twin(spec: ModelSpec, path: Path | None = None) -> Path:
     """Refit the twin from the real model `spec` and store it (atomic write). Deliberate, never implicit."""
-    from quant.atomic import atomic_write_text
-    from quant.gguf_model import load_weights
-
-    twin = fit_twin(load_weights(spec), source=spec.name)
+    weights = read_tensors(str(package_gguf(spec)))
+    check_shapes(spec, weights)
+    twin = fit_twin(weights, source=spec.name)
     return atomic_write_text(path or twin_path(spec.name), twin.to_json())
 
 
@@ -145,8 +147,6 @@ def twin_bits(spec: ModelSpec, budget: float, seed: int = 0, twin: Twin | None =
     scope="global": one budget in bits per weight across all linear layers (each channel's cost = its D weights);
     scope="tensor": `budget` average bits per channel within every tensor (one layer's one kind).
     """
-    from quant.allocate import allocate
-
     stats = twin_channel_stats(spec, seed, twin)
     shapes = spec.linear_shapes()
     if scope == "tensor":
@@ -179,6 +179,4 @@ def bits_histogram(bits: np.ndarray, weights: np.ndarray | None = None) -> dict[
 
 
 if __name__ == "__main__":
-    from quant.gguf_model import smollm2_spec
-
     print(regenerate_twin(smollm2_spec()))

@@ -22,7 +22,7 @@ from planner.voltron.devices import load_cluster
 from planner.voltron.policy import PlannerConfig
 from planner.voltron.registry import POLICIES, make_policy
 from planner.voltron.rssi import RssiTable
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 from sim.multidevice.runner import build_run_context, run_conversation
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig

@@ -26,7 +26,7 @@ from planner.voltron.devices import Cluster, load_cluster
 from planner.voltron.policy import PlannerConfig
 from planner.voltron.registry import make_policy
 from planner.voltron.rssi import RssiTable
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 from sim.multidevice.device_model import TruthAssumptions
 from sim.multidevice.runner import build_run_context, run_conversation
 from sim.multidevice.workload import WorkloadConfig

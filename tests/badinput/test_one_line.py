@@ -6,7 +6,9 @@ import os
 
 import pytest
 
-from quant.gguf_model import GGUFError, _reader, gguf_path, smollm2_spec
+from quant.arch import smollm2_spec
+from quant.gguf_file import GGUFError, open_gguf
+from quant.gguf_model import gguf_path
 from tests.badinput.helpers import reject
 
 
@@ -27,7 +29,7 @@ def test_corrupt_gguf_files_give_one_line_naming_the_key(tmp_path, gguf_bytes):
         p = tmp_path / f"{name}.gguf"
         p.write_bytes(data)
         with pytest.raises(GGUFError) as ei:
-            _reader(str(p))
+            open_gguf(str(p))
         msg = str(ei.value)
         assert msg.startswith("model.gguf_file: ") and "\n" not in msg, (name, msg)
 

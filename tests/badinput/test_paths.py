@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from experiments.common import ConfigError, safe_path
-from quant.arch import check_name
-from quant.gguf_model import gguf_path, smollm2_spec
+from quant.arch import check_name, smollm2_spec
+from quant.gguf_model import gguf_path
 from tests.badinput.helpers import accept, reject
 
 
@@ -56,7 +56,7 @@ def test_safe_path_keeps_writes_under_the_root(tmp_path):
 
 def test_twin_cache_file_stays_in_the_cache_dir():
     from planner import formats
-    from quant.gguf_model import model_spec
+    from quant.arch import model_spec
 
     spec = model_spec("llama3_8b")
     p = formats._cache_key(spec, 5.0, 0)

@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from quant.allocate import allocate_heap, allocate_vectorized
+from quant.arch import model_spec
 from quant.atomic import atomic_write_json
-from quant.gguf_model import model_spec
 from quant.twin import bits_histogram, twin_channel_stats
 from tests.conftest import REPO
 

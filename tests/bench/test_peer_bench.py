@@ -32,8 +32,10 @@ THREADS = 2                      # this host's cores
 
 def model_files() -> list[tuple[str, str, Path]]:
     """(model, qtype, GGUF path) of every peer row; generates / requantizes what is not cached yet."""
-    from quant.gguf_model import gguf_path, smollm2_spec
-    from quant.synth import DEFAULT_MODEL, ensure_synth
+    from quant.arch import smollm2_spec
+    from quant.gguf_model import gguf_path
+    from quant.synth import DEFAULT_MODEL
+    from quant.synth_pack import ensure_synth
 
     smol = gguf_path(smollm2_spec())
     big = ensure_synth(DEFAULT_MODEL, bits=None)

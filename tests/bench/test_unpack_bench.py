@@ -68,7 +68,7 @@ def fig4a_bits(seed: int = 0) -> np.ndarray:
 
 def allocation(seed: int = 0) -> tuple[np.ndarray, str]:
     try:
-        from quant.gguf_model import model_spec
+        from quant.arch import model_spec
         from quant.twin import twin_bits
 
         b = twin_bits(model_spec("llama3_8b"), BUDGET, seed=seed)["ffn_down"][:C]

@@ -243,7 +243,7 @@ def smol_pack(tmp_path_factory):
     from omegaconf import OmegaConf
 
     from hil.deploy import packed_model
-    from quant.gguf_model import smollm2_spec
+    from quant.arch import smollm2_spec
     from quant.settings import QuantSettings
     from tests.conftest import CONF_DIR
 

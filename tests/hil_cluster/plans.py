@@ -15,7 +15,7 @@ from planner.voltron.plan import TP, PhasePlan
 from planner.voltron.policy import PlannerConfig
 from planner.voltron.registry import build_context, make_policy
 from planner.voltron.rssi import RssiTable
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 
 MODEL = "smollm2_135m"
 BUDGETS_GB = (0.08, 0.06, 0.04)          # phone / tablet / watch share of a 135M model: forces 3-device plans

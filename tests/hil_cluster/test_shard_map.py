@@ -13,7 +13,7 @@ from planner.voltron.importance import DATA
 from planner.voltron.layers import layer_table
 from planner.voltron.plan import TP
 from planner.voltron.shard_map import ShardMap, _measured_scores, assign_shards, kv_switch, prune_order
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 from tests.hil_cluster import plans as P
 
 

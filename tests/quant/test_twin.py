@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 from quant.twin import Twin, bits_histogram, fit_twin, kind_of, load_twin, twin_bits, twin_channel_stats, twin_path
 from tests.quant.conftest import needs_model
 

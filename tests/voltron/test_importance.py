@@ -15,7 +15,7 @@ from planner.voltron.accuracy import (
     weight_losses,
 )
 from planner.voltron.importance import NOISE_Z, importance_for, load_measurement, shard_stats
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 
 
 def _doc(tmp_path, attn, ffn, ref, prec=None, kl=None):

@@ -6,7 +6,7 @@ import numpy as np
 from planner.voltron.devices import device_time, load_cluster
 from planner.voltron.latency import fit_for, simulate_profiles
 from planner.voltron.layers import layer_table
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 
 
 def test_heldout_accuracy_and_determinism():

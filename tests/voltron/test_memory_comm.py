@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from planner.voltron.plan import TP
-from quant.gguf_model import model_spec
+from quant.arch import model_spec
 from tests.voltron.helpers import links, policy
 
 BPW = {0: 2.0, 1: 8.5 / 8, 2: 4.5 / 8}          # FP16, Q8_0, Q4_K bytes per weight (ggml)
