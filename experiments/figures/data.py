@@ -75,16 +75,22 @@ def sweep_frame(models: Iterable[str], frameworks: Iterable[str], workloads: Ite
 def grouped_bars(ax, df, group: str, series: str, value: str = "value", log: bool = False) -> None:
     """Bars of `value`: one group per distinct `group`, one bar per `series` (order of first appearance), both shown
     by their display names (`experiments.figures.names`)."""
+    from matplotlib import colormaps
+    from matplotlib.ticker import FuncFormatter
+
     from experiments.figures.names import label
 
     groups = list(dict.fromkeys(df[group]))
     sers = list(dict.fromkeys(df[series]))
     cell = {(g, s): v for g, s, v in zip(df[group], df[series], df[value])}
     width = 0.8 / max(1, len(sers))
-    colors = __import__("matplotlib").pyplot.get_cmap("tab20").colors
+    colors = colormaps["tab10" if len(sers) <= 10 else "tab20"].colors    # paired shades only when needed
     for i, s in enumerate(sers):
         ax.bar([j + i * width for j in range(len(groups))],
-               [cell.get((g, s), float("nan")) for g in groups], width, label=label(s), color=colors[i % 20])
+               [cell.get((g, s), float("nan")) for g in groups], width, label=label(s), color=colors[i % len(colors)])
     ax.set_xticks([j + 0.4 - width / 2 for j in range(len(groups))], [label(g) for g in groups])
     if log:
         ax.set_yscale("log")
+        plain = FuncFormatter(lambda v, _pos: f"{v:g}")       # 2, 3, 5, 10 … instead of 2×10⁰
+        ax.yaxis.set_major_formatter(plain)
+        ax.yaxis.set_minor_formatter(plain)
