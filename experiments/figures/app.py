@@ -61,6 +61,17 @@ def resolve(cfg: FiguresConfig) -> list[str]:
     return names
 
 
+def validate(cfg: DictConfig) -> None:
+    """The pre-check (`experiments.common.precheck`, before Hydra makes a run directory): every argument."""
+    from experiments.common import ConfigError, strict_bool
+
+    c = FiguresConfig(**OmegaConf.to_container(cfg, resolve=True))
+    strict_bool(c.progress, "progress")
+    if not isinstance(c.out, str) or not c.out.strip():
+        raise ConfigError(f"out: an output directory (got {c.out!r})")
+    resolve(c)
+
+
 def build(names: list[str], size: str, out: Path, progress: bool = True) -> list[dict]:
     """Write every figure in `names` and the index; returns one summary row per figure (name, seconds, files)."""
     from tqdm import tqdm

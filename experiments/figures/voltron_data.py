@@ -6,6 +6,9 @@ from __future__ import annotations
 import dataclasses
 from functools import lru_cache
 
+import numpy as np
+import pandas as pd
+
 from planner.voltron.accuracy import BASE_MMLU, FAMILIES
 from planner.voltron.devices import load_cluster
 from planner.voltron.policy import PlannerConfig
@@ -17,7 +20,7 @@ from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
 
 __all__ = ["BASE_MMLU", "FAMILIES", "QOS_TPOT_MS", "QOS_TTFT_S", "context", "conversation", "trace", "largest",
-           "summary", "qos_line"]
+           "summary", "qos_line", "gapped"]
 
 QOS_TPOT_MS = 1e3 * PlannerConfig().qos_tpot_s      # ms, the planners' TPOT target (Voltron §5.1.3)
 QOS_TTFT_S = PlannerConfig().qos_ttft_s             # s, the planners' TTFT target (Voltron §5.1.3)
@@ -58,6 +61,16 @@ def qos_line(ax, value: float = QOS_TPOT_MS, what: str = "TPOT", vertical: bool 
     unit = "ms" if what == "TPOT" else "s"
     kw = dict(color="k", ls=":", lw=1, label=f"{what} QoS target ({value:g} {unit})")
     (ax.axvline if vertical else ax.axhline)(value, **kw)
+
+
+def gapped(d: pd.DataFrame, factor: float = 20.0) -> tuple[np.ndarray, np.ndarray]:
+    """(time, value) with a NaN wherever the decode steps pause (think time, prefill) for more than `factor` median
+    steps, so a line does not draw a trend across a gap where nothing was decoded."""
+    t, v = d.time_s.to_numpy(float), d.value.to_numpy(float)
+    if len(t) < 3:
+        return t, v
+    gap = np.flatnonzero(np.diff(t) > factor * np.median(np.diff(t))) + 1
+    return np.insert(t, gap, np.nan), np.insert(v, gap, np.nan)
 
 
 def largest(family: str) -> str:

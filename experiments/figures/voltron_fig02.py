@@ -15,7 +15,8 @@ CLUSTER, TRACE = "office", "steady_strong"
 SPEC = FigureSpec(
     name="voltron_fig02", paper="Voltron", figure="Fig. 2",
     topic="Single-device execution: accuracy vs TTFT and TPOT",
-    title="each model alone on the strongest Office device, best uniform precision that fits",
+    title="smaller and quantized models alone on the strongest Office device, best uniform precision that fits "
+          "(the paper's pruning points are not modelled)",
     claim="On one edge device, small or heavily quantized models meet the latency targets only with low accuracy, "
           "and the accurate models either miss the TTFT/TPOT targets or do not fit in memory.",
     simulated="a conversation of each model on the single strongest device (best uniform precision that fits)",

@@ -126,12 +126,13 @@ def plot(df: pd.DataFrame, fig) -> None:
     axes[2].set_ylabel("accuracy proxy")
     axes[2].set_title("(6a) fixed vs mixed precision", fontsize=8)
     e = df[df.panel == "6b"]
+    norm6 = float(e[(e.item == "attn_gqa") & (e.metric == "mp_ms") & (e.precision == "fp16")].value.iloc[0])
     for it, marker in (("attn_gqa", "o"), ("ffn_dense", "s")):
         for k, ls, color in (("mp_ms", "-", "tab:blue"), ("tp_ms", "--", "tab:orange")):
             d = e[(e.item == it) & (e.metric == k)]
-            axes[3].plot(labels(d.precision), d.value, marker + ls, color=color,
+            axes[3].plot(labels(d.precision), d.value / norm6, marker + ls, color=color,
                          label=f"{label(it)}, {k[:2].upper()}")
-    axes[3].set_ylabel("ms per layer (decode)")
+    axes[3].set_ylabel(f"latency / MP of {label('attn_gqa')} at FP16 (decode)")
     axes[3].set_title("(6b) precision", fontsize=8)
     fig_legend(fig, (axes[0], axes[3]), ncol=3)
     note(fig, "modelled")

@@ -18,7 +18,8 @@ CLUSTER, TRACE = "office", "steady_strong"
 SPEC = FigureSpec(
     name="voltron_fig07", paper="Voltron", figure="Fig. 7",
     topic="Conversation lengths, KV-cache growth and the plan over turns",
-    title="LMSYS-Chat-1M-like users; Voltron on the Office cluster, steady strong link",
+    title="LMSYS-Chat-1M-like users; (c) Voltron's plan on the Office cluster, steady strong link, where the "
+          "paper's 7c compares MP and TP layer latency",
     claim="Prompt and response lengths vary widely per turn and the KV cache keeps growing over a conversation; "
           "since MP and TP trade places with the phase and the cached length (TP wins decode once the cache is "
           "long), a parallelism plan fixed at the start is not enough.",

@@ -19,7 +19,7 @@ CLUSTER, TRACE = "office", "walk_away"
 SPEC = FigureSpec(
     name="voltron_fig08", paper="Voltron", figure="Fig. 8",
     topic="Wi-Fi RSSI under user mobility and decode TPOT per planner",
-    title="Office cluster, walk-away trace",
+    title="Office cluster, walk-away trace; (b) TPOT over time, where the paper's 8b plots it per signal strength",
     claim="As the user moves, a link's signal strength swings by tens of dBm; communication time swells at weak "
           "signal, so TP's per-layer traffic loses to MP there while TP wins on strong links — the best plan "
           "changes with the network.",

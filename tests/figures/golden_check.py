@@ -1,4 +1,4 @@
-"""Golden-data check of the figure CSVs (STYLE habit 9: regenerate deliberately, never silently).
+"""Golden-data check of the figure CSVs (regenerated deliberately, never silently: docs/figures.md "Golden data").
 
 `check(name)` builds the figure's data at toy size, writes it as the figure writer does (CSV, 6 significant digits)
 and compares it with `tests/figures/golden/<name>.csv`: same columns, same rows in the same order, text cells equal,
