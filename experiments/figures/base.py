@@ -31,7 +31,7 @@ SOURCES = ("modelled", "measured", "paper")     # values of the `source` column
 @dataclass(frozen=True)
 class FigureSpec:
     name: str                   # module and file stem, e.g. "edgeflow_fig01"
-    paper: str                  # "EdgeFlow" | "Voltron"
+    paper: str                  # "EdgeFlow" | "Voltron" | "This host"
     figure: str                 # the paper's figure as its design text references it, e.g. "Fig. 1"; "" if none
     topic: str                  # what the figure is about, in a reader's words, e.g. "Cold-start ablation"
     title: str                  # the setting shown: model, device, prompt, budget …

@@ -12,6 +12,7 @@ import pytest
 import experiments.figures.edgeflow_fig01 as fig01
 from experiments.figures import CANNOT, NAMES, available, load
 from experiments.figures.app import FiguresConfig, build, left_out, resolve
+from experiments.figures.base import FigureSpec
 from experiments.figures.index import markdown
 from tests.figures.golden_check import check
 
@@ -41,6 +42,18 @@ def test_every_registered_module_exists_and_has_a_golden():
         assert (Path(__file__).parent / f"test_{n}.py").is_file(), n
         spec = load(n).spec
         assert spec.name == n and spec.claim and spec.title
+
+
+def test_headings_name_only_the_paper_figures_the_design_text_names():
+    for n in available():
+        spec = load(n).spec
+        if spec.withheld:        # evaluation counterparts: the design text numbers none of them
+            assert "Fig." not in spec.heading and "counterpart of" in spec.heading, n
+        elif spec.figure:
+            assert spec.heading.endswith(f"({spec.paper} {spec.figure})") and spec.topic, n
+    with pytest.raises(ValueError, match="names no paper figure"):
+        FigureSpec(name="x", paper="EdgeFlow", figure="Fig. 13", topic="t", title="t", claim="c", simulated="",
+                   withheld=True)
 
 
 def test_build_writes_csv_png_pdf_and_index(tmp_path):
