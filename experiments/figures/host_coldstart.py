@@ -117,7 +117,7 @@ def _per_run(m: dict) -> str:
 
 
 def _pack(m: dict, when: str) -> str:
-    """A wake-up placement (hil.drift.placement_probe): the share packed and the idle time it holds from."""
+    """A wake-up placement (hil.diagnostics.drift.placement_probe): the share packed and the idle time it holds from."""
     share, idle = m[f"measured_{when}_pack_share"], m[f"measured_{when}_pack_idle_s"]
     return f"{100 * share:.0f} % from {1e6 * idle:.0f} us" if share > 0 else "none"
 
