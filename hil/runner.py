@@ -61,8 +61,9 @@ SWITCH_INTERVAL_S = 2e-4   # s, Python's GIL switch interval during a run (defau
 #                            up to 5 ms for a thread busy in Python code)
 # The cyclic garbage collector is off during a run (as timeit does): a collection holds the GIL for its whole pass over
 # the process's objects, and in the validate app's process (Hydra, the simulated timelines) one took tens of ms,
-# stalling every worker: llama.cpp-style 16 tokens measured 142 ms with it, 125 ms without (2026-12-01); reference
-# counting still frees the run's buffers. A native runtime has no such pause, so it is not modelled.
+# stalling every worker: llama.cpp-style 16 tokens measured 142 ms with it, 125 ms without (measured on the host,
+# docs/hil.md); reference counting still frees the run's buffers. A native runtime has no such pause, so it is not
+# modelled.
 
 
 @dataclass
@@ -174,7 +175,7 @@ class _Run:
         memory): the runner's own cost per task, and its contention between five threads, stay small."""
         task = None
         done: tuple | None = None                    # (task, start, end, unit, stolen, cpu_s) just run by this thread
-        self.thread_ids[threading.get_native_id()] = f"{resource}{idx}"   # the kernel's id (hil.schedtrace)
+        self.thread_ids[threading.get_native_id()] = f"{resource}{idx}"   # the kernel's id (diagnostics.schedtrace)
         self.go.wait()
         nv0 = _voluntary_switches()
         try:
@@ -455,7 +456,7 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     logits = run.rs.logits[0].copy()
     info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
             "faulted_bytes": run.faulted_bytes, "isa": isa or "best", "staging_reused": run.ws.staging_reused,
-            # for a scheduler trace of the run (hil.schedtrace): t0 (time.perf_counter; CLOCK_MONOTONIC on Linux,
-            # the trace's "mono" clock) and the kernel ids of its threads (the caller's thread drove the run)
+            # for a scheduler trace of the run (hil.diagnostics.schedtrace): t0 (time.perf_counter; CLOCK_MONOTONIC on
+            # Linux, the trace's "mono" clock) and the kernel ids of its threads (the caller's thread drove the run)
             "t0_perf_counter": run.t0, "thread_ids": {**run.thread_ids, threading.get_native_id(): "main"}}
     return RunResult(tl, logits, int(np.argmax(logits)), resident, info)
