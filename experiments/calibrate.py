@@ -151,7 +151,7 @@ def metrics_of(device_doc: dict, runtime_doc: dict, meas: dict, store: Path, tab
     m["rounds"] = int(device_doc.get("rounds", 1))
     inputs.append("rounds")
     mem = device_doc.get("host_memory") or {}
-    m["host_page_reporting"] = mem.get("state", "as is (profile from before hil.hostmem)")
+    m["host_page_reporting"] = mem.get("state", "as is")
     m["huge_pages"] = float(bool(device_doc.get("huge_pages", False)))
     inputs.append("huge_pages")
     if mem.get("reported_mib") is not None:

@@ -467,7 +467,7 @@ def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], pee
 
 
 def _probe_reference(table: Path) -> dict[str, float]:
-    """The host probe stored with the profile (hil.diagnostics.drift; {} for a profile measured before it existed)."""
+    """The host probe stored with the profile (hil.diagnostics.drift; {} when it has none)."""
     try:
         return dict(json.loads((table.parent / "measurements.json").read_text()).get("host_probe") or {})
     except (OSError, ValueError):
