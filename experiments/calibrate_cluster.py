@@ -59,11 +59,34 @@ def inputs(cfg: DictConfig):
     if cluster.emulation is None:
         raise ConfigError(f"cluster: {cluster.name} has no `emulation` block; use an emulated cluster "
                           f"(e.g. cluster=office_emu)")
+    real_weights(spec)
     pcfg = typed(cfg.planner, PlannerConfig, "planner")
     pdir = cfg.get("profile_dir")
     if pdir is not None and (not isinstance(pdir, str) or not pdir.strip()):
         raise ConfigError(f"profile_dir: a directory path or null (got {pdir!r})")
     return spec, cluster, pcfg, points, seed, remeasure, port, pdir
+
+
+def real_weights(spec) -> int:
+    """The emulated cluster's workers run the model's real weights: its GGUF must be installed here. Returns the
+    model's context length in tokens (the GGUF's `<arch>.context_length`)."""
+    from quant.arch import WeightSource
+    from quant.gguf_model import gguf_path
+
+    if spec.weights != WeightSource.real:
+        raise ConfigError(f"model: {spec.name} has no weights on this machine (a statistical twin); the emulated "
+                          f"cluster runs real weights (e.g. model=smollm2_135m)")
+    path = gguf_path(spec)
+    if not path.is_file():
+        raise ConfigError(f"model.gguf_file: {path} not found")
+    import gguf
+
+    try:
+        fields = gguf.GGUFReader(str(path)).fields
+        key = next(k for k in fields if k.endswith(".context_length"))
+        return int(fields[key].parts[fields[key].data[0]][0])
+    except Exception as e:                      # unreadable or without the key: the loader names the problem
+        raise ConfigError(f"model.gguf_file: {path}: no readable context_length ({type(e).__name__})") from None
 
 
 def check_machine() -> None:

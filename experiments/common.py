@@ -22,6 +22,7 @@ against this machine: an error when it cannot fit in the available memory, a war
 from __future__ import annotations
 
 import contextlib
+import errno
 import functools
 import os
 import re
@@ -245,6 +246,11 @@ def run_dir() -> Path:
         return Path.cwd()
 
 
+# Called with (run dir, metrics document) just before `write_run_outputs` writes metrics.json: `experiments.resume`
+# records the digests of the run's inputs there, so a run killed after its metrics.json still has them.
+BEFORE_METRICS: list[Callable[[Path, dict], None]] = []
+
+
 def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any],
                       measured: list[str], modelled: list[str], inputs: list[str] = ()) -> Path:
     """Write `metrics.json` (+ the resolved `config.yaml`) atomically. Every numeric key must be labelled: measured on
@@ -260,6 +266,8 @@ def write_run_outputs(out: Path, cfg: DictConfig | None, metrics: dict[str, Any]
     if cfg is not None:
         atomic_write_text(out / "config.yaml", OmegaConf.to_yaml(cfg, resolve=True))
     write_manifest(out)
+    for hook in BEFORE_METRICS:
+        hook(out, doc)
     return atomic_write_json(out / "metrics.json", doc)
 
 
@@ -404,10 +412,28 @@ def keyed(msg: str) -> str:
     return f"{m.group(1)}: {msg[m.end(1) + 1:]}" if m else msg
 
 
+_progress_line: list[bool] = [False]          # a `Progress` line is on the terminal (erased before an error line)
+
+
+def _erase_progress() -> None:
+    if _progress_line[0]:
+        print("\r\x1b[K", end="", file=sys.stderr, flush=True)
+        _progress_line[0] = False
+
+
 def fail(msg: str) -> None:
     """Print one line `error: <key>: ...` on stderr and exit 2."""
+    _erase_progress()
     print(f"error: {keyed(msg)}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def interrupted() -> None:
+    """Ctrl-C: one line on stderr, exit 130 (128 + SIGINT), as a shell reports it."""
+    _erase_progress()
+    print("error: interrupted (Ctrl-C); an unfinished run directory holds no metrics.json and is re-run next time",
+          file=sys.stderr)
+    raise SystemExit(130)
 
 
 def one_line_error_types() -> tuple[type[BaseException], ...]:
@@ -427,6 +453,15 @@ def one_line_errors(fn: Callable[..., T]) -> Callable[..., T]:
             return fn(*args, **kwargs)
         except one_line_error_types() as e:
             fail(str(e))
+            raise  # unreachable
+        except KeyboardInterrupt:
+            interrupted()
+            raise  # unreachable
+        except OSError as e:
+            if e.errno != errno.ENOSPC:
+                raise
+            fail(f"{e.filename or 'disk'}: no space left on device (the run directory holds no metrics.json: it is "
+                 f"re-run next time)")
             raise  # unreachable
 
     return wrapper
@@ -534,6 +569,33 @@ def run_dir_templates(config_name: str, hydra_overrides: Iterable[str] = ()) -> 
     return templates
 
 
+class Progress:
+    """`checking 1200/4000 jobs` on one terminal line, rewritten at most every PROGRESS_S while a long pre-check runs
+    (only on a terminal: a log keeps its one `error:` line); erased when the check ends, before any error line.
+    Ctrl-C during the check: one line, exit 130."""
+    PROGRESS_S = 1.0
+
+    def __init__(self, total: int):
+        import time
+
+        self.total, self._clock = total, time.monotonic
+        self._last = self._clock()
+
+    def update(self, n: int) -> None:
+        now = self._clock()
+        if now - self._last >= self.PROGRESS_S and sys.stderr.isatty():
+            print(f"\rchecking {n}/{self.total} jobs", end="", file=sys.stderr, flush=True)
+            self._last, _progress_line[0] = now, True
+
+    def __enter__(self) -> Progress:
+        return self
+
+    def __exit__(self, kind, exc, tb) -> None:
+        _erase_progress()
+        if kind is KeyboardInterrupt:
+            interrupted()
+
+
 def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig], Any],
              groups: dict[str, Callable[[], list[str]] | None] | None = None, parallel: int = 1) -> int:
     """Validate every job of an app invocation before Hydra starts: compose the config of each job (the one run, or
@@ -561,6 +623,11 @@ def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig],
         fail(_compose_error(e))
     job_ovr = [o for o in parsed if not o.is_hydra_override()]
     text = {id(o): o.input_line for o in parsed}
+    for o in job_ovr:                    # `+key=v` adds a key no app reads: an error, not silently ignored
+        key = o.key_or_group
+        if (o.is_add() or o.is_force_add()) and not ("." not in key and (CONF_DIR / key).is_dir()):
+            fail(f"{key}: not a setting of this app ('+{key}' adds a key nothing reads; see conf/{name or config_name}"
+                 f".yaml)")
     if not multirun:
         sweeps = [o for o in job_ovr if o.is_sweep_override()]
         if sweeps:
@@ -574,8 +641,10 @@ def precheck(config_name: str, argv: list[str], validate: Callable[[DictConfig],
             fail(_compose_error(e))
     templates = run_dir_templates(name or config_name, [text[id(o)] for o in parsed if o.is_hydra_override()])
     estimates: list[Estimate] = []
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=config_name):
+    progress = Progress(len(jobs))
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3", job_name=config_name), progress:
         for n, job in enumerate(jobs):
+            progress.update(n)
             where = f" (sweep job #{n}: {' '.join(job)})" if multirun and len(jobs) > 1 else ""
             try:
                 cfg = compose(config_name=name or config_name, overrides=job)

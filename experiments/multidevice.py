@@ -92,10 +92,19 @@ def inputs(cfg: DictConfig):
     tcfg = typed(cfg.trace, TraceConfig, "trace")
     rssi = typed(cfg.rssi, RssiTable, "rssi")
     try:
-        RssiTrace.load(tcfg)                     # a malformed trace fails here, naming the file and row
+        trace = RssiTrace.load(tcfg)             # a malformed trace fails here, naming the file and row
     except (ValueError, OSError) as e:
         raise ConfigError(str(e) if str(e).startswith("trace") else f"trace.csv: {e}") from None
+    check_trace_links(trace, cluster, tcfg.name)
     return spec, cluster, pcfg, tcfg, wl, rssi, seed, jitter
+
+
+def check_trace_links(trace, cluster, trace_name: str) -> None:
+    """Every link the cluster names (`cluster.links`) has a column of samples in the trace."""
+    missing = [ln for ln in cluster.links if ln not in trace.times]
+    if missing:
+        raise ConfigError(f"trace: {trace_name} has no samples of link {missing[0]!r} of cluster {cluster.name} "
+                          f"(its links: {', '.join(sorted(trace.times)) or 'none'})")
 
 
 def validate(cfg: DictConfig) -> Estimate:

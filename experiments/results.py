@@ -38,8 +38,14 @@ def _overrides(job: Path) -> dict[str, Any]:
     p = job / ".hydra" / "overrides.yaml"
     if not p.is_file():
         return {}
+    try:
+        items = yaml.safe_load(p.read_text()) or []
+    except (yaml.YAMLError, ValueError) as e:
+        raise ValueError(f"{p}: not valid YAML ({' '.join(str(e).split())[:200]})") from None
+    if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
+        raise ValueError(f"{p}: must be a list of key=value overrides (got {type(items).__name__})")
     out = {}
-    for item in yaml.safe_load(p.read_text()) or []:
+    for item in items:
         key, sep, val = str(item).partition("=")
         key = key.lstrip("+~")
         if not sep or key.startswith("hydra"):
@@ -80,6 +86,16 @@ def _row(job: Path, root: Path, doc: dict) -> dict[str, Any]:
     return row
 
 
+def check_shape(doc: Any, path: Path) -> None:
+    """A metrics.json as the apps write it: an object whose label lists (when present) are lists of key names."""
+    if not isinstance(doc, dict):
+        raise ValueError(f"{path}: must be a JSON object of metrics (got {type(doc).__name__})")
+    for lst, _ in LABELS:
+        v = doc.get(lst, [])
+        if not isinstance(v, list) or not all(isinstance(k, str) for k in v):
+            raise ValueError(f"{path}: {lst} must be a list of key names (got {v!r:.80})")
+
+
 def jobs(root: str | Path) -> tuple[list[Path], list[Path]]:
     """(finished job dirs, unfinished job dirs) under a sweep dir; a job dir holds `.hydra/` or `metrics.json`."""
     root = Path(root)
@@ -102,6 +118,7 @@ def build(root: str | Path) -> pd.DataFrame:
             doc = json.loads((job / "metrics.json").read_text())
         except ValueError as e:
             raise ValueError(f"{job / 'metrics.json'}: not valid JSON ({e})") from None
+        check_shape(doc, job / "metrics.json")
         rows.append(_row(job, root, doc))
     df = pd.DataFrame(rows)
     front = ["job", "app"] + sorted(c for c in df.columns if c.startswith("sweep."))
@@ -156,8 +173,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         df = build(a.sweep_dir)
         paths = write(df, a.out or a.sweep_dir)
-    except (FileNotFoundError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (OSError, ValueError) as e:
+        print(f"error: {' '.join(str(e).split())}", file=sys.stderr)
         return 2
     _, unfinished = jobs(a.sweep_dir)
     sweep_cols = [c for c in df.columns if c.startswith("sweep.")]

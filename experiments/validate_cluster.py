@@ -38,7 +38,7 @@ from experiments.common import (
     watch_parent,
     write_run_outputs,
 )
-from experiments.multidevice import register
+from experiments.multidevice import check_trace_links, register
 from experiments.resume import resumable
 
 OUTPUTS = ["steps.csv", "replans.json", "links.csv", "tokens.json", "profile_accuracy.json", "trace.json",
@@ -88,9 +88,16 @@ def inputs(cfg: DictConfig) -> Inputs:
     rssi = typed(cfg.rssi, RssiTable, "rssi")
     live = typed(cfg.live, LiveConfig, "live")
     try:
-        RssiTrace.load(tcfg)
+        trace = RssiTrace.load(tcfg)
     except (ValueError, OSError) as e:
         raise ConfigError(str(e) if str(e).startswith("trace") else f"trace.csv: {e}") from None
+    check_trace_links(trace, cluster, tcfg.name)
+    from experiments.calibrate_cluster import real_weights
+
+    context = real_weights(spec)
+    if turns * (prompt + new) > context:
+        raise ConfigError(f"prompt_tokens: turns × (prompt_tokens + new_tokens) = {turns} × ({prompt} + {new}) = "
+                          f"{turns * (prompt + new)} tokens, more than {spec.name}'s context of {context} tokens")
     return Inputs(spec, cluster, pcfg, tcfg, rssi, live, turns, prompt, new, seed, points, remeasure, port, pdir)
 
 
