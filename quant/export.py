@@ -18,6 +18,7 @@ import numpy as np
 
 from quant.arch import ModelSpec
 from quant.methods.base import QuantizedModel
+from quant.pack import write_packed_model
 from quant.quantize import quantize_rows
 
 
@@ -61,8 +62,6 @@ def packed_tensors(qm: QuantizedModel, spec: ModelSpec, weights: dict[str, np.nd
 def write_pack(qm: QuantizedModel, spec: ModelSpec, weights: dict[str, np.ndarray], out_dir,
                fmt: str = "weightlet") -> Path:
     """Write `<out_dir>/<model>.<method>.efpk`; returns its path."""
-    from quant.pack import write_packed_model
-
     tensors, meta = packed_tensors(qm, spec, weights)
     return write_packed_model(Path(out_dir) / f"{spec.name}.{qm.method}.efpk", tensors, fmt=fmt, meta=meta,
                               fmt_of={"token_embd.weight": "int8"})

@@ -55,12 +55,21 @@ Only the precision rows (keeps the file's shard-pruning data; the slice argument
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 
-from quant.llama import LinearHook, apply_rope, rms_norm, rope_tables, silu
+from quant.arch import smollm2_spec
+from quant.atomic import atomic_write_json
+from quant.evaluate import eval_slices, kl_mean, perplexity_from_logits, slice_offsets
+from quant.ggml_blocks import q4_k_roundtrip, q8_0_roundtrip, q8_k_roundtrip
+from quant.gguf_model import load_weights
+from quant.llama import LinearHook, apply_rope, forward_logits, rms_norm, rope_tables, silu
+from quant.quantize import act_scale, fake_quant_act, fake_quant_rows
+from quant.settings import QuantSettings
 
 BLOCK_SHIFT = 16           # block-grid offset (columns) of the llama.cpp formats from the shipped Q4_1 blocks
 PRECISIONS = ("fp16", "q8_0", "q4_k",                                  # llama.cpp formats: the accuracy proxy's
@@ -109,9 +118,6 @@ class PruneHook(LinearHook):
 
 def quantize_weight(w: np.ndarray, precision: str) -> np.ndarray:
     """(C, D) float32 weight at `precision` (one of PRECISIONS), dequantized back to float32."""
-    from quant.ggml_blocks import q4_k_roundtrip, q8_0_roundtrip
-    from quant.quantize import fake_quant_rows
-
     if precision not in FORMATS:
         raise ValueError(f"precision must be one of {PRECISIONS} (got {precision!r})")
     fmt = FORMATS[precision][0]
@@ -133,11 +139,7 @@ def quantize_activation(x: np.ndarray, precision: str) -> np.ndarray:
     if act is None:
         return x
     if act == "int8_per_tensor":
-        from quant.quantize import act_scale, fake_quant_act
-
         return fake_quant_act(x, act_scale(float(np.abs(x).max()) if x.size else 0.0))   # dynamic per-tensor
-    from quant.ggml_blocks import q8_0_roundtrip, q8_k_roundtrip
-
     return (q8_0_roundtrip if act == "q8_0" else q8_k_roundtrip)(x, BLOCK_SHIFT)    # per block of each row
 
 
@@ -274,8 +276,6 @@ def prune_slice(w, spec, tokens: np.ndarray, ffn_groups: int, layers: list[int])
 
 def measure(spec, slices: np.ndarray, ffn_groups: int, layers: list[int] | None = None, progress=True) -> dict:
     """Shard pruning on every slice (K, L): Δppl and KL arrays (K, n_layers, G) per kind, reference ppl (K,)."""
-    from quant.gguf_model import load_weights
-
     w = load_weights(spec)
     slices = np.atleast_2d(np.asarray(slices, dtype=np.int64))
     layers = list(range(spec.n_layers)) if layers is None else list(layers)
@@ -299,10 +299,6 @@ def measure(spec, slices: np.ndarray, ffn_groups: int, layers: list[int] | None 
 
 def measure_precision(spec, slices: np.ndarray, progress=True) -> dict:
     """{precision: {scope: {"ppl", "ref_ppl", "dppl_rel", "kl": per-slice lists (K,)}}} (see the module doc)."""
-    from quant.evaluate import kl_mean, perplexity_from_logits
-    from quant.gguf_model import load_weights
-    from quant.llama import forward_logits
-
     w = load_weights(spec)
     slices = np.atleast_2d(np.asarray(slices, dtype=np.int64))
     refs = [forward_logits(w, spec, t) for t in slices]
@@ -331,9 +327,6 @@ def measure_precision(spec, slices: np.ndarray, progress=True) -> dict:
 
 def _existing(path: str, a) -> dict:
     """The measurement file at `path`, checked to hold shard-pruning data measured on the same slices as `a`."""
-    import json
-    from pathlib import Path
-
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"out: {path} does not exist (--only precision updates an existing file)")
@@ -347,11 +340,6 @@ def _existing(path: str, a) -> dict:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from quant.arch import smollm2_spec
-    from quant.atomic import atomic_write_json
-    from quant.evaluate import eval_slices, slice_offsets
-    from quant.settings import QuantSettings
-
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--slices", type=int, default=4, help="K disjoint evaluation slices (>= 1; >= 4 for the spread)")
     ap.add_argument("--tokens", type=int, default=128, help="L tokens per slice")

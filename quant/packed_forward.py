@@ -21,6 +21,7 @@ import numpy as np
 from quant.arch import ModelSpec
 from quant.llama import apply_rope, rope_tables, silu
 from quant.llama import rms_norm as _rms_norm
+from quant.pack import PackedFile
 
 QMAX = 127
 
@@ -37,8 +38,6 @@ class PackedModel:
 
 def read_model(path: str | Path, backend: str = "native") -> PackedModel:
     """Read every tensor of a packed file (CRC-checked, unpacked to INT8 with `backend`)."""
-    from quant.pack import PackedFile
-
     q, sc, fl = {}, {}, {}
     with PackedFile(path) as f:
         meta = dict(f.meta)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from quant.quantize import dequantize_rows, quantize_rows
+
 RE_ZERO_CHANNEL = 1.0   # RE of a non-zero channel quantized to all zeros (cosine distance to 0 defined as 1)
 
 
@@ -62,8 +64,6 @@ def channel_stats(w_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def re_exact(w_rows: np.ndarray, bits) -> np.ndarray:
     """Exact RE = 1 - cos(W_i, dequant(quant(W_i, B))) per row. w_rows (C, D); bits int or (C,) -> (C,) float64."""
-    from quant.quantize import dequantize_rows, quantize_rows
-
     w = np.asarray(w_rows, dtype=np.float32)
     q, scale = quantize_rows(w, bits)
     wq = dequantize_rows(q, scale).astype(np.float64)

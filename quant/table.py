@@ -9,6 +9,8 @@ import json
 import sys
 from pathlib import Path
 
+from quant.arch import model_spec
+
 ORDER = ["int8", "int4", "smoothquant (NPU smoothing, default)", "smoothquant original (eq. 4)", "shadow_outlier",
          "cmpq (NPU smoothing, default)", "cmpq original (no smoothing)", "edgeflow (no smoothing)",
          "edgeflow, uniform bits (min_bits = max_bits)", "edgeflow", "edgeflow (global)"]
@@ -53,8 +55,6 @@ def _eff_bits(r: dict) -> float:
     """Stored bits per linear weight incl. scales, widths and shadow FP16 columns (from the size estimate)."""
     n = r.get("n_linear_weights")
     if not n:
-        from quant.arch import model_spec
-
         spec = model_spec(r["model"])
         n = spec.n_layers * sum(o * i for o, i in spec.linear_shapes().values())
     return r["weight_bytes_linear"] * 8 / n

@@ -20,6 +20,7 @@ from quant.calibrate import Calibration
 from quant.llama import LinearHook
 from quant.quantize import ACT_QMAX, act_scale, dequantize_rows, fake_quant_act, quantize_rows
 from quant.settings import QuantSettings
+from quant.smoothing import smooth_weight
 
 EMBED_BYTES_PER_WEIGHT = 1            # token embedding (= tied head) stored as per-row INT8 (quant.export) ...
 EMBED_SCALE_BYTES = 4                 # ... plus one float32 scale per vocabulary row
@@ -99,8 +100,6 @@ def make_qlinear(w: np.ndarray, bits: np.ndarray, x_calib: np.ndarray | None, s_
     Shortcuts for callers that already have them (results are bit-identical): `wp` = smooth_weight(w, s_in, s_out);
     `x_max` (D,) float32 = max_t |x_calib[t]| (then x_calib is not read: s_in > 0 and correctly rounded division is
     monotone, so max_t |x/s| == max_t|x| / s exactly)."""
-    from quant.smoothing import smooth_weight
-
     if wp is None:
         wp = smooth_weight(w, s_in, s_out)
     q, scale = quantize_rows(wp, bits)
