@@ -255,3 +255,14 @@ def test_placement_probes_merge_per_gap_and_none_wins():
     assert merge_placements([a, None]) is None and merge_placements([]) is None
     with pytest.raises(ValueError, match="different gaps"):
         merge_placements([a, [dict(b[0], gap_us=20), b[1]]])
+
+
+def test_without_diagnostics_the_report_says_the_host_probes_are_off(capsys, tmp_path):
+    from experiments.validate import ValidateConfig, _print
+
+    assert ValidateConfig.diagnostics is False                  # opt-in (hil.diagnostics)
+    m = {"framework": "edgeflow", "model": "smollm2_135m", "bits": 5, "prompt_tokens": 16}
+    _print(m, tmp_path, diagnostics=False)
+    assert "host probes: off (diagnostics=true" in capsys.readouterr().out
+    _print(m, tmp_path, diagnostics=True)
+    assert "host probes: off" not in capsys.readouterr().out
