@@ -349,7 +349,9 @@ def prepare_run_dir(out: Path, outputs: Iterable[str] = ()) -> list[Path]:
     """Start of a run in `out`: remove what a killed earlier run in the same directory may have left (the hidden
     partial `.<file>.<random>.tmp` of an atomic write of one of this app's files) and the previous run's
     `metrics.json` and app `outputs` (so the directory counts as finished again only when this run ends). Other files
-    are the user's: a hidden `.x.tmp` of theirs is never touched. Returns the removed paths."""
+    are the user's: a hidden `.x.tmp` of theirs is never touched, and a directory that is not a run directory of this
+    project (`is_run_dir`) but holds files the run would replace is refused (ConfigError naming hydra.run.dir).
+    Marks `out` as a run directory (`RUN_MARKER`). Returns the removed paths."""
     out = Path(out)
     removed = []
     if not out.is_dir():
@@ -358,11 +360,27 @@ def prepare_run_dir(out: Path, outputs: Iterable[str] = ()) -> list[Path]:
     stale = [p for p in out.iterdir() if p.is_file() and TMP_RE.match(p.name)
              and any(p.name.startswith(f".{n}.") and "/" not in n for n in own)]
     stale += [out / n for n in own if (out / n).is_file()]
+    if stale and not is_run_dir(out):
+        names = ", ".join(sorted(p.name for p in stale)[:4])
+        raise ConfigError(f"hydra.run.dir: {out} holds files this run would replace ({names}) but is not a run "
+                          f"directory of this project; choose a new or empty directory")
     for p in stale:
         with contextlib.suppress(FileNotFoundError):
             p.unlink()
             removed.append(p)
+    atomic_write_text(out / RUN_MARKER, "a run directory of experiments.* (experiments.common.prepare_run_dir)\n")
     return removed
+
+
+RUN_MARKER = ".edgellm-run"                  # written into every run directory at the start of a run
+
+
+def is_run_dir(d: Path) -> bool:
+    """`d` was made for a run of this project: it holds the run marker, or lies under the repository's outputs/ or
+    multirun/ (runs from before the marker existed). Only then does a run replace files already in it."""
+    d = Path(d).resolve()
+    roots = [CONF_DIR.parent / "outputs", CONF_DIR.parent / "multirun"]
+    return (d / RUN_MARKER).is_file() or any(r.resolve() in d.parents for r in roots)
 
 
 # ================================================ worker lifetime ====================================================

@@ -118,7 +118,22 @@ def test_profile_store_names_are_checked(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_run_never_replaces_the_files_of_a_users_directory(tmp_path):
+    from experiments.common import ConfigError
+
+    user = tmp_path / "mine"
+    user.mkdir()
+    (user / "config.yaml").write_text("theirs")
+    with pytest.raises(ConfigError, match="hydra.run.dir: .* not a run directory of this project"):
+        prepare_run_dir(user, ["config.yaml"])
+    assert (user / "config.yaml").read_text() == "theirs" and [p.name for p in user.iterdir()] == ["config.yaml"]
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert prepare_run_dir(empty, ["config.yaml"]) == [] and (empty / ".edgellm-run").is_file()
+
+
 def test_a_run_never_removes_the_users_hidden_temp_files(tmp_path):
+    (tmp_path / ".edgellm-run").write_text("")                   # a run directory of the project
     user = [tmp_path / ".x.tmp", tmp_path / ".notes.ab12cd.tmp", tmp_path / "notes.txt"]
     ours = [tmp_path / ".metrics.json.k3j4h5.tmp", tmp_path / ".steps.csv.q1w2e3.tmp", tmp_path / "steps.csv"]
     for p in user + ours:

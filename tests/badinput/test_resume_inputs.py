@@ -116,9 +116,8 @@ def test_file_digest_cache_follows_size_and_mtime(tmp_path, monkeypatch):
 def test_input_files_finds_the_trace_and_the_gguf():
     from hydra import compose, initialize_config_dir
 
-    from experiments.common import CONF_DIR
-
     import experiments.validate_cluster  # noqa: F401  (schemas)
+    from experiments.common import CONF_DIR
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
         cfg = compose(config_name="validate_cluster")
     names = {p.name for p in resume.input_files(cfg)}

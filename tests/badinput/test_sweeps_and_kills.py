@@ -52,6 +52,7 @@ def test_hydra_errors_become_one_line_naming_the_key(capsys):
 def test_killed_run_leftovers_are_cleaned_and_never_count_as_finished(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
+    (d / ".edgellm-run").write_text("")                              # the killed run had marked its directory
     (d / "trace.json").write_text("{}")                              # trace written, metrics.json never was
     with pytest.raises(KeyboardInterrupt):                          # a partial atomic write, as after SIGKILL
         with atomic_open(d / "trace.json") as f:
@@ -65,7 +66,7 @@ def test_killed_run_leftovers_are_cleaned_and_never_count_as_finished(tmp_path):
         collect(tmp_path)
     removed = prepare_run_dir(d, ["trace.json"])
     assert {p.name for p in removed} == {".trace.json.abc123.tmp", "trace.json"}
-    assert list(d.iterdir()) == []
+    assert [p.name for p in d.iterdir()] == [".edgellm-run"]
     (d / "metrics.json").write_text('{"measured_keys": [], "modelled_keys": [], "input_keys": []}')
     assert finished(d)
     prepare_run_dir(d)                                               # a re-run starts unfinished
