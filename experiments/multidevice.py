@@ -65,6 +65,7 @@ def inputs(cfg: DictConfig):
     from planner.voltron.policy import PlannerConfig
     from planner.voltron.rssi import RssiTable
     from quant.arch import ModelSpec
+    from sim.multidevice.squeeze import Squeeze
     from sim.multidevice.workload import WorkloadConfig
     from sim.wireless import RssiTrace, TraceConfig
 
@@ -96,6 +97,10 @@ def inputs(cfg: DictConfig):
     except (ValueError, OSError) as e:
         raise ConfigError(str(e) if str(e).startswith("trace") else f"trace.csv: {e}") from None
     check_trace_links(trace, cluster, tcfg.name)
+    try:
+        Squeeze.load(tcfg).check(len(cluster.devices), tcfg.name)     # and a malformed squeeze
+    except (ValueError, OSError) as e:
+        raise ConfigError(str(e) if str(e).startswith("trace") else f"trace.squeeze_csv: {e}") from None
     return spec, cluster, pcfg, tcfg, wl, rssi, seed, jitter
 
 

@@ -42,10 +42,16 @@ class TraceConfig:
     name: str = "???"
     csv: str = "???"                 # file name inside conf/trace (or an absolute path)
     description: str = ""
+    squeeze_csv: str = ""            # optional CSV `time_s,device,compute,goodput` in conf/trace: a device's compute
+                                     # speed and its link's goodput as fractions of nominal (background load,
+                                     # throttling, interference); the multi-device simulator applies it
+                                     # (sim/multidevice/squeeze.py); "" = none
 
     def __post_init__(self) -> None:
         if not self.csv.endswith(".csv"):
             raise ValueError(f"trace.csv must name a .csv file (got {self.csv!r})")
+        if self.squeeze_csv and not self.squeeze_csv.endswith(".csv"):
+            raise ValueError(f"trace.squeeze_csv must name a .csv file (got {self.squeeze_csv!r})")
 
 
 class RssiTrace:

@@ -52,6 +52,26 @@ class LinkState:
         return cls(rssi_dbm=np.concatenate([[np.inf], r]), goodput=np.concatenate([[np.inf], gp]),
                    latency=np.concatenate([[0.0], np.where(gp > 0, lat, np.inf)]), shared=table.shared_channel)
 
+    def scaled(self, k: np.ndarray) -> "LinkState":
+        """The same links with every message on link d taking k[d] times as long (goodput / k, latency × k): the
+        closed loop's per-link correction of this model (`feedback.py`); k[0] (the main device) is ignored."""
+        k = np.asarray(k, dtype=float).copy()
+        k[0] = 1.0
+        if np.all(k == 1.0):
+            return self
+        return LinkState(rssi_dbm=self.rssi_dbm, goodput=self.goodput / k, latency=self.latency * k,
+                         shared=self.shared)
+
+    def message_s(self, nbytes: np.ndarray, members: np.ndarray) -> np.ndarray:
+        """(D,) seconds of the TP messages each link carries (a broadcast and an aggregate message per member and
+        layer: 2·bytes / goodput + 2·latency), for layers with activation `nbytes` (J,) over member masks (J, D)."""
+        remote = members.copy()
+        remote[:, 0] = False
+        with np.errstate(divide="ignore", invalid="ignore"):
+            per = np.where(remote, 2 * np.asarray(nbytes, dtype=float)[:, None] / self.goodput[None, :]
+                           + 2 * self.latency[None, :], 0.0)
+        return per.sum(axis=0)
+
     def hop(self, nbytes: np.ndarray | float) -> np.ndarray:
         """(…, D) one-hop time of `nbytes` between each device and the main device (0 for the main device)."""
         nb = np.asarray(nbytes, dtype=float)[..., None]

@@ -28,9 +28,12 @@ computation-scaling search never undoes it (it is re-applied on the searched pla
 """
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from planner.voltron.comm import LinkState
+from planner.voltron.feedback import Observation, QosFeedback
 from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from planner.voltron.options import PhaseEnv
 from planner.voltron.plan import TP, PhasePlan
@@ -53,6 +56,10 @@ class VoltronPolicy(Policy):
         self._floor = 0.0                       # pruned fraction forced by departed devices (disconnect_kv=prune)
         self._cache: dict = {}
         self._last_m: int | None = None          # previous search result: warm start of the next search
+        self.fb = QosFeedback(ctx.cfg.feedback, ctx.cluster.n, ctx.cfg.qos_margin)   # closed loop (feedback.py)
+        self._ran: PhasePlan | None = None       # the plan the cluster ran last (from `observe`)
+        self._bridged: PhasePlan | None = None   # a bridge plan running while a re-planned placement loads
+        self._bridge_of: PhasePlan | None = None # the plan the bridge was made from
 
     def lost_kv(self) -> str:
         """Context KV of a departed device: pruned with its shards (`disconnect_kv=prune`, paper §4.3, see
@@ -68,8 +75,30 @@ class VoltronPolicy(Policy):
             act[self.order[:k - N]] = 2
         return act
 
+    def scaled_search(self, envs: list[tuple[PhaseEnv, float]]):
+        """Communication scaling, then computation scaling (paper §4.3, footnote 5: communication scaling runs first so
+        that communication does not eat the QoS margin computation scaling protects accuracy with): the precision /
+        pruning search (`precision.py`) with the transferred activations at FP16, and — when the plan communicates —
+        with the activations of every sublayer at INT8 and at INT4; the result kept is the most accurate one that
+        meets the targets (if none does, the fastest). Activation precision is cheap in accuracy next to weight
+        precision or pruning, so on a weak link this keeps weights and shards that the search alone would give up."""
+        N = self.ctx.table.n
+        best = self.search.search(envs, hint=self._last_m, min_prune=self._floor)
+        if self.ctx.cfg.comm_scaling and best.fits and best.plans[-1].est_comm_s > 0:
+            acc = self.accuracy(best.plans[-1])
+            for k in (N, 2 * N):
+                r = self.search.search(envs, act=self.act_at(k), hint=best.m, min_prune=self._floor)
+                if not r.fits:
+                    continue
+                a = self.accuracy(r.plans[-1])
+                if (r.qos_ok and not best.qos_ok) or (r.qos_ok and a > acc + 1e-9) or \
+                        (not r.qos_ok and not best.qos_ok and r.plans[-1].est_time_s < best.plans[-1].est_time_s):
+                    best, acc = r, a
+        self._last_m = best.m
+        return best
+
     def comm_scale(self, env: PhaseEnv, plan: PhasePlan, prune: float) -> PhasePlan:
-        qos = self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin)
+        qos = self.fb.target(1, self.ctx.cfg.qos_tpot_s)
         if not self.ctx.cfg.comm_scaling or not plan.fits or plan.est_time_s <= qos or plan.est_comm_s <= 0:
             return plan
         if plan.est_time_s - plan.est_comm_s > qos:
@@ -91,7 +120,14 @@ class VoltronPolicy(Policy):
         plan = hp.assign(opt, env, prec, self.act_at(2 * N))
         if not plan.fits:
             return plan
-        # activation + shard pruning of TP layers (remote shards), least important first
+        return self.prune_activations(plan, env, qos)
+
+    def prune_activations(self, plan: PhasePlan, env: PhaseEnv, qos: float) -> PhasePlan:
+        """Communication scaling's last step (§4.3.2): prune the remote shards of TP layers and the activations they
+        exchange, least important layers first, until the estimate meets `qos` (or every TP layer is local)."""
+        hp = self.hp
+        opt = hp.options(env, 0.0)
+        prec = plan.precision
         tp_layers = np.flatnonzero((plan.strategy == TP) & (plan.shards[:, 1:].sum(axis=1) > 0))
         if tp_layers.size == 0:
             return plan
@@ -113,11 +149,44 @@ class VoltronPolicy(Policy):
         return hp.fixed(opt, env, prec, plan.act_precision, shards, pruned, act_pruned)
 
     def tpot_target(self) -> float:
-        """Decode time the search plans to: QoS minus the prediction margin; in energy mode also minus the margin
-        that computation scaling creates for DVFS (paper §4.4)."""
+        """Decode time the search plans to: QoS over the closed loop's margin (`feedback.py`); in energy mode also
+        minus the margin that computation scaling creates for DVFS (paper §4.4)."""
         cfg = self.ctx.cfg
-        t = cfg.qos_tpot_s * (1 - cfg.qos_margin)
+        t = self.fb.target(1, cfg.qos_tpot_s)
         return t * (1 - cfg.energy_scaling) if cfg.energy_mode else t
+
+    # ---- closed loop (feedback.py) -----------------------------------------------------------------------------------
+    def _sync(self) -> None:
+        """Plan with the latest corrections of the latency and communication models."""
+        fb = self.fb
+        self.hp.set_correction(np.stack([fb.comp_scale(0), fb.comp_scale(1)]),
+                               np.stack([fb.comm_scale(0), fb.comm_scale(1)]))
+
+    def observe(self, plan: PhasePlan, n_tokens: int, kv_len: int, links: LinkState, step_s: float,
+                busy_s: np.ndarray, link_s: np.ndarray) -> None:
+        """Compare a measured step with the uncorrected models' view of it (per device and per link) and with the
+        corrected estimate; a decode step above the TPOT QoS forces a re-plan at the next token."""
+        phase = 0 if plan.phase == "prefill" else 1
+        t_dev, head, _, est_link = self.hp.raw_parts(plan, n_tokens, kv_len, links)
+        comm = self.hp.raw_parts(plan, n_tokens, kv_len, links.scaled(self.fb.comm_scale(phase)))[2]
+        busy_s = np.asarray(busy_s, dtype=float)
+        if plan.freq.size == t_dev.shape[1]:
+            # energy mode: the estimate takes the planner's DVFS assumption (all time ∝ 1/f); a device below its top
+            # level says nothing about its model at the top level, so it does not update its correction
+            t_dev, head = t_dev / plan.freq[None, :], head / plan.freq[0]
+            busy_s = np.where(plan.freq < 1.0, 0.0, busy_s)
+        self._ran = plan
+        if plan is not self._bridged:
+            self._bridged = None                  # the re-planned placement has taken over
+        est_busy = t_dev.sum(axis=0)
+        est_busy[0] += head
+        k = self.fb.comp_scale(phase)
+        est_corr = float((t_dev * k[None, :]).max(axis=1).sum() + k[0] * head + comm)
+        self.fb.observe(Observation(phase, step_s, busy_s, np.asarray(link_s, dtype=float),
+                                    est_busy, est_link, est_corr))
+        if phase == 1 and step_s > self.ctx.cfg.qos_tpot_s:
+            self.fb.violations += 1
+            self._key = None
 
     # ---- energy mode (§4.4) ------------------------------------------------------------------------------------------
     def dvfs(self, plan: PhasePlan) -> PhasePlan:
@@ -127,7 +196,7 @@ class VoltronPolicy(Policy):
         cfg = self.ctx.cfg
         if not cfg.energy_mode or not plan.fits:
             return plan
-        budget = cfg.qos_tpot_s * (1 - cfg.energy_margin) - plan.est_comm_s
+        budget = self.fb.target(1, cfg.qos_tpot_s) * (1 - cfg.energy_margin) - plan.est_comm_s
         comp = plan.est_time_s - plan.est_comm_s
         f_min = comp / budget if budget > 0 else 1.0
         freq = np.ones(self.hp.D)
@@ -136,8 +205,6 @@ class VoltronPolicy(Policy):
             freq[d] = min(ok) if ok else 1.0
         if (freq == 1.0).all():
             return plan
-        import dataclasses
-
         return dataclasses.replace(plan, freq=freq, est_time_s=comp / freq.min() + plan.est_comm_s)
 
     # ---- disconnects (§4.3: "the loss of connectivity prunes the weight tensors assigned to the disconnected device")
@@ -163,12 +230,10 @@ class VoltronPolicy(Policy):
     # ---- the contract ---------------------------------------------------------------------------------------------
     def _plan_turn(self, links, budgets, n_in, kv_len):
         cfg = self.ctx.cfg
+        self._sync()
         pre = self.env(0, n_in, kv_len, links, budgets)
         dec = self.env(1, 1, kv_len + n_in, links, budgets)
-        keep = 1 - cfg.qos_margin
-        res = self.search.search([(pre, cfg.qos_ttft_s * keep), (dec, self.tpot_target())], hint=self._last_m,
-                                 min_prune=self._floor)
-        self._last_m = res.m
+        res = self.scaled_search([(pre, self.fb.target(0, cfg.qos_ttft_s)), (dec, self.tpot_target())])
         decode = self.dvfs(self.comm_scale(dec, res.plans[1], res.prune_frac))
         return res, res.plans[0], decode
 
@@ -212,15 +277,17 @@ class VoltronPolicy(Policy):
                         searched=True)
 
     def replan_decode(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> tuple[PhasePlan, bool]:
-        """Decode-phase re-plan (precision search + comm scaling) for the current observation; (plan, fits)."""
-        dec = self.env(1, 1, kv_len, links, budgets)
-        key = (dec.kv_plan, links.mcs_key, tuple(dec.budgets.tolist()), self._floor)
+        """Decode-phase re-plan (precision search + comm scaling) for the current observation; (plan, fits). The KV
+        cache is reserved one bucket ahead (`_ahead`), so the switch the next bucket forces is found while the
+        running plan still fits and loads in the background."""
+        self._sync()
+        dec = self._ahead(kv_len, links, budgets)
+        key = (dec.kv_plan, links.mcs_key, tuple(dec.budgets.tolist()), self._floor, self.fb.key())
         hit = self._cache.get(key)
         self._searched = hit is None
         if hit is not None:
             return hit
-        res = self.search.search([(dec, self.tpot_target())], hint=self._last_m, min_prune=self._floor)
-        self._last_m = res.m
+        res = self.scaled_search([(dec, self.tpot_target())])
         plan = self.dvfs(self.comm_scale(dec, res.plans[0], res.prune_frac))
         out = (plan, res.fits)
         if len(self._cache) > 2048:
@@ -228,11 +295,112 @@ class VoltronPolicy(Policy):
         self._cache[key] = out
         return out
 
+    def _ahead(self, kv_len: int, links: LinkState, budgets: np.ndarray) -> PhaseEnv:
+        """Decode environment with the KV reservation one `kv_bucket` ahead of the current one."""
+        return self.env(1, 1, kv_len + self.ctx.cfg.kv_bucket, links, budgets)
+
+    def _recost(self, plan: PhasePlan, env: PhaseEnv) -> PhasePlan:
+        return self.hp.fixed(self.hp.options(env, 0.0), env, plan.precision, plan.act_precision, plan.shards,
+                             plan.pruned, plan.act_pruned)
+
+    # ---- run-time levers on the running plan (no weight reload) ------------------------------------------------------
+    def _thin(self, plan: PhasePlan, env: PhaseEnv, frac: float) -> PhasePlan:
+        """`plan` with at least `frac` of every sublayer's shards pruned (least important first, paper §4.3.1), taken
+        from the devices that hold them in proportion to what each holds: a subset of the resident shards, so it
+        needs no reload."""
+        tb = self.ctx.table
+        S = tb.shards[tb.type_of]                                            # (N,)
+        pruned = np.maximum(plan.pruned, np.minimum(np.rint(frac * S).astype(np.int64), S - 1))
+        held = plan.shards.sum(axis=1)                                       # (N,)
+        keep = np.minimum(S - pruned, held)
+        share = plan.shards * (keep / np.maximum(held, 1))[:, None]
+        shards = np.floor(share).astype(np.int64)
+        for _ in range(plan.shards.shape[1]):                                # largest remainder, ≤ D rounds
+            short = keep - shards.sum(axis=1)
+            if not short.any():
+                break
+            d = np.argmax(np.where(plan.shards > shards, share - shards, -1.0), axis=1)
+            shards[np.arange(tb.n), d] += short > 0
+        pruned = S - shards.sum(axis=1)
+        return self.hp.fixed(self.hp.options(env, 0.0), env, plan.precision, plan.act_precision, shards, pruned,
+                             plan.act_pruned)
+
+    def bridge(self, ran: PhasePlan, env: PhaseEnv, target: float) -> PhasePlan | None:
+        """The running plan breaks the decode target and the re-planned placement is still loading: the run-time
+        levers that need no weight reload act at once, in the paper's order — communication scaling (activations of
+        the least important sublayers to INT8, then INT4; footnote 5: before computation scaling), then pruning the
+        same fraction of shards from every layer (§4.3.1). Precision scaling, which reloads weights, is the re-planned
+        placement itself (loading in the background). None when the running plan meets the target (or no lever
+        changes it); otherwise the smallest step of the levers that meets it, or all of them (best effort)."""
+        cfg, N = self.ctx.cfg, self.ctx.table.n
+        cur = self._recost(ran, env)
+        if not cur.fits or cur.est_time_s <= target:
+            return None
+        out = cur
+        if cfg.comm_scaling and cur.est_comm_s > 0:
+            def act(k):
+                return self.hp.fixed(self.hp.options(env, 0.0), env, ran.precision,
+                                     np.maximum(ran.act_precision, self.act_at(k)), ran.shards, ran.pruned,
+                                     ran.act_pruned)
+            top = act(2 * N)
+            if top.est_time_s > target:                          # then the activations of TP layers (and shards)
+                top = self.prune_activations(top, env, target)
+                if top.est_time_s <= target or not cfg.compute_pruning:
+                    return top
+            elif top.est_time_s <= target:
+                lo, hi = 1, 2 * N
+                while lo < hi:
+                    mid = (lo + hi) // 2
+                    if act(mid).est_time_s <= target:
+                        hi = mid
+                    else:
+                        lo = mid + 1
+                return act(lo)
+            out = top
+        if cfg.compute_pruning:
+            steps = cfg.prune_steps
+            best = self._thin(out, env, (steps - 1) / steps)
+            if best.est_time_s > target:
+                return best
+            lo, hi = 1, steps - 1
+            while lo < hi:
+                mid = (lo + hi) // 2
+                if self._thin(out, env, mid / steps).est_time_s <= target:
+                    hi = mid
+                else:
+                    lo = mid + 1
+            out = self._thin(out, env, lo / steps)
+        return out if self.changed(ran, out) else None
+
     def step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
+        d = self._step(links, budgets, kv_len)
+        if d.oom or (d.replanned and d.urgent):
+            self._bridged = None
+            return d
+        # the plan that will run this token: the one that ran last (a new plan loads in the background, or nothing
+        # changed); if it breaks the target, bridge it with the levers that need no reload
+        ran = self._ran
+        if ran is None or ran.phase != "decode" or ran is d.plan:
+            return d
+        now = self.env(1, 1, kv_len, links, budgets)
+        target = self.fb.target(1, self.ctx.cfg.qos_tpot_s)
+        if self._bridged is not None and ran is self._bridged and self._bridge_of is self.current \
+                and not d.replanned:
+            base = self._recost(self.current, now)
+            if base.fits and base.est_time_s <= target:      # the bridged plan meets the target again: restore it
+                self._bridged = None                          # (its pruned shards never left memory: no reload)
+                return dataclasses.replace(d, plan=self.current, replanned=True, urgent=True)
+        b = self.bridge(ran, now, target)
+        if b is not None:
+            self._bridged, self._bridge_of = b, (self._bridge_of if ran is self._bridged else ran)
+            d = dataclasses.replace(d, bridge=b)
+        return d
+
+    def _step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
         self._update_lost(links)
         b = self.ctx.cfg.kv_bucket
         key = (int(np.ceil((kv_len + 2) / b)), links.mcs_key, tuple(np.where(links.connected, budgets, 0).tolist()),
-               self._floor)
+               self._floor, self.fb.key())
         first = self.__dict__.pop("_first_decode", None)
         if first is not None and first[1] == kv_len and first[2] == tuple(links.connected.tolist()):
             # first token of a turn: the decode plan searched with the prefill (same precisions); its shards were
@@ -249,15 +417,14 @@ class VoltronPolicy(Policy):
             return Decision(plan=plan, plan_ms=ms, oom=True, searched=searched)
         if not self.changed(self.current, plan):
             return Decision(plan=self.current, plan_ms=ms, searched=searched)
-        # hysteresis: keep the current plan (no reload) while it still fits, meets QoS and the new plan is not
-        # clearly more accurate; otherwise switch (restoration switches are not urgent: reload in the background)
+        # hysteresis: keep the current plan (no reload) while it fits this bucket and the next, meets QoS and the new
+        # plan is not clearly more accurate; otherwise switch — urgently (reload in the foreground) only when the
+        # current plan no longer fits this bucket, else in the background
         cur, urgent = self.current, True
         if cur is not None and cur.phase == "decode":
-            dec = self.env(1, 1, kv_len, links, budgets)
-            again = self.hp.fixed(self.hp.options(dec, 0.0), dec, cur.precision, cur.act_precision, cur.shards,
-                                  cur.pruned, cur.act_pruned)
-            qos = self.ctx.cfg.qos_tpot_s * (1 - self.ctx.cfg.qos_margin)
-            urgent = not again.fits
+            urgent = not self._recost(cur, self.env(1, 1, kv_len, links, budgets)).fits
+            again = self._recost(cur, self._ahead(kv_len, links, budgets))
+            qos = self.fb.target(1, self.ctx.cfg.qos_tpot_s)
             meets = again.fits and (again.est_time_s <= qos or again.est_time_s <= plan.est_time_s)
             if meets and self.accuracy(plan) < self.accuracy(cur) + self.ctx.cfg.restore_gain:
                 return Decision(plan=cur, plan_ms=ms, searched=searched)

@@ -28,7 +28,7 @@ import numpy as np
 from planner.voltron.assign import SequentialAssign
 from planner.voltron.devices import ACT_BYTES, PRECISIONS, Cluster
 from planner.voltron.latency import LatencyModel
-from planner.voltron.layers import LayerTable
+from planner.voltron.layers import HEAD, LayerTable
 from planner.voltron.options import OptionBuilder, OptionTable, PhaseEnv, _subsets
 from planner.voltron.plan import TP, PhasePlan
 
@@ -57,6 +57,19 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
         self._zeros = np.zeros(table.n, dtype=np.int64)
         self._cls_base = self.tpos[table.type_of] * P * len(ACT_BYTES)       # (N,) class index at fp16 / fp16 acts
         self._ranks = np.arange(self.D + len(self.subsets) + 1)[None, :].repeat(self.T * P * len(ACT_BYTES), 0)
+        # online corrections of the latency and communication models per phase (closed loop, `feedback.py`); the
+        # static baselines never set them (all 1)
+        self.comp_scale = np.ones((2, self.D))                              # factor on each device's compute
+        self.comm_scale = np.ones((2, self.D))                              # factor on each link's messages
+        self._corr_key: tuple = ()
+
+    def set_correction(self, comp_scale: np.ndarray, comm_scale: np.ndarray) -> None:
+        """Scale the fitted regression per (phase, device) and the communication model per (phase, link); plans made
+        from here on (and the cached option tables they use) carry the corrections."""
+        comp, comm = np.asarray(comp_scale, dtype=float), np.asarray(comm_scale, dtype=float)
+        key = (comp.round(9).tobytes(), comm.round(9).tobytes())
+        if key != self._corr_key:
+            self.comp_scale, self.comm_scale, self._corr_key = comp.copy(), comm.copy(), key
 
     def class_of(self, precision: np.ndarray, act_precision: np.ndarray) -> np.ndarray:
         """(N,) class index per sublayer."""
@@ -132,7 +145,8 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
         tp_mask = n_used > 1
         layer_comm = np.zeros(N)
         if tp_mask.any():
-            layer_comm[tp_mask] = env.links.tp_comm(opt.act_bytes[act[tp_mask]], used[tp_mask])
+            links = env.links.scaled(self.comm_scale[env.phase])
+            layer_comm[tp_mask] = links.tp_comm(opt.act_bytes[act[tp_mask]], used[tp_mask])
         comm = float(layer_comm.sum()) + self.boundary_comm(strategy, act, opt.hop)
         fits = bool((mem <= env.budgets * (1 + 1e-12)).all()) and not bool((used & ~env.alive).any())
         est = float(layer_comp.sum()) + comm + opt.head_time
@@ -158,6 +172,38 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
         if not moved.any():
             return 0.0
         return float((hop[a[moved], prev[moved]] + hop[a[moved], nxt[moved]]).sum())
+
+    def raw_parts(self, plan: PhasePlan, n_tokens: int, kv_len: int,
+                  links) -> tuple[np.ndarray, float, float, np.ndarray]:
+        """The *uncorrected* models' view of one step of `plan` on `links`: (N, D) regression seconds of each
+        device's shards, the LM head's seconds (main device), the communication model's seconds (TP broadcast /
+        aggregate + MP boundaries) and (D,) the seconds of the messages each link carries. The closed loop compares
+        these with what the cluster measured."""
+        tb = self.table
+        phase = 0 if plan.phase == "prefill" else 1
+        feats, _ = tb.features(n_tokens, kv_len)
+        icpt, slope = self.latency.type_costs(phase, feats)                 # (D, P, 6)
+        ty, prec = tb.type_of, plan.precision
+        b = icpt[:, prec, ty].T                                             # (N, D)
+        u = slope[:, prec, ty].T / tb.shards[ty][:, None]
+        used = plan.shards > 0
+        t_dev = np.where(used, b + plan.shards * u, 0.0)
+        head = float(icpt[0, self.head_precision, HEAD] + slope[0, self.head_precision, HEAD])
+        act_bytes = n_tokens * tb.act_width * ACT_BYTES                     # (A,)
+        tp = used.sum(axis=1) > 1
+        nb = act_bytes[plan.act_precision[tp]]
+        comm = float(links.tp_comm(nb, used[tp]).sum()) if tp.any() else 0.0
+        hop = links.hop(act_bytes)                                          # (A, D)
+        comm += self.boundary_comm(plan.strategy, plan.act_precision, hop)
+        link_s = links.message_s(nb, used[tp]) if tp.any() else np.zeros(self.D)
+        home = np.where(plan.strategy == TP, 0, plan.strategy)
+        prev, nxt = np.concatenate([[0], home]), np.concatenate([home, [0]])
+        a = np.concatenate([plan.act_precision, plan.act_precision[-1:]])
+        moved = prev != nxt
+        for ends in (prev, nxt):                                            # boundary messages out of / into a device
+            np.add.at(link_s, ends[moved], hop[a[moved], ends[moved]])
+        link_s[0] = 0.0
+        return t_dev, head, comm, link_s
 
     def plan(self, env: PhaseEnv, precision: np.ndarray, prune_frac: float = 0.0,
              act_precision: np.ndarray | None = None) -> PhasePlan:

@@ -75,7 +75,7 @@ class OptionBuilder:
     # ---- option tables --------------------------------------------------------------------------------------------
     def options(self, env: PhaseEnv, prune_frac: float = 0.0) -> OptionTable:
         key = (env.phase, env.n_tokens, env.kv_len, env.kv_plan, env.links.mcs_key,
-               tuple(env.budgets.tolist()), round(prune_frac, 6))
+               tuple(env.budgets.tolist()), round(prune_frac, 6), self._corr_key)
         hit = self._cache.get(key)
         if hit is not None:
             return hit
@@ -90,7 +90,7 @@ class OptionBuilder:
         communication) + the communication part of this link state."""
         tb, D, T = self.table, self.D, self.T
         ckey = (env.phase, env.n_tokens, env.kv_len, env.kv_plan, tuple(env.budgets.tolist()),
-                tuple(env.alive.tolist()), round(prune_frac, 6))
+                tuple(env.alive.tolist()), round(prune_frac, 6), self._corr_key)
         part = self._compute_cache.get(ckey)
         if part is None:
             if len(self._compute_cache) > 1024:
@@ -98,7 +98,8 @@ class OptionBuilder:
             part = self._compute_cache[ckey] = self._build_compute(env, prune_frac)
         comp, used, b, u, unit, w_unit, pruned, reserve, head_time, run_len, comp_c, mem_c, shards_c = part
         act_bytes = env.n_tokens * tb.act_width * ACT_BYTES                 # (A,)
-        hop = env.links.hop(act_bytes)                                      # (A, D)
+        links = env.links.scaled(self.comm_scale[env.phase])                # closed-loop correction (1: none)
+        hop = links.hop(act_bytes)                                          # (A, D)
         A = len(ACT_BYTES)
         O = comp.shape[2]
         comm = np.zeros((T, P, A, O))
@@ -107,7 +108,7 @@ class OptionBuilder:
         # layers, a run lasting as many sublayers as the device can hold. The search ranks with the paper's charge;
         # the final plan is built with both rankings and the one with the lower exact estimate is kept.
         comm[:, :, :, :D] = hop[None, None, :, :]
-        comm[:, :, :, D:] = np.moveaxis(env.links.tp_comm(act_bytes[:, None, None, None], used[None, :, :, D:]), 0, 2)
+        comm[:, :, :, D:] = np.moveaxis(links.tp_comm(act_bytes[:, None, None, None], used[None, :, :, D:]), 0, 2)
         if env.phase == 0:
             comm_run = comm.copy()
             comm_run[:, :, :, :D] = 2 * hop[None, None, :, :] / run_len[:, :, None, :]
@@ -134,6 +135,8 @@ class OptionBuilder:
         feats, _ = tb.features(env.n_tokens, env.kv_len)                    # (6, 3)
         _, kv_res = tb.features(0, env.kv_plan)                             # resident KV per type at kv_plan
         icpt, slope = self.latency.type_costs(env.phase, feats)             # (D, P, 6), (D, P, 6)
+        k_dev = self.comp_scale[env.phase][:, None, None]                   # closed-loop correction (1: none)
+        icpt, slope = icpt * k_dev, slope * k_dev
         ty = self.types
         S = tb.shards[ty].astype(float)                                     # (T,)
         pruned = np.minimum(np.rint(prune_frac * tb.shards), tb.shards - 1).astype(np.int64)   # (6,)

@@ -17,6 +17,7 @@ import numpy as np
 from planner.voltron.accuracy import AccuracyConfig, accuracy_proxy
 from planner.voltron.comm import LinkState
 from planner.voltron.devices import BYTES_PER_WEIGHT, Cluster
+from planner.voltron.feedback import FeedbackConfig
 from planner.voltron.hybrid import HybridPlanner, PhaseEnv
 from planner.voltron.importance import Importance
 from planner.voltron.latency import LatencyModel
@@ -58,6 +59,7 @@ class PlannerConfig:
                                        # on for measured cluster profiles (conf/validate_cluster.yaml), off in the
                                        # simulator's runs (their tables were made with the pooled fit)
     accuracy: AccuracyConfig = field(default_factory=AccuracyConfig)
+    feedback: FeedbackConfig = field(default_factory=FeedbackConfig)   # voltron: closed-loop QoS (feedback.py)
 
     def __post_init__(self) -> None:
         if self.name not in PLANNER_NAMES:
@@ -82,6 +84,8 @@ class PlannerConfig:
             raise ValueError("planner.profile_points >= 8 and planner.profile_noise >= 0 required")
         if isinstance(self.accuracy, dict):
             self.accuracy = AccuracyConfig(**self.accuracy)
+        if isinstance(self.feedback, dict):
+            self.feedback = FeedbackConfig(**self.feedback)
 
 
 @dataclass
@@ -105,6 +109,8 @@ class Decision:
     oom: bool = False                       # no plan fits the memory budgets
     urgent: bool = True                     # the previous plan cannot keep running (memory / device lost): the
                                             # switch cannot wait for the reload to finish in the background
+    bridge: PhasePlan | None = None         # run this now, until `plan` is loaded: the running plan with the
+                                            # run-time levers that need no reload (Voltron's closed loop)
 
 
 class Policy:
@@ -193,6 +199,12 @@ class Policy:
 
     def step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
         raise NotImplementedError
+
+    def observe(self, plan: PhasePlan, n_tokens: int, kv_len: int, links: LinkState, step_s: float,
+                busy_s: np.ndarray, link_s: np.ndarray) -> None:
+        """What the cluster measured for one step of `plan` on `links` (as the policy saw them): step seconds without
+        reload stalls, (D,) compute seconds per device, (D,) seconds of the messages each link carried. Open-loop
+        policies ignore it."""
 
 
 def timed(fn, *args, **kwargs):

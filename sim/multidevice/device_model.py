@@ -170,6 +170,17 @@ class GroundTruth:
     def step(self, plan: PhasePlan, n_tokens: int, kv_len: int, links: LinkState, rng: np.random.Generator,
              jitter: float) -> tuple[float, float, float]:
         """(seconds for one step, of which communication, joules) of `plan`; `jitter` = 0 draws nothing."""
+        total, comm, energy, _, _ = self.step_detail(plan, n_tokens, kv_len, links, rng, jitter)
+        return total, comm, energy
+
+    def step_detail(self, plan: PhasePlan, n_tokens: int, kv_len: int, links: LinkState, rng: np.random.Generator,
+                    jitter: float, slow: np.ndarray | None = None
+                    ) -> tuple[float, float, float, np.ndarray, np.ndarray]:
+        """As `step`, plus the (D,) compute seconds of every device (what each device can time of its own shards;
+        the main device's include the LM head) and the (D,) seconds of the messages each device's link carried (from
+        send to arrival, summed; 0 for the main device), which a device can time from its messages' timestamps.
+        `slow` (D,): each device's compute speed as a fraction of nominal for this step (a squeeze of the scenario:
+        background load, thermal throttling; None = 1)."""
         tb, D, N = self.table, self.cluster.n, self.table.n
         if jitter > 0:
             j_dev = np.exp(rng.normal(0.0, jitter, D))
@@ -178,13 +189,21 @@ class GroundTruth:
         else:
             j_dev, eps = np.ones(D), np.ones((3, N + 1, D))
         freq = plan.freq if plan.freq.size == D else np.ones(D)
+        if slow is not None:
+            j_dev = j_dev / np.asarray(slow, dtype=float)
         t_dev = self.device_times(plan, n_tokens, kv_len, freq, j_dev)             # (N, D)
         used = plan.shards > 0
         tp = used.sum(axis=1) > 1
         act = n_tokens * tb.act_width * ACT_BYTES[plan.act_precision]             # (N,) bytes per activation
         layer = t_dev.max(axis=1)                                                 # (N,) MP: its device's time
         tp_exposed = 0.0                                                             # exposed TP communication
+        link_s = np.zeros(D)                                                         # message seconds per link
         if tp.any():
+            with np.errstate(divide="ignore", invalid="ignore"):
+                air = np.where(used[tp], act[tp][:, None] / links.goodput[None, :], 0.0)
+            lat = links.latency[None, :] * (eps[0, :N][tp] + eps[1, :N][tp])
+            per = np.where(used[tp], 2 * air + np.where(used[tp], lat, 0.0) + 2 * self.a.msg_overhead_ms * 1e-3, 0.0)
+            link_s[1:] += per[:, 1:].sum(axis=0)
             tp_t = self.tp_layers(links, act[tp], used[tp], t_dev[tp], eps[0, :N][tp], eps[1, :N][tp])
             tp_exposed = float((tp_t - layer[tp]).sum())
             layer[tp] = tp_t
@@ -204,6 +223,9 @@ class GroundTruth:
             inn = np.where(nxt[moved] != 0, self._msg(links, nb, nxt[moved], e[np.arange(moved.size), nxt[moved]]),
                            0.0)
             boundary = float((out + inn).sum())
+            np.add.at(link_s, prev[moved], out)
+            np.add.at(link_s, nxt[moved], inn)
+            link_s[0] = 0.0
         head = self.head_time(n_tokens, kv_len, float(freq[0])) * j_dev[0]
         total = float(layer.sum()) + boundary + head
         comm = tp_exposed + boundary
@@ -213,7 +235,7 @@ class GroundTruth:
         for d, dev in enumerate(self.cluster.devices):
             if d == 0 or used[:, d].any():
                 energy += float(dev.power_w(freq[d])) * min(busy[d], total) + dev.p_idle_w * max(total - busy[d], 0.0)
-        return total, comm, energy
+        return total, comm, energy, busy, link_s
 
 
 def profiler(cluster: Cluster, assumptions: TruthAssumptions | None = None, head_precision: int = 1):

@@ -30,6 +30,7 @@ from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from planner.voltron.policy import Decision, Policy, PolicyContext
 from planner.voltron.rssi import RssiTable
 from sim.multidevice.device_model import GroundTruth, TruthAssumptions, profiler
+from sim.multidevice.squeeze import Squeeze
 from sim.multidevice.workload import WorkloadConfig, conversation
 from sim.wireless import LinkTracker, RssiTrace
 
@@ -52,8 +53,11 @@ class _Conversation:
     """State of one simulated conversation; `user` is the SimPy process (see the module docstring)."""
 
     def __init__(self, policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi: RssiTable, wl: WorkloadConfig,
-                 seed: int, jitter: float, truth: TruthAssumptions | None = None):
+                 seed: int, jitter: float, truth: TruthAssumptions | None = None,
+                 squeeze: Squeeze | None = None):
         self.policy, self.ctx, self.wl, self.jitter = policy, ctx, wl, jitter
+        self.squeeze = squeeze or Squeeze.none()
+        self.squeeze.check(ctx.cluster.n, trace.name)
         self.truth = GroundTruth(ctx.cluster, ctx.table, ctx.cfg.head_precision, truth)   # the simulated cluster
         self.rng = np.random.default_rng(seed)
         self.env = simpy.Environment()
@@ -73,8 +77,16 @@ class _Conversation:
         self.kv_on = np.zeros(self.cluster.n, dtype=bool)                         # devices holding context KV
         self.prune_kv = policy.lost_kv() == "prune"                               # a declared capability
 
-    def step_time(self, plan, n_tokens: int, kv: int, links, jitter: float) -> tuple[float, float, float]:
-        return self.truth.step(plan, n_tokens, kv, links, self.rng, jitter)
+    def step_time(self, plan, n_tokens: int, kv: int, links, jitter: float,
+                  observe: bool = True) -> tuple[float, float, float]:
+        """Run one step on the simulated cluster (the scenario's squeeze of this instant applied) and report
+        what the cluster measured to the policy (`Policy.observe`): (seconds, of which communication, joules)."""
+        sq = self.squeeze.at(self.cluster.n, self.env.now)
+        slow, real = (None, links) if sq is None else (sq[0], Squeeze.links(links, sq[1]))
+        t, comm, energy, busy, link_s = self.truth.step_detail(plan, n_tokens, kv, real, self.rng, jitter, slow)
+        if observe:                          # (not the runner's own costing of a KV re-prefill)
+            self.policy.observe(plan, n_tokens, kv, links, t, busy, link_s)
+        return t, comm, energy
 
     def kv_recompute_s(self, plan, links, kv: int) -> float:
         """Seconds to rebuild context KV lost with a departed device (re-prefill of `kv` tokens on `plan`), and
@@ -86,7 +98,7 @@ class _Conversation:
         self.st["kv_lost"] += 1
         if self.prune_kv:
             return 0.0              # the policy pruned the departed shards (and their KV): no recompute
-        t, _, _ = self.step_time(plan, kv, 0, links, 0.0)
+        t, _, _ = self.step_time(plan, kv, 0, links, 0.0, observe=False)
         self.st["kv_recompute_s"] += t
         return t
 
@@ -161,6 +173,12 @@ class _Conversation:
                 # background reload: the previous plan keeps running until the new shards are in memory
                 pending, pending_left, pending_id = d.plan, reload, st["plan_id"]
                 reload = 0.0
+            if d.bridge is not None:
+                # the running plan with the run-time levers that need no reload, until the pending plan is loaded
+                st["plan_id"] += 1
+                st["replans"] += 1
+                self.plans[st["plan_id"]] = d.bridge
+                running, running_id = d.bridge, st["plan_id"]
             dt, comm, ej = self.step_time(running, 1, kv, links, self.jitter)
             st["energy"] += ej
             st["energy_decode"] += ej
@@ -202,10 +220,12 @@ class _Conversation:
 
 
 def run_conversation(policy: Policy, ctx: PolicyContext, trace: RssiTrace, rssi: RssiTable, wl: WorkloadConfig,
-                     seed: int = 0, jitter: float = 0.03, truth: TruthAssumptions | None = None) -> RunResult:
-    """Simulate one conversation of `policy` under `trace` on the simulated cluster (`device_model.GroundTruth`
-    with `truth`, default assumptions if None); deterministic for a seed."""
-    return _Conversation(policy, ctx, trace, rssi, wl, seed, jitter, truth).run()
+                     seed: int = 0, jitter: float = 0.03, truth: TruthAssumptions | None = None,
+                     squeeze: Squeeze | None = None) -> RunResult:
+    """Simulate one conversation of `policy` under `trace` (and the scenario's `squeeze`, none if None) on
+    the simulated cluster (`device_model.GroundTruth` with `truth`, default assumptions if None); deterministic for a
+    seed."""
+    return _Conversation(policy, ctx, trace, rssi, wl, seed, jitter, truth, squeeze).run()
 
 
 PREC_NAMES = ("FP16", "INT8", "INT4")
@@ -307,7 +327,8 @@ def simulate(spec, cluster_spec, pcfg, tcfg, wl: WorkloadConfig, rssi: RssiTable
     trace.rssi(cluster_spec.links, 0.0)                                      # every cluster link must be in the trace
     ctx, acc = build_run_context(spec, cluster, pcfg, seed, truth)
     policy = make_policy(ctx)
-    res = run_conversation(policy, ctx, trace, rssi, wl, seed, jitter, truth)
+    squeeze = Squeeze.load(tcfg)
+    res = run_conversation(policy, ctx, trace, rssi, wl, seed, jitter, truth, squeeze)
     res.metrics.update({
         "latency_model_accuracy": acc["accuracy"], "latency_model_mape": acc["mape"], "latency_model_r2": acc["r2"],
         "importance_source": ctx.importance.source, "planner": policy.label(),

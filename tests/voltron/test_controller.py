@@ -61,8 +61,10 @@ def test_walk_away_tp_to_mp_and_qos_restored():
     dec = df[df.phase == "decode"]
     strong, weak = dec[dec.rssi_link1 > -50], dec[dec.rssi_link1 < -70]
     assert len(strong) > 50 and len(weak) > 50
-    assert strong.n_tp.mean() > 10 and weak.n_tp.mean() <= 2            # FFN TP -> MP below ~ -70 dBm
-    assert (weak.step_s > 0.4).mean() < 0.05                             # QoS held on the weak link
+    # FFN TP -> MP below ~ -70 dBm (on strong links fewer TP layers than an open-loop plan: the closed loop learns
+    # the software overhead every TP message pays, which the communication model lacks)
+    assert strong.n_tp.mean() > 5 and weak.n_tp.mean() <= 2
+    assert (weak.step_s > 0.4).mean() < 0.01                             # QoS held on the weak link
     assert not m["oom"] and m["tokens_generated"] == m["tokens_requested"]
     mb, dfb = _run("walk_away", name="mp")
     assert m["qos_tpot_violation_rate"] < mb["qos_tpot_violation_rate"]  # the static MP baseline misses QoS
@@ -218,7 +220,7 @@ def _with_tpot(qos_s: float):
     from planner.voltron.registry import make_policy
 
     base, _ = context("qwen2_5_14b")
-    cfg = dataclasses.replace(base.cfg, qos_tpot_s=qos_s / (1 - base.cfg.qos_margin))
+    cfg = dataclasses.replace(base.cfg, qos_tpot_s=qos_s / (1 - base.cfg.feedback.prior_margin))   # (no observations)
     return make_policy(dataclasses.replace(base, cfg=cfg))
 
 
