@@ -139,3 +139,28 @@ def test_figures_bad_input_leaves_no_run_dir(tmp_path):
                            text=True, timeout=120, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
         assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith("error: "), r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_ctrl_c_of_a_real_run_is_one_line_and_exit_130(tmp_path):
+    import signal
+    import time
+
+    run = tmp_path / "run"
+    p = subprocess.Popen([sys.executable, "-m", "experiments.multidevice", "turns=100", f"hydra.run.dir={run}"],
+                         cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))   # as from a terminal
+    try:
+        deadline = time.monotonic() + 120
+        while not (run / ".edgellm-run").exists():               # the run has started its work
+            assert p.poll() is None and time.monotonic() < deadline, p.stderr.read() if p.stderr else ""
+            time.sleep(0.05)
+        time.sleep(0.5)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 130 and err.count("\n") == 1 and err.startswith("error: interrupted"), (p.returncode, err)
+    assert not (run / "metrics.json").exists()
