@@ -478,8 +478,8 @@ def one_line_errors(fn: Callable[..., T]) -> Callable[..., T]:
         except OSError as e:
             if e.errno != errno.ENOSPC:
                 raise
-            fail(f"{e.filename or 'disk'}: no space left on device (the run directory holds no metrics.json: it is "
-                 f"re-run next time)")
+            fail(f"{e.filename or run_dir()}: no space left on device (the run directory holds no metrics.json: it "
+                 f"is re-run next time)")
             raise  # unreachable
 
     return wrapper

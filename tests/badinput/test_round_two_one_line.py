@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -164,3 +165,20 @@ def test_ctrl_c_of_a_real_run_is_one_line_and_exit_130(tmp_path):
             p.wait()
     assert p.returncode == 130 and err.count("\n") == 1 and err.startswith("error: interrupted"), (p.returncode, err)
     assert not (run / "metrics.json").exists()
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(os.geteuid() != 0, reason="mounts a small tmpfs (root)")
+def test_full_disk_of_a_real_run_is_one_line_and_exit_2(tmp_path):
+    disk = tmp_path / "disk"
+    disk.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=48k", "tmpfs", str(disk)], check=True)
+    try:
+        r = subprocess.run([sys.executable, "-m", "experiments.coldstart", "model=llama3_8b", "write_trace=true",
+                            f"hydra.run.dir={disk / 'r'}"], cwd=ROOT, capture_output=True, text=True, timeout=300)
+        assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.returncode, r.stderr[-2000:])
+        assert r.stderr.startswith(f"error: {disk / 'r'}: no space left on device"), r.stderr
+        assert not (disk / "r" / "metrics.json").exists()
+        assert not [p for p in (disk / "r").iterdir() if p.name.endswith(".tmp")]     # no partial file left
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
