@@ -27,7 +27,9 @@ def _validate(store, run, *args: str) -> subprocess.CompletedProcess:
                           cwd=REPO, capture_output=True, text=True, timeout=900)
 
 
-@pytest.mark.parametrize("framework", ["edgeflow", "llamacpp"])
+# the fast tier's host HIL run is EdgeFlow's; the baseline with EdgeFlow interleaved (`versus`) is a second full
+# quantize + calibrate + run cycle: slow tier
+@pytest.mark.parametrize("framework", ["edgeflow", pytest.param("llamacpp", marks=pytest.mark.slow)])
 def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     from hil.diagnostics.schedtrace import available as tracefs_missing
 

@@ -55,7 +55,9 @@ def _run(runner, tokens, n_new):
     return toks, logs
 
 
-@pytest.mark.parametrize("kind", ["mp", "tp", "hybrid"])
+# the fast tier's emulated-cluster run is the hybrid plan (MP and TP calls in one run); MP and TP alone: slow tier
+@pytest.mark.parametrize("kind", [pytest.param("mp", marks=pytest.mark.slow),
+                                  pytest.param("tp", marks=pytest.mark.slow), "hybrid"])
 def test_plans_on_emulated_devices_equal_reference(cluster, kind):
     emu, handles = cluster
     spec = P.spec()
@@ -80,6 +82,7 @@ def test_plans_on_emulated_devices_equal_reference(cluster, kind):
     assert all(len(v) > 0 for v in msgs.values())                   # every worker was talked to over its link
 
 
+@pytest.mark.slow      # a calibration: 90 measured variants on the quota-limited workers
 def test_measured_profile_fits_latency_model(cluster):
     """A few measured variants per (device, precision, phase) on the quota-limited workers → the planner's regression
     fits, and the slowest device (the watch, smallest quota) is measured slower than the others."""

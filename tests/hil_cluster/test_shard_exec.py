@@ -63,7 +63,9 @@ def run_both(setup, plans: dict, n_new: int = N_NEW, on_step=None, budgets=(1e9,
     return out[0][0], out[1][0], dmax, co
 
 
-@pytest.mark.parametrize("kind", ["mp", "tp", "hybrid"])
+# hybrid (MP prefill, TP decode) in the fast tier; MP and TP alone: slow tier
+@pytest.mark.parametrize("kind", [pytest.param("mp", marks=pytest.mark.slow),
+                                  pytest.param("tp", marks=pytest.mark.slow), "hybrid"])
 def test_planner_plans_equal_reference(setup, kind):
     if kind == "hybrid":
         plans = {"prefill": P.hybrid_plan(), "decode": P.voltron_plans()[1]}
@@ -160,6 +162,7 @@ def test_replan_mid_generation(setup):
     assert all(s.device != 2 for s in co.spans[-40:])
 
 
+@pytest.mark.slow      # an all-FP16 forward: NumPy float16 matmuls have no BLAS path (~1 min on 2 cores)
 def test_reference_matches_float_model(setup):
     """Independent check of the shard slicing: all-FP16 with an FP16 head vs the float32 NumPy forward."""
     from quant.gguf_model import load_weights
