@@ -15,7 +15,8 @@ Conventions every app follows:
   directory or a log file.
 
 Validation helpers (used by the apps and the schemas' range checks): `check_name` (names that become paths),
-`safe_path` (every write stays under its root), `finite` / `int_in` / `strict_bool` (typed, NaN/inf-free ranges),
+`safe_path` (every write stays under its root), `finite` / `int_in` / `strict_bool` / `check_numbers` (from
+`quant.bounds`: typed, NaN/inf-free ranges, one true/false rule), `check_path_names` (every name in a path),
 `SIZE_LIMITS` (documented maxima of the size keys) and `check_resources` (a modelled time / memory estimate checked
 against this machine: an error when it cannot fit in the available memory, a warning when it is merely long).
 """

@@ -266,7 +266,14 @@ def main(cfg: DictConfig) -> None:
     inp = inputs(cfg)
     out = run_dir()
     prepare_run_dir(out, OUTPUTS)
-    m = run(inp, out)
+    from hil.cluster.transport import LinkDown
+
+    try:
+        m = run(inp, out)
+    except LinkDown as e:                       # retries exhausted: the trace and settings leave no working plan
+        raise ConfigError(f"live.max_retries: a step failed {inp.live.max_retries + 1} times, its links falling "
+                          f"during it each time ({' '.join(str(e).split())[:120]}); raise live.max_retries or lower "
+                          f"live.trace_speed") from None
     write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=MODELLED_KEYS)
     print(f"{inp.cluster.name}/{inp.spec.name}/{m['planner']}/{inp.tcfg.name}: TTFT measured "
           f"{m.get('measured_ttft_s', float('nan')):.3f} s vs predicted {m.get('predicted_ttft_s', float('nan')):.3f} s"

@@ -182,3 +182,24 @@ def test_full_disk_of_a_real_run_is_one_line_and_exit_2(tmp_path):
         assert not [p for p in (disk / "r").iterdir() if p.name.endswith(".tmp")]     # no partial file left
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_exhausted_link_retries_are_one_line(capsys, monkeypatch, tmp_path):
+    """Links falling during one step more than live.max_retries times: one line naming the key (the cluster is
+    closed by the run's own `finally`), not a LinkDown traceback."""
+    from types import SimpleNamespace
+
+    from experiments import validate_cluster as vc
+    from hil.cluster.transport import LinkDown
+
+    def fail_run(inp, out):
+        raise LinkDown("device 1: link down")
+
+    monkeypatch.setattr(vc, "inputs", lambda cfg: SimpleNamespace(live=SimpleNamespace(max_retries=3)))
+    monkeypatch.setattr(vc, "run_dir", lambda: tmp_path)
+    monkeypatch.setattr(vc, "run", fail_run)
+    inner = vc.main.__wrapped__.__wrapped__                  # below Hydra and resume: one_line_errors(main)
+    with pytest.raises(SystemExit) as ei:
+        inner(None)
+    err = capsys.readouterr().err
+    assert ei.value.code == 2 and err.count("\n") == 1 and err.startswith("error: live.max_retries: a step failed 4 ")
