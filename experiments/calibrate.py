@@ -190,9 +190,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     from experiments.calibrate_fit import host_from_marker
 
     try:
-        host = host_from_marker(dev, quick=bool(cfg.quick), remeasure=bool(cfg.remeasure),
+        host = host_from_marker(dev, quick=strict_bool(cfg.quick, "quick"),
+                                remeasure=strict_bool(cfg.remeasure, "remeasure"),
                                 progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg),
-                                memory=memory_of(cfg), huge=bool(cfg.get("huge_pages", True)))
+                                memory=memory_of(cfg), huge=strict_bool(cfg.get("huge_pages", True), "huge_pages"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     prof, table = host.device, host.cost_table

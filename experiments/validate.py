@@ -184,7 +184,26 @@ def validate(cfg: DictConfig) -> Estimate:
     return Estimate(20.0 + params / 5e6 + runs * params / 2e8, 12.0 * params, "model", f"model={c.model.name}")
 
 
-@resumable(expected=("measured_ttft_s",))
+def profile_files(cfg: DictConfig) -> list[Path]:
+    """The stored host profile a run with `cfg` would load (docs/hil.md "Host profile"): its files are inputs of the
+    run, so a recalibrated host re-runs a finished job (experiments.resume). [] when none is stored or the config
+    is bad (the run itself then says why)."""
+    from hil.host import STORE_FILES, host_identity, marker_store, store_dir
+
+    try:
+        c = settings(cfg)
+        root = marker_store(OmegaConf.to_container(cfg.device, resolve=True))
+    except (ValueError, TypeError):
+        return []
+    ident = host_identity()
+    for quick in ((False, True) if c.quick_profile else (False,)):
+        d = store_dir(root, ident, quick, c.host_memory, c.huge_pages)
+        if (d / "device.json").is_file():
+            return [d / name for name in STORE_FILES]
+    return []
+
+
+@resumable(expected=("measured_ttft_s",), files=profile_files)
 @one_line_errors
 def run(cfg: DictConfig) -> dict[str, Any]:
     from experiments.hostrun import compare, compare_per_run, logits_check, merged_trace, per_op

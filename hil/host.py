@@ -57,6 +57,7 @@ ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", 
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
 STORE_VERSION = 20    # bumped whenever what a store holds changes meaning; 20: the device profile (device.json) and
 #                       the host runtime model (runtime.json) are stored apart
+STORE_FILES = ("identity.json", "device.json", "runtime.json", "cost_table.json", "measurements.json")
 
 
 # ================================================ identity ===========================================================
