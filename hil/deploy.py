@@ -17,8 +17,12 @@ fit the host's cores, and the facts of that file a plan is bound to.
 from __future__ import annotations
 
 import dataclasses
+import fcntl
 import hashlib
 import json
+import shutil
+import sys
+import tempfile
 from pathlib import Path
 
 from planner.device import SocProfile
@@ -62,11 +66,12 @@ def _settings_key(settings: QuantSettings) -> str:
 
 
 def packed_model(spec: ModelSpec, method: str, bits: int, fmt: str, settings: QuantSettings,
-                 cache: Path = CACHE) -> Path:
-    """Path of the packed file of `spec` quantized with `method` at `bits`, in `fmt`; made once, then cached."""
-    from quant.export import write_pack
-    from quant.gguf_model import load_weights
-    from quant.pipeline import run_quantization
+                 cache: Path = CACHE, log=lambda msg: print(msg, file=sys.stderr)) -> Path:
+    """Path of the packed file of `spec` quantized with `method` at `bits`, in `fmt`; made once, then cached. A
+    cached file is CRC-checked (once per version of it, `quant.pack.verify_file`); a corrupt one is rebuilt with one
+    line (`log`) saying so. Concurrent callers build it once: a per-file lock, each build in its own temp directory,
+    renamed into place; a caller that finds the file made meanwhile uses it."""
+    from quant.pack import PackedFileError, verify_file
 
     b = 8 if method == "int8" else int(bits)
     if spec.weights.value == "synthetic":                # generated model: its own cached pipeline (quant.synth_pack)
@@ -75,21 +80,56 @@ def packed_model(spec: ModelSpec, method: str, bits: int, fmt: str, settings: Qu
         if method != "edgeflow":
             raise ValueError(f"model {spec.name}: synthetic models are packed with EdgeFlow's allocation only "
                              f"(framework plans reading per-channel INT8 need a real model)")
-        return ensure_synth(spec.name, b, fmt, spec=spec).pack
-    path = cache / f"{spec.name}.{method}.b{b}.{fmt}.{_settings_key(settings)}.efpk"
-    if path.is_file():
+        path = ensure_synth(spec.name, b, fmt, spec=spec).pack
+        if _corrupt(path, log):
+            path = ensure_synth(spec.name, b, fmt, spec=spec).pack
+            verify_file(path)
         return path
+    path = cache / f"{spec.name}.{method}.b{b}.{fmt}.{_settings_key(settings)}.efpk"
+    if path.is_file() and not _corrupt(path, log):
+        return path
+    cache.mkdir(parents=True, exist_ok=True)
+    with open(cache / f".{path.name}.lock", "a") as lk:
+        fcntl.flock(lk, fcntl.LOCK_EX)                    # one build per file on this machine; the others wait
+        if path.is_file() and not _corrupt(path, log):   # made by the caller that held the lock
+            return path
+        _build(spec, method, b, fmt, settings, path)
+    try:
+        verify_file(path)
+    except PackedFileError as e:
+        raise PackedFileError(f"{path}: the file just built does not verify ({e})") from None
+    return path
+
+
+def _corrupt(path: Path, log) -> bool:
+    """True (and the file removed, with one line) when the cached packed file fails its CRC check."""
+    from quant.pack import PackedFileError, verify_file
+
+    try:
+        verify_file(path)
+        return False
+    except PackedFileError as e:
+        log(f"{path.name}: cached packed file is corrupt ({str(e).splitlines()[0]}); rebuilding it")
+        path.unlink(missing_ok=True)
+        return True
+
+
+def _build(spec: ModelSpec, method: str, b: int, fmt: str, settings: QuantSettings, path: Path) -> None:
+    """Quantize and write the packed file in a temp directory of this process, then rename it to `path`. The caller
+    holds the file's lock."""
+    from quant.export import write_pack
+    from quant.gguf_model import load_weights
+    from quant.pipeline import run_quantization
+
+    for stale in path.parent.glob(f".build-{path.stem}.*"):     # a killed build's (the caller holds the lock)
+        shutil.rmtree(stale, ignore_errors=True)
     res = run_quantization(spec, method, b, float(b), settings)
-    tmp_dir = cache / f".build-{path.stem}"
-    tmp_dir.mkdir(parents=True, exist_ok=True)
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".build-{path.stem}.", dir=path.parent))
     try:
         made = write_pack(res.model, spec, load_weights(spec), tmp_dir, fmt=fmt)
         made.replace(path)                        # the writer is atomic; the rename keys it in the cache
     finally:
-        for p in tmp_dir.glob("*"):
-            p.unlink()
-        tmp_dir.rmdir()
-    return path
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def plan_summary(plan: Plan) -> dict:

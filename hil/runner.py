@@ -53,6 +53,7 @@ from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import Plan, Task
 from planner.timeline import Span, Timeline
 from quant.arch import ModelSpec
+from quant.pack.container import verify_file
 from quant.pack.formats import BY_CODE, F32_CODE
 from quant.pack.layout import pack_bits3
 
@@ -424,6 +425,9 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     (a cold start); resident_before records what remained. isa: force one native ISA (None: the fastest)."""
     path = Path(packed_path)
     ix = read_index(path)
+    # the timed loads read byte ranges without their CRC32 (a CRC of every blob would be timed work a runtime does
+    # not do): the whole file is CRC-checked once per version of it before any run (docs/hil.md "Faults and locks")
+    verify_file(path)
     _check_bound(plan, ix)
     if spec is None:
         from quant.arch import model_spec

