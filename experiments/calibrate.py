@@ -28,6 +28,7 @@ from omegaconf import DictConfig, OmegaConf
 from experiments.common import (
     ConfigError,
     Estimate,
+    fail,
     one_line_errors,
     precheck,
     prepare_run_dir,
@@ -222,5 +223,9 @@ if __name__ == "__main__":
         import runpy
         runpy.run_module("experiments.calibrate_cluster", run_name="__main__", alter_sys=True)
     else:
+        from hil.timing import parallel_launcher
+
+        if (why := parallel_launcher("calibrate", sys.argv[1:])) is not None:
+            fail(why)
         precheck("calibrate", sys.argv[1:], validate, GROUPS)
         main()

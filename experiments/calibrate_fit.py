@@ -23,6 +23,7 @@ from hil.host import (
     store,
     store_lock,
 )
+from hil.timing import timing_lock
 from planner.cost.analytic import AnalyticCostModel
 from planner.device import SocProfile
 from planner.host_runtime import HostRuntime
@@ -102,7 +103,9 @@ def host_profile(root: str | os.PathLike | None = None, remeasure: bool = False,
     `remeasure`). Prints one line (`log`) saying which."""
     root = Path(root or DEFAULT_ROOT)
     ident = hil_host.host_identity()
-    with store_lock(root):
+    # the machine's timing lock first, then the store's (always in this order: validate holds the first around its
+    # whole run); a calibration is a timing run (hil.timing)
+    with timing_lock(f"calibrate {root}"), store_lock(root):
         if remeasure:
             why = "remeasure requested"
         else:

@@ -31,6 +31,7 @@ from omegaconf import MISSING, DictConfig, OmegaConf
 from experiments.common import (
     ConfigError,
     Estimate,
+    fail,
     one_line_errors,
     precheck,
     prepare_run_dir,
@@ -42,6 +43,7 @@ from experiments.common import (
 )
 from experiments.resume import resumable
 from hil.hostmem import MODES as HOST_MEMORY_MODES
+from hil.timing import parallel_launcher, timing_lock
 from planner.framework import FrameworkSpec
 from quant.arch import ModelSpec, WeightSource
 from quant.atomic import atomic_write_json, atomic_write_text
@@ -206,15 +208,20 @@ def profile_files(cfg: DictConfig) -> list[Path]:
 @resumable(expected=("measured_ttft_s",), files=profile_files)
 @one_line_errors
 def run(cfg: DictConfig) -> dict[str, Any]:
+    watch_parent()
+    c = settings(cfg)
+    out = run_dir()
+    prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "runs.csv", "config.yaml"])
+    with timing_lock(f"validate {out}"):              # one timing run on this machine at a time (hil.timing)
+        return _run(cfg, c, out)
+
+
+def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
     from experiments.hostrun import compare, compare_per_run, logits_check, merged_trace, per_op
     from hil.deploy import plan_summary
     from hil.diagnostics.drift import SPEED_KEYS, drift_pct, run_speeds, speeds_before
     from quant.evaluate import eval_text_tokens
 
-    watch_parent()
-    c = settings(cfg)
-    out = run_dir()
-    prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "runs.csv", "config.yaml"])
     tokens = eval_text_tokens(c.model, c.prompt_tokens)
     gguf = None
     if c.peer == "llamacpp":
@@ -629,5 +636,7 @@ if __name__ == "__main__":
         import runpy
         runpy.run_module("experiments.validate_cluster", run_name="__main__", alter_sys=True)
     else:
+        if (why := parallel_launcher("validate", sys.argv[1:])) is not None:
+            fail(why)
         precheck("validate", sys.argv[1:], validate, GROUPS)
         main()

@@ -32,6 +32,7 @@ from pathlib import Path
 import numpy as np
 
 from hil.pagecache import evict, resident_fraction
+from hil.timing import timing_lock
 
 PEER_VERSION = "0.3.16"
 INSTALL_HINT = (f"llama.cpp peer unavailable: install the optional extra with pip install 'edgellm[peer]' "
@@ -97,6 +98,13 @@ def llamacpp_cold_ttft(gguf_path, tokens, threads: int = 2, repeats: int = 3, ev
     n = len(ids)
     kw = dict(model_path=str(path), n_ctx=n + 1, n_batch=n, n_ubatch=n, n_threads=threads, n_threads_batch=threads,
               use_mmap=False, use_mlock=False, logits_all=False, verbose=False)
+    with timing_lock(f"llama.cpp {path.name}"):       # one timing run on this machine at a time (hil.timing)
+        return _cold_runs(llama_cpp, path, ids, kw, threads, repeats, evict_cache)
+
+
+def _cold_runs(llama_cpp, path: Path, ids: list[int], kw: dict, threads: int, repeats: int, evict_cache: bool
+               ) -> dict:
+    n = len(ids)
     load, prefill, ttft, first, resident = [], [], [], [], []
     for _ in range(repeats):
         gc.collect()

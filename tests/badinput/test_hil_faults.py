@@ -191,3 +191,77 @@ def test_calibrate_takes_no_as_false(monkeypatch):
     with pytest.raises(SystemExit):
         calibrate.run.__wrapped__(cfg)
     assert seen["quick"] is False and seen["remeasure"] is False and seen["huge"] is True
+
+
+# ---------------------------------------------------------------- timing runs take turns --------------------------
+def test_a_second_timing_run_waits_for_the_first_and_says_whose(tmp_path):
+    import subprocess
+    import sys
+    import time
+
+    from hil.timing import timing_lock
+
+    lock = tmp_path / "timing.lock"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from hil.timing import timing_lock\n"
+         f"with timing_lock('validate run-a', Path({str(lock)!r})):\n"
+         "    print('held', flush=True); time.sleep(1.5)"],
+        stdout=subprocess.PIPE, text=True, cwd=Path(__file__).resolve().parents[2])
+    assert holder.stdout.readline().strip() == "held"
+    lines: list[str] = []
+    t0 = time.monotonic()
+    with timing_lock("validate run-b", lock, log=lines.append):
+        waited = time.monotonic() - t0
+        with timing_lock("llama.cpp", lock, log=lines.append):          # re-entrant within a process
+            pass
+    holder.wait(10)
+    assert len(lines) == 1 and f"waiting for {holder.pid}'s timing run (validate run-a)" in lines[0]
+    assert waited > 0.2                                                    # it waited for the holder's exit
+    with timing_lock("again", lock, log=lines.append):                   # free now: no line
+        pass
+    assert len(lines) == 1
+
+
+def test_timing_apps_refuse_parallel_launchers_in_one_line(tmp_path):
+    import subprocess
+    import sys
+
+    from hil.timing import parallel_launcher
+
+    assert parallel_launcher("validate", ["hydra/launcher=basic", "bits=4"]) is None
+    for app in ("validate", "calibrate"):
+        r = subprocess.run([sys.executable, "-m", f"experiments.{app}", "-m", "hydra/launcher=joblib",
+                            f"hydra.sweep.dir={tmp_path / app}"], cwd=Path(__file__).resolve().parents[2],
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 2, r.stderr
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: hydra/launcher:") and "parallel" in lines[0]
+        assert not (tmp_path / app).exists()
+
+
+def test_concurrent_callers_build_a_packed_file_once(tiny, tmp_path, monkeypatch):
+    import threading
+    import time
+
+    from hil import deploy
+    from quant.settings import QuantSettings
+
+    spec, good = tiny
+    cache = tmp_path / "cache"
+    builds: list[int] = []
+
+    def build(spec_, method, b, fmt, settings, path):
+        builds.append(1)
+        time.sleep(0.3)
+        path.write_bytes(good.read_bytes())
+
+    monkeypatch.setattr(deploy, "_build", build)
+    got: list[Path] = []
+    ts = [threading.Thread(target=lambda: got.append(deploy.packed_model(spec, "edgeflow", 5, "weightlet",
+                                                                        QuantSettings(), cache=cache)))
+          for _ in range(3)]
+    for t in ts:
+        t.start()
+    for t in ts:
+        t.join()
+    assert len(builds) == 1 and len(got) == 3 and len(set(got)) == 1
