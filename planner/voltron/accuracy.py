@@ -22,9 +22,20 @@
   i.e. the relative drop of the geometric-mean probability the model gives the correct next token, assumed to carry
   over proportionally to the benchmark score. It is a proxy (no benchmark is run), bounded in [0, 1). A mean within
   the measurement noise (≤ NOISE_Z·sd/√K, see importance.py) counts as 0. A number in the config
-  (`planner.accuracy.loss_int8=0.002`) overrides the measurement. For every model other than SmolLM2 the measured
-  numbers are *extrapolated* (`loss_source` says so and names the formats; metrics.json's `importance_source` reads
-  `extrapolated`).
+  (`planner.accuracy.loss_int8=0.002`) overrides the measurement.
+  Model size: a 135M model is far more sensitive to 4-bit weights than a 7–14B one, so for every other model q(p)
+  scales with its parameter count N (`ModelSpec.total_params`, from the exact shapes; MoE: all experts, every one is
+  quantized) along published llama.cpp perplexity measurements of the same formats, mapped by the same proxy
+  (`PUBLISHED`): LLaMA-7B / 13B on wikitext-2 (ctx 512) — Q4_K (= llama.cpp's Q4_K_S, every linear Q4_K) from the
+  k-quants pull request (ggml-org/llama.cpp #1684): F16 5.9066 → 6.0215 (7B), 5.2543 → 5.3404 (13B), q = 0.0191 /
+  0.0161; Q8_0 from llama.cpp's examples/quantize/README.md table: 5.9066 → 5.9070, 5.2543 → 5.2548, q = 0.00007 /
+  0.00010. With SmolLM2-135M's measured q as the small-model point, log q is interpolated linearly in log N between
+  the points (beyond 13B: the 7B→13B slope, −0.26; below 135M: the 135M value). E.g. q(INT4) = 0.198 (135M),
+  0.026 (Gemma-3-4B, 3.9B), 0.019 (7.6B), 0.017 (Gemma-3-12B, 11.8B), 0.016 (14.8B). These are LLaMA-1 numbers
+  applied to the Qwen and Gemma families (no per-family Q4_K measurement was found); family-specific task data
+  (Qwen2-Instruct MMLU, GPTQ-Int4: 7B 70.5 → 67.8, −3.8 %; 72B 82.3 → 80.8, −1.8 %; qwen.readthedocs.io
+  "Performance of Quantized Models") lose about twice as much, which `int4_scale` (default 1) lets the sensitivity
+  analysis apply (docs/multidevice.md). `loss_source` names the source of a model's q.
 - a(a): loss from quantizing the transferred activations of layer l (INT8 `act_loss_int8`, INT4 `act_loss_int4`;
   still assumptions: 0.1 % / 1 %, config `accuracy.*`).
 - share(f): share of the layer's importance removed by pruning a fraction f of its shards (least important first).
@@ -41,6 +52,7 @@ from typing import Optional
 import numpy as np
 
 from planner.voltron.importance import DATA, NOISE_Z, Importance, load_measurement
+from quant.arch import model_spec
 
 BASE_MMLU = {
     "qwen2_5_3b": 65.6, "qwen2_5_7b": 74.2, "qwen2_5_14b": 79.7,
@@ -60,6 +72,8 @@ class AccuracyConfig:
     loss_int4: Optional[float] = None  # relative score loss, whole model at INT4; None = measured (SmolLM2, proxy map)
     act_loss_int8: float = 0.001      # relative loss, all transferred activations at INT8 (assumption)
     act_loss_int4: float = 0.01       # relative loss, all transferred activations at INT4 (assumption)
+    int4_scale: float = 1.0           # × the size-scaled q(INT4) of every model but SmolLM2 (sensitivity: ~2 = the
+                                      # Qwen2 GPTQ-Int4 MMLU drops; 1 = the llama.cpp Q4_K perplexity curve)
 
     def __post_init__(self) -> None:
         for k in ("loss_int8", "loss_int4", "act_loss_int8", "act_loss_int4"):
@@ -68,6 +82,8 @@ class AccuracyConfig:
                 continue
             if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v < 1:
                 raise ValueError(f"accuracy.{k} must be in [0, 1) (got {v!r})")
+        if isinstance(self.int4_scale, bool) or not 0 < self.int4_scale <= 10:
+            raise ValueError(f"accuracy.int4_scale must be in (0, 10] (got {self.int4_scale!r})")
 
 
 # plan precision -> the measured row the proxy uses (llama.cpp formats, see the module doc)
@@ -114,26 +130,63 @@ def precision_loss(precision: str, scope: str = "all", path: str = str(DATA)) ->
     return PrecisionLoss(precision, fmt, *_mean_sd(ppl / ref - 1.0), *_mean_sd(m["kl"]), min(lm, 0.999), ls, K)
 
 
-@lru_cache(maxsize=8)
-def _losses(loss_int8: Optional[float], loss_int4: Optional[float], path: str = str(DATA)) -> np.ndarray:
-    q8 = precision_loss("int8", path=path).loss if loss_int8 is None else loss_int8
-    q4 = precision_loss("int4", path=path).loss if loss_int4 is None else loss_int4
-    return np.array([0.0, q8, q4])                                          # by precision id FP16, INT8, INT4
+# Published whole-model effects of the llama.cpp formats by model size (wikitext-2 perplexity, ctx 512), mapped by the
+# proxy q = 1 − ppl_ref/ppl: (source, params in billions, ppl F16, ppl at the format). LLaMA-1 7B / 13B have 6.74B /
+# 13.0B parameters (LLaMA paper, Table 2).
+PUBLISHED = {
+    "int4": [("llama.cpp k-quants PR #1684, LLaMA-7B Q4_K_S", 6.74, 5.9066, 6.0215),
+             ("llama.cpp k-quants PR #1684, LLaMA-13B Q4_K_S", 13.0, 5.2543, 5.3404)],
+    "int8": [("llama.cpp examples/quantize/README.md, LLaMA-7B Q8_0", 6.74, 5.9066, 5.9070),
+             ("llama.cpp examples/quantize/README.md, LLaMA-13B Q8_0", 13.0, 5.2543, 5.2548)],
+}
 
 
-def weight_losses(cfg: AccuracyConfig, path: str = str(DATA)) -> np.ndarray:
-    """q(p) by precision id (3,): FP16 0, then INT8 (Q8_0) and INT4 (Q4_K) from the config or, when null, the
-    measurement."""
-    return _losses(cfg.loss_int8, cfg.loss_int4, path)
+def size_curve(precision: str, path: str = str(DATA)) -> list[tuple[float, float]]:
+    """[(params in billions, q)] of `precision` ('int8' | 'int4'): the SmolLM2 measurement, then `PUBLISHED`."""
+    n_small = model_spec(load_measurement(path)["model"]).total_params() / 1e9
+    published = [(n, 1.0 - ref / ppl) for _, n, ref, ppl in PUBLISHED[precision]]
+    return [(n_small, precision_loss(precision, path=path).loss)] + published
+
+
+def scaled_loss(precision: str, params_b: float, path: str = str(DATA)) -> float:
+    """q(precision) of a model of `params_b` billion parameters: log q linear in log N between the curve's points,
+    the last segment's slope beyond them, the smallest point's value below them (q = 0 anywhere on the curve: q is
+    interpolated linearly instead, as the log is undefined)."""
+    n, q = map(np.asarray, zip(*size_curve(precision, path)))
+    x = np.log(n)
+    if (q <= 0).any():
+        return float(max(np.interp(np.log(params_b), x, q), 0.0))
+    y = np.log(q)
+    if params_b <= n[-1]:
+        return float(np.exp(np.interp(np.log(params_b), x, y)))
+    slope = (y[-1] - y[-2]) / (x[-1] - x[-2])
+    return float(np.exp(y[-1] + slope * (np.log(params_b) - x[-1])))
+
+
+@lru_cache(maxsize=64)
+def _losses(model: str, loss_int8: Optional[float], loss_int4: Optional[float], int4_scale: float,
+            path: str = str(DATA)) -> np.ndarray:
+    if model == load_measurement(path).get("model"):
+        q8, q4 = precision_loss("int8", path=path).loss, precision_loss("int4", path=path).loss
+    else:
+        n = model_spec(model).total_params() / 1e9                 # MoE: every expert is quantized
+        q8, q4 = scaled_loss("int8", n, path), min(scaled_loss("int4", n, path) * int4_scale, 0.999)
+    return np.array([0.0, q8 if loss_int8 is None else loss_int8, q4 if loss_int4 is None else loss_int4])
+
+
+def weight_losses(cfg: AccuracyConfig, model: str, path: str = str(DATA)) -> np.ndarray:
+    """q(p) of `model` by precision id (3,): FP16 0, then INT8 (Q8_0) and INT4 (Q4_K) from the config or, when null,
+    the measurement (SmolLM2) or the size curve through it and the published points (any other model)."""
+    return _losses(model, cfg.loss_int8, cfg.loss_int4, cfg.int4_scale, path)
 
 
 def loss_source(model: str, cfg: AccuracyConfig, path: str = str(DATA)) -> str:
     """Where q(INT8) / q(INT4) of `model` come from: "config" (both overridden), else "measured" (SmolLM2 itself) or
-    "extrapolated" (measured on SmolLM2, applied to another model), followed by the measured llama.cpp formats, e.g.
-    "extrapolated (llama.cpp Q8_0, Q4_K)" or "measured (llama.cpp Q4_K; INT8 from config)"."""
+    "size-scaled" (the size curve through the SmolLM2 measurement and the published llama.cpp points), followed by the
+    llama.cpp formats, e.g. "size-scaled (llama.cpp Q8_0, Q4_K)" or "measured (llama.cpp Q4_K; INT8 from config)"."""
     if cfg.loss_int8 is not None and cfg.loss_int4 is not None:
         return "config"
-    kind = "measured" if model == load_measurement(path).get("model") else "extrapolated"
+    kind = "measured" if model == load_measurement(path).get("model") else "size-scaled"
     measured = [FORMAT_NAME[PROXY_FORMAT[p]] for p, v in (("int8", cfg.loss_int8), ("int4", cfg.loss_int4))
                 if v is None]
     cfg_part = "; INT8 from config" if cfg.loss_int8 is not None else "; INT4 from config" \
@@ -161,7 +214,7 @@ def base_score(model: str) -> float:
 def accuracy_proxy(model: str, imp: Importance, cfg: AccuracyConfig, precision: np.ndarray,
                    act_precision: np.ndarray, pruned_frac: np.ndarray) -> float:
     """Score (MMLU points) of a plan: precision / act precision per sublayer (N,), pruned shard fraction (N,)."""
-    q = weight_losses(cfg)
+    q = weight_losses(cfg, model)
     a = np.array([0.0, cfg.act_loss_int8, cfg.act_loss_int4])
     w = imp.per_sublayer
     loss = float((w * (q[precision] + a[act_precision] + imp.pruned_share(pruned_frac))).sum())

@@ -17,7 +17,7 @@ import dataclasses
 import sys
 import time
 
-from planner.voltron.accuracy import BASE_MMLU, FAMILIES
+from planner.voltron.accuracy import BASE_MMLU, FAMILIES, AccuracyConfig
 from planner.voltron.devices import load_cluster
 from planner.voltron.policy import PlannerConfig
 from planner.voltron.registry import POLICIES, make_policy
@@ -36,7 +36,11 @@ def _meets_qos(m: dict, max_violation: float) -> bool:
 
 
 def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: str = "qos",
-          max_violation: float = 0.05) -> list[dict]:
+          max_violation: float = 0.05, planners=PLANNERS, accuracy: AccuracyConfig | None = None,
+          energy_mode: bool = False) -> list[dict]:
+    """Rows of the table; `planners` a subset of the registry's names, `accuracy` the accuracy-proxy config (None =
+    default), `energy_mode` for the policies that have one (`planner.energy_mode`)."""
+    acc_cfg = accuracy or AccuracyConfig()
     tr = RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv"))
     rows = []
     ctx_cache: dict = {}
@@ -45,13 +49,14 @@ def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: st
         cluster = load_cluster(cl)
         for fam, models in FAMILIES.items():
             ordered = sorted(models, key=lambda m: -BASE_MMLU[m])
-            for pname in PLANNERS:
+            for pname in planners:
                 last, first_running = None, None
                 for m in ordered:
                     if (cl, m) not in ctx_cache:
                         ctx_cache[(cl, m)] = build_run_context(model_spec(m), cluster, PlannerConfig(), seed)
                     base, acc = ctx_cache[(cl, m)]
-                    ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname))
+                    ctx = dataclasses.replace(base, cfg=PlannerConfig(name=pname, accuracy=acc_cfg,
+                                                                      energy_mode=energy_mode))
                     res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(),
                                            WorkloadConfig(turns=turns, seed=seed), seed=seed)
                     last = dict(res.metrics, cluster=cl, family=fam, planner=pname, model=m,
@@ -70,6 +75,62 @@ def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: st
                     print(f"[{time.time() - t0:5.0f} s] {cl:6s} {fam:8s} {pname:8s} {r['model']:18s} "
                           f"TTFT {r['ttft_s']} TPOT p50 {r['tpot_ms_p50']} oom {r['oom']}", file=sys.stderr, flush=True)
     return rows
+
+
+def gains(rows: list[dict]) -> dict[tuple[str, str], float]:
+    """(cluster, family) → Voltron's accuracy proxy minus the single device's (MMLU points), each with the model the
+    table's rule chose for it."""
+    acc = {(r["cluster"], r["family"], r["planner"]): r["accuracy_proxy"] for r in rows}
+    return {(c, f): acc[c, f, "voltron"] - acc[c, f, "single"] for (c, f, p) in acc
+            if p == "voltron" and (c, f, "single") in acc and acc[c, f, p] is not None
+            and acc[c, f, "single"] is not None}
+
+
+def gain_markdown(by_scale: dict[float, list[dict]]) -> str:
+    """Voltron − single accuracy per cluster and family, one column per `accuracy.int4_scale`."""
+    scales = sorted(by_scale)
+    g = {s: gains(rows) for s, rows in by_scale.items()}
+    model = {s: {(r["cluster"], r["family"], r["planner"]): r["model"] for r in rows} for s, rows in by_scale.items()}
+    out = ["| cluster | family | " + " | ".join(f"int4_scale {s:g}: gain (voltron / single model)" for s in scales)
+           + " |", "|---|---|" + "---|" * len(scales)]
+    for c, f in sorted(g[scales[0]]):
+        cells = [f"{g[s][c, f]:+.2f} ({model[s][c, f, 'voltron']} / {model[s][c, f, 'single']})" for s in scales]
+        out.append(f"| {c} | {f} | " + " | ".join(cells) + " |")
+    return "\n".join(out) + "\n"
+
+
+def energy_markdown(normal: list[dict], energy: list[dict], max_violation: float = 0.01) -> str:
+    """Voltron's decode energy per token, with energy mode off and on, against the single device running the model
+    it can run (the table's rule), each with its QoS outcome: a saving is reported only where Voltron meets QoS (every
+    TTFT within QoS, ≤ `max_violation` of tokens above the TPOT QoS); a configuration that misses QoS saves nothing."""
+    def idx(rows):
+        return {(r["cluster"], r["family"], r["planner"]): r for r in rows}
+
+    a, b = idx(normal), idx(energy)
+    out = ["| cluster | family | single: model, mJ/token, QoS | Voltron: model, mJ/token, QoS, accuracy | "
+           "Voltron energy mode: model, mJ/token, QoS, accuracy | energy mode vs single |",
+           "|---|---|---|---|---|---|"]
+
+    def cell(r, acc=False):
+        ok = _meets_qos(r, max_violation)
+        e = r["energy_mj_per_token"]
+        tail = f", {r['accuracy_proxy']:.2f}" if acc else ""
+        return f"{r['model']}, {'—' if e is None else f'{e:.0f}'}, {'met' if ok else '**missed**'}{tail}", ok, e
+
+    for (c, f, p) in sorted(a):
+        if p != "single" or (c, f, "voltron") not in a or (c, f, "voltron") not in b:
+            continue
+        s_cell, s_ok, s_e = cell(a[c, f, "single"])
+        v_cell, _, _ = cell(a[c, f, "voltron"], True)
+        e_cell, e_ok, e_e = cell(b[c, f, "voltron"], True)
+        if not e_ok:
+            verdict = "no saving (misses QoS)"
+        elif s_e and e_e is not None:
+            verdict = f"{100 * (e_e / s_e - 1):+.0f} %" + ("" if s_ok else " (single misses QoS)")
+        else:
+            verdict = "—"
+        out.append(f"| {c} | {f} | {s_cell} | {v_cell} | {e_cell} | {verdict} |")
+    return "\n".join(out) + "\n"
 
 
 def equal_split(trace: str, turns: int, cluster: str = "office", seed: int = 0) -> list[dict]:
@@ -218,9 +279,23 @@ def main(argv=None) -> None:
     ap.add_argument("--out", default="outputs/multidevice")
     ap.add_argument("--figure", action="store_true", help="also plot TPOT/RSSI over time (office, qwen2_5_14b)")
     ap.add_argument("--latency", action="store_true", help="only print the latency-regression accuracy table")
+    ap.add_argument("--energy", action="store_true", help="only Voltron's energy per token (energy mode off / on) "
+                    "against the single device's, with the QoS outcome beside each")
+    ap.add_argument("--gains", default="", help="only the Voltron-vs-single accuracy gain per cluster and family, for "
+                    "these comma-separated accuracy.int4_scale values (e.g. 0.5,1,2)")
     a = ap.parse_args(argv)
     if a.latency:
         print(latency_accuracy(a.seed))
+        return
+    if a.energy:
+        kw = dict(rule=a.rule, planners=("voltron", "single"), max_violation=0.01)
+        print(energy_markdown(table(a.trace, a.turns, a.seed, **kw),
+                              table(a.trace, a.turns, a.seed, energy_mode=True, **kw)))
+        return
+    if a.gains:
+        by = {float(x): table(a.trace, a.turns, a.seed, rule=a.rule, planners=("voltron", "single"),
+                              accuracy=AccuracyConfig(int4_scale=float(x))) for x in a.gains.split(",")}
+        print(gain_markdown(by))
         return
     if a.figure:
         from pathlib import Path as _P

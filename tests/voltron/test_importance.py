@@ -12,6 +12,7 @@ from planner.voltron.accuracy import (
     accuracy_proxy,
     loss_source,
     precision_loss,
+    scaled_loss,
     weight_losses,
 )
 from planner.voltron.importance import NOISE_Z, importance_for, load_measurement, shard_stats
@@ -97,28 +98,34 @@ def test_precision_loss_mapping(tmp_path):
     assert p8.dppl_rel == pytest.approx(np.mean([0.2, 0.1, 0.3, 0.25]))
     assert p8.kl == pytest.approx(0.15) and p8.kl_sd == pytest.approx(np.std([0.1, 0.2, 0.1, 0.2], ddof=1))
     assert precision_loss("fp16", path=path).loss == 0.0                     # within noise (mean < 0) → 0
-    q = weight_losses(AccuracyConfig(), path)
+    m = load_measurement(path)["model"]                                      # the measured model: its own q
+    q = weight_losses(AccuracyConfig(), m, path)
     assert q[0] == 0 and q[1] == pytest.approx(want) and q[2] == pytest.approx(precision_loss("int4", path=path).loss)
-    assert weight_losses(AccuracyConfig(loss_int8=0.002), path)[1] == 0.002   # config override wins
+    assert weight_losses(AccuracyConfig(loss_int8=0.002), m, path)[1] == 0.002   # config override wins
     with pytest.raises(ValueError, match="host_int8_weight_only/all"):
         precision_loss("host_int8_weight_only", path=path)
     load_measurement.cache_clear()
 
 
-def test_accuracy_proxy_uses_measured_constants_and_labels_extrapolated():
+def test_accuracy_proxy_uses_size_scaled_constants_and_labels_them():
+    """A 7.6B model's q(p) lies on the size curve through SmolLM2's measurement (135M) and the published llama.cpp
+    points (LLaMA-7B / 13B): far below SmolLM2's Q4_K loss, near LLaMA-7B's."""
     spec = model_spec("qwen2_5_7b")
     imp = importance_for(spec)
     N = 2 * spec.n_layers
     z = np.zeros(N, int)
-    l8, l4 = precision_loss("int8").loss, precision_loss("int4").loss    # measured Q8_0 / Q4_K
-    assert 0 <= l8 < l4 < 1                                                # Q8_0 may be within noise (→ 0)
+    l8, l4 = scaled_loss("int8", spec.total_params() / 1e9), scaled_loss("int4", spec.total_params() / 1e9)
+    assert 0 <= l8 < 1e-3 and 0.015 < l4 < 0.025 < precision_loss("int4").loss
+    small, big = scaled_loss("int4", 3.0), scaled_loss("int4", 14.8)
+    assert precision_loss("int4").loss > small > l4 > big > 0                # monotone in size
+    assert scaled_loss("int4", 6.74) == pytest.approx(1 - 5.9066 / 6.0215)    # the published point itself
     for p, loss in ((1, l8), (2, l4)):
         acc = accuracy_proxy(spec.name, imp, AccuracyConfig(), np.full(N, p), z, np.zeros(N))
         assert acc == pytest.approx(74.2 * (1 - loss))                        # whole model at p: base × (1 − q(p))
     acc = accuracy_proxy(spec.name, imp, AccuracyConfig(loss_int8=0.002, loss_int4=0.02), np.full(N, 1), z,
                          np.zeros(N))
     assert acc == pytest.approx(74.2 * 0.998)
-    assert loss_source(spec.name, AccuracyConfig()) == "extrapolated (llama.cpp Q8_0, Q4_K)"
+    assert loss_source(spec.name, AccuracyConfig()) == "size-scaled (llama.cpp Q8_0, Q4_K)"
     assert loss_source("smollm2_135m", AccuracyConfig()) == "measured (llama.cpp Q8_0, Q4_K)"
     assert loss_source("smollm2_135m", AccuracyConfig(loss_int8=0.01)) == "measured (llama.cpp Q4_K; INT8 from config)"
     assert loss_source(spec.name, AccuracyConfig(loss_int8=0.01, loss_int4=0.1)) == "config"
