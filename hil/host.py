@@ -12,9 +12,13 @@ calibration: `<id-hash>-quick/`, so it never replaces a full one) holds
   host's OS and of the runner the simulator adds to predict it (`planner.host_runtime`, docs/design.md §6.1);
 - `cost_table.json`: the table the `table` cost model loads (`planner.cost.table`);
 - `measurements.json`: the raw curves (read bandwidth per request size / threads, GEMM per shape, ...);
-all written atomically (`quant.atomic`). `load_stored` loads the stored profile when its identity equals this
-machine's and it was measured with the asked `memory` mode; a profile from another machine is re-measured, never
-used, and one written by another `STORE_VERSION` is an error that says to recalibrate. A quick profile (`quick=True`,
+- `manifest.json`: the store version and the SHA-256 of each part.
+The store is written as one unit (`write_store`): a new hidden directory `.<name>.v-<random>` holds every part,
+fsynced, and `<name>` is a symlink swapped to it by one rename, so a process killed at any point leaves the old store
+or the new one; the loader refuses a store whose parts are not those of its manifest. `load_stored` loads the
+stored profile when its identity equals this machine's and it was measured with the asked `memory` mode; a profile
+from another machine is re-measured, never used, and one written by another `STORE_VERSION` is an error that says to
+recalibrate. A quick profile (`quick=True`,
 < 30 s, smaller grids) only serves quick requests; a full one serves both (and is preferred). `measure` calibrates
 (`hil.calibrate`) and `store` writes; the step between them that needs the simulator (fitting the read overlap) and
 the load-or-measure policy are `experiments.calibrate_fit`'s: hil/ never imports sim/.
@@ -36,6 +40,8 @@ import json
 import os
 import platform
 import re
+import shutil
+import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -55,9 +61,10 @@ DEFAULT_ROOT = REPO / "outputs" / "hil" / "host"
 GIB = 1 << 30
 ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl",
              "avx512_vnni", "avx_vnni", "avx512_bf16", "amx_int8", "asimd", "asimddp", "i8mm", "sve")
-STORE_VERSION = 20    # bumped whenever what a store holds changes meaning; 20: the device profile (device.json) and
-#                       the host runtime model (runtime.json) are stored apart
+STORE_VERSION = 21    # bumped whenever what a store holds changes meaning; 21: one directory written whole and
+#                       swapped in by one rename, its parts' digests in manifest.json (a mixed store is refused)
 STORE_FILES = ("identity.json", "device.json", "runtime.json", "cost_table.json", "measurements.json")
+MANIFEST = "manifest.json"
 
 
 # ================================================ identity ===========================================================
@@ -549,6 +556,16 @@ def cost_table(m) -> dict:
                 matmul=matmul, op_overhead_s=dict(cpu=m.runner.op.median, npu=m.runner.op.median))
 
 
+def check_table(doc: dict) -> None:
+    """ValueError unless a cost table has measured rows of every kind the `table` cost model needs from a host
+    calibration (GEMM grid, unpack, per-op points): without them it would fall back to the analytic model for
+    everything, silently (docs/hil.md "Faults and locks")."""
+    empty = [k for k in ("points", "unpack", "matmul") if not doc.get(k)]
+    if empty:
+        raise ValueError(f"cost table: no measured {', '.join(empty)} rows; a host profile without them is unusable "
+                         f"and is not stored")
+
+
 def measurements_json(m) -> dict:
     """The raw curves of a `Measurements` (JSON-ready)."""
     s = m.settings
@@ -583,9 +600,75 @@ def measurements_json(m) -> dict:
 
 
 # ================================================ store ==============================================================
-def _write_json(path: Path, obj) -> None:
-    with atomic_open(path) as f:
-        f.write((json.dumps(obj, indent=1, default=_np_default) + "\n").encode())
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, indent=1, default=_np_default) + "\n").encode()
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _fsync_dir(d: Path) -> None:
+    fd = os.open(d, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def seal(d: Path) -> None:
+    """Write `d/manifest.json`: the store version and the SHA-256 of each part (STORE_FILES) as it is now."""
+    doc = {"version": STORE_VERSION, "files": {n: _sha256(d / n) for n in STORE_FILES}}
+    with atomic_open(d / MANIFEST) as f:
+        f.write(_json_bytes(doc))
+
+
+def check_manifest(d: Path) -> str:
+    """"" when every part of store directory `d` has the digest its manifest records, else why not (one phrase)."""
+    try:
+        files = json.loads((d / MANIFEST).read_text())["files"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return "stored profile has no readable manifest (cut while written, or copied in part)"
+    for n in STORE_FILES:
+        try:
+            same = files.get(n) == _sha256(d / n)
+        except OSError:
+            same = False
+        if not same:
+            return f"stored profile is inconsistent: {n} is not the one its manifest records (mixed or edited parts)"
+    return ""
+
+
+def write_store(d: Path, parts: dict[str, object]) -> Path:
+    """Write the store `d` as one unit: every part into a new hidden directory beside it (`.<name>.v-<random>`),
+    fsynced with its manifest, then `d` — a symlink to that directory — swapped by one rename. A process killed at any
+    point leaves either the old store or the new one, never a mix; leftovers of a killed write and the previous
+    version are removed (the caller holds `store_lock`). Returns the new version directory."""
+    root = d.parent
+    root.mkdir(parents=True, exist_ok=True)
+    new = Path(tempfile.mkdtemp(prefix=f".{d.name}.v-", dir=root))
+    try:
+        for name in STORE_FILES:
+            with open(new / name, "wb") as f:
+                f.write(_json_bytes(parts[name]))
+                f.flush()
+                os.fsync(f.fileno())
+        seal(new)
+        _fsync_dir(new)
+        if d.is_dir() and not d.is_symlink():          # a store written before stores were swapped whole
+            shutil.rmtree(d)
+        link = root / f".{d.name}.link-{os.getpid()}"
+        link.unlink(missing_ok=True)
+        os.symlink(new.name, link)
+        os.replace(link, d)                            # the one step that switches versions
+        _fsync_dir(root)
+    except BaseException:
+        shutil.rmtree(new, ignore_errors=True)
+        raise
+    for old in root.glob(f".{d.name}.v-*"):
+        if old != new:
+            shutil.rmtree(old, ignore_errors=True)
+    return new
 
 
 def _np_default(o):
@@ -627,7 +710,7 @@ def _load_fields(path: str | os.PathLike, key: str, cls):
 def recalibrate_error(d: Path, version: object) -> str:
     """The one-line error of a store written by another store version."""
     return (f"{d}: stored host profile has store version {version}, this code reads version {STORE_VERSION} "
-            f"(device profile and host runtime stored apart); recalibrate: python -m experiments.calibrate "
+            f"(one directory with a manifest of its parts); recalibrate: python -m experiments.calibrate "
             f"device=host remeasure=true")
 
 
@@ -638,6 +721,7 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold",
     (`recalibrate_error`) for a profile of this machine written by another store version."""
     if not (d / "device.json").is_file():
         return None, "no stored profile"
+    d = d.resolve()                                    # one version of the store, whatever is swapped in meanwhile
     try:
         stored_id = HostIdentity.from_json(json.loads((d / "identity.json").read_text()))
     except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
@@ -651,6 +735,8 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold",
         return None, f"stored profile unreadable ({str(e)[:80]})"
     if doc.get("version") != STORE_VERSION:
         raise ValueError(recalibrate_error(d, doc.get("version")))
+    if why := check_manifest(d):
+        return None, why
     try:
         prof, rt = load_device_json(d / "device.json"), load_runtime_json(d / "runtime.json")
     except (OSError, ValueError) as e:
@@ -746,9 +832,9 @@ def measure(root: Path, ident: HostIdentity, quick: bool, log: Callable[[str], N
 
 
 def store(root: Path, ident: HostIdentity, cal: Calibration, memory: str = "hold") -> HostProfile:
-    """Write calibration `cal` into this machine's store directory (module doc); the stored profile."""
+    """Write calibration `cal` into this machine's store directory as one unit (`write_store`; module doc); the
+    stored profile. A cost table the `table` cost model could not use is refused before anything is written."""
     d = store_dir(root, ident, cal.quick, memory, cal.huge)
-    d.mkdir(parents=True, exist_ok=True)
     meas = cal.meas
     doc = measurements_json(meas)
     if len(cal.per_round) > 1:          # what each round measured: the merged figures' movement between rounds
@@ -762,15 +848,16 @@ def store(root: Path, ident: HostIdentity, cal: Calibration, memory: str = "hold
     dev_src, dev_spr = part({fl.name for fl in dataclasses.fields(SocProfile)})
     rt_src, rt_spr = part(rt_names)
     head = dict(version=STORE_VERSION, identity_hash=ident.id_hash(), quick=cal.quick)
-    _write_json(d / "measurements.json", doc)
-    _write_json(d / "cost_table.json", cost_table(meas))
-    _write_json(d / "identity.json", ident.to_json())
-    _write_json(d / "runtime.json", dict(head, runtime=asdict(cal.runtime), sources=rt_src, spread=rt_spr))
-    _write_json(d / "device.json", dict(head, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-                                        wall_s=cal.wall_s, rounds=len(cal.per_round), loadavg=meas.loadavg,
-                                        host_memory=cal.host_memory, huge_pages=bool(cal.huge),
-                                        profile=asdict(cal.device), sources=dev_src, spread=dev_spr))
-    return HostProfile(cal.device, cal.runtime, d / "cost_table.json")
+    table = cost_table(meas)
+    check_table(table)
+    new = write_store(d, {
+        "measurements.json": doc, "cost_table.json": table, "identity.json": ident.to_json(),
+        "runtime.json": dict(head, runtime=asdict(cal.runtime), sources=rt_src, spread=rt_spr),
+        "device.json": dict(head, measured_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                            wall_s=cal.wall_s, rounds=len(cal.per_round), loadavg=meas.loadavg,
+                            host_memory=cal.host_memory, huge_pages=bool(cal.huge),
+                            profile=asdict(cal.device), sources=dev_src, spread=dev_spr)})
+    return HostProfile(cal.device, cal.runtime, new / "cost_table.json")
 
 
 # ================================================ the `device=host` marker ==========================================

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from quant.pack import PackedFileError, PackedFile, verify_file
+from quant.pack import PackedFile, PackedFileError, verify_file
 from quant.verified import forget
 from tests.hil.tinymodel import bound_plan, tiny_spec, write_tiny
 
@@ -265,3 +265,27 @@ def test_concurrent_callers_build_a_packed_file_once(tiny, tmp_path, monkeypatch
     for t in ts:
         t.join()
     assert len(builds) == 1 and len(got) == 3 and len(set(got)) == 1
+
+
+# ---------------------------------------------------------------- the host profile store is one unit --------------
+def test_a_store_write_killed_before_its_swap_leaves_the_old_store_whole(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from hil import host
+
+    d = tmp_path / "abc-quick"
+    parts = {n: {"part": n, "v": 1} for n in host.STORE_FILES}
+    host.write_store(d, parts)
+    code = ("import os, signal, sys; from pathlib import Path; from hil import host\n"
+            "os.symlink = lambda *a: os.kill(os.getpid(), signal.SIGKILL)\n"
+            f"host.write_store(Path({str(d)!r}), {{n: {{'part': n, 'v': 2}} for n in host.STORE_FILES}})\n")
+    r = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parents[2], timeout=60)
+    assert r.returncode == -signal.SIGKILL
+    assert host.check_manifest(d) == ""                                   # the old version, every part
+    assert all(json.loads((d / n).read_text())["v"] == 1 for n in host.STORE_FILES)
+    assert len(list(tmp_path.glob(".abc-quick.v-*"))) == 2               # the killed write's leftover
+    new = host.write_store(d, {n: {"part": n, "v": 3} for n in host.STORE_FILES})
+    assert list(tmp_path.glob(".abc-quick.v-*")) == [new] and d.resolve() == new
+    assert all(json.loads((d / n).read_text())["v"] == 3 for n in host.STORE_FILES)

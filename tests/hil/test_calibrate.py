@@ -38,9 +38,11 @@ def test_quick_calibration_writes_a_valid_profile_and_table(quick_store):
     root, got, table, lines = quick_store
     assert len(lines) == 1 and lines[0].startswith("host profile: measured")
     d = table.parent
-    assert d.name == host.host_identity().id_hash() + "-quick"
-    assert {p.name for p in d.iterdir()} >= {"device.json", "runtime.json", "cost_table.json", "identity.json",
-                                             "measurements.json"}
+    link = root / (host.host_identity().id_hash() + "-quick")
+    assert link.is_symlink() and link.resolve() == d                # one version directory, swapped in whole
+    assert {p.name for p in d.iterdir()} == {"device.json", "runtime.json", "cost_table.json", "identity.json",
+                                             "measurements.json", "manifest.json"}
+    assert host.check_manifest(d) == ""
     assert not list((root / "scratch").glob("*")), "scratch file left behind"
     doc = json.loads((d / "device.json").read_text())
     rdoc = json.loads((d / "runtime.json").read_text())
@@ -151,6 +153,7 @@ def test_a_full_profile_serves_quick_requests_and_is_preferred(quick_store, monk
     doc = json.loads((full / "device.json").read_text())
     doc["quick"] = False
     (full / "device.json").write_text(json.dumps(doc))
+    host.seal(full)                                              # an edit the manifest records
     monkeypatch.setattr(fit, "measure_and_store", lambda *a, **k: pytest.fail("re-measured"))
     lines: list[str] = []
     for quick in (True, False):
@@ -190,7 +193,8 @@ def test_profile_measured_with_another_memory_mode_is_remeasured(quick_store, mo
     stored = json.loads((table.parent / "device.json").read_text())["host_memory"]
     assert stored["mode"] == "hold" and stored["state"]          # what hil.hostmem did during the calibration
     root = tmp_path / "store"
-    assert host.store_dir(root, quick=True, memory="as_is").name == table.parent.name + "-as_is"   # kept apart
+    quick_name = host.store_dir(root, quick=True).name
+    assert host.store_dir(root, quick=True, memory="as_is").name == quick_name + "-as_is"     # kept apart
     d = host.store_dir(root, quick=True, memory="as_is")
     shutil.copytree(table.parent, d)                             # a held profile where an as-is one belongs
     calls: list = []
@@ -201,6 +205,7 @@ def test_profile_measured_with_another_memory_mode_is_remeasured(quick_store, mo
     doc = json.loads((d / "device.json").read_text())
     del doc["host_memory"]                                       # a profile from before hil.hostmem: as is
     (d / "device.json").write_text(json.dumps(doc))
+    host.seal(d)
     fit.host_profile(root, quick=True, log=lines.append, memory="as_is")
     assert len(calls) == 1 and "loaded" in lines[1]
 
@@ -210,7 +215,7 @@ def test_profile_measured_with_other_huge_pages_is_remeasured(quick_store, monke
     assert json.loads((table.parent / "device.json").read_text())["huge_pages"] is True     # the default
     root = tmp_path / "store"
     d = host.store_dir(root, quick=True, huge=False)
-    assert d.name == table.parent.name + "-4k"                   # kept apart from the huge-page profile
+    assert d.name == host.store_dir(root, quick=True).name + "-4k"     # kept apart from the huge-page profile
     shutil.copytree(table.parent, d)                             # a huge-page profile where a 4 KiB one belongs
     calls: list = []
     monkeypatch.setattr(fit, "measure_and_store", _spy(calls, prof, table))
@@ -220,6 +225,7 @@ def test_profile_measured_with_other_huge_pages_is_remeasured(quick_store, monke
     doc = json.loads((d / "device.json").read_text())
     del doc["huge_pages"]                                        # a profile from before huge pages: 4 KiB pages
     (d / "device.json").write_text(json.dumps(doc))
+    host.seal(d)
     fit.host_profile(root, quick=True, log=lines.append, huge=False)
     assert len(calls) == 1 and "loaded" in lines[1]
 
@@ -576,3 +582,29 @@ def test_cold_read_curve_reads_each_readers_pieces_through_one_descriptor(tmp_pa
     monkeypatch.undo()
     assert reads._read_pieces(p, [(0, 5), (10, 12)], 4) == 7
     assert reads._read_pieces(p, [(len(data) - 3, len(data) + 100)], 64) == 3   # stops at the end of the file
+
+
+def test_a_store_with_mixed_parts_is_refused(quick_store, monkeypatch, tmp_path):
+    _root, prof, table, _ = quick_store
+    root = tmp_path / "store"
+    d = host.store_dir(root, quick=True)
+    shutil.copytree(table.parent, d)
+    doc = json.loads((d / "cost_table.json").read_text())
+    doc["op_overhead_s"]["cpu"] *= 2                             # another calibration's table beside this device.json
+    (d / "cost_table.json").write_text(json.dumps(doc))
+    calls: list = []
+    monkeypatch.setattr(fit, "measure_and_store", _spy(calls, prof, table))
+    lines: list[str] = []
+    fit.host_profile(root, quick=True, log=lines.append)
+    assert len(calls) == 1 and "inconsistent: cost_table.json" in lines[0]
+    (d / "manifest.json").unlink()
+    fit.host_profile(root, quick=True, log=lines.append)
+    assert len(calls) == 2 and "no readable manifest" in lines[1]
+
+
+def test_an_unusable_cost_table_is_never_stored(quick_store, tmp_path):
+    _root, _prof, table, _ = quick_store
+    doc = json.loads(table.read_text())
+    host.check_table(doc)
+    with pytest.raises(ValueError, match="no measured matmul rows"):
+        host.check_table({**doc, "matmul": []})
