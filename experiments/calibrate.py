@@ -5,6 +5,7 @@
     python -m experiments.calibrate remeasure=false           # reuse this machine's stored profile if it exists
     python -m experiments.calibrate rounds=5                  # passes merged figure by figure (default 3; quick 1)
     python -m experiments.calibrate host_memory=as_is         # leave the VM's free page reporting alone (hil.hostmem)
+    python -m experiments.calibrate change_system=true        # hold it: page_reporting_order set, restored after
     python -m experiments.calibrate huge_pages=false          # runner memory on 4 KiB pages (a profile apart)
     python -m experiments.calibrate cluster=office_emu        # an emulated cluster's devices (calibrate_cluster.py)
 
@@ -66,6 +67,7 @@ def validate(cfg: DictConfig) -> Estimate:
     strict_bool(cfg.remeasure, "remeasure")
     memory_of(cfg)
     strict_bool(cfg.get("huge_pages", True), "huge_pages")
+    strict_bool(cfg.get("change_system", False), "change_system")
     from hil.calibrate_settings import CalibrationSettings
 
     n = CalibrationSettings.make(quick, rounds_of(cfg)).rounds
@@ -189,12 +191,17 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     out = run_dir()
     prepare_run_dir(out, ["config.yaml", *PLOTS])
     from experiments.calibrate_fit import host_from_marker
+    from hil.hostmem import hold
 
     try:
-        host = host_from_marker(dev, quick=strict_bool(cfg.quick, "quick"),
-                                remeasure=strict_bool(cfg.remeasure, "remeasure"),
-                                progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg),
-                                memory=memory_of(cfg), huge=strict_bool(cfg.get("huge_pages", True), "huge_pages"))
+        # the hold a calibration takes inside (hil.host.measure) is this one: system settings only with the opt-in
+        with hold(memory_of(cfg), change_system=strict_bool(cfg.get("change_system", False), "change_system")) as mem:
+            if mem.state.startswith("not held"):
+                print(f"host memory: free page reporting {mem.state}", file=sys.stderr)
+            host = host_from_marker(dev, quick=strict_bool(cfg.quick, "quick"),
+                                    remeasure=strict_bool(cfg.remeasure, "remeasure"),
+                                    progress=lambda msg: print(msg, file=sys.stderr), rounds=rounds_of(cfg),
+                                    memory=memory_of(cfg), huge=strict_bool(cfg.get("huge_pages", True), "huge_pages"))
     except ValueError as e:
         raise ConfigError(str(e)) from None
     prof, table = host.device, host.cost_table

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Callable
 
 from hil import host as hil_host
+from hil.calibrate_reads import remove_stale_scratch
 from hil.calibrate_settings import CalibrationSettings
 from hil.host import (
     DEFAULT_ROOT,
@@ -102,6 +103,7 @@ def host_profile(root: str | os.PathLike | None = None, remeasure: bool = False,
     hil.hostmem), fitted and stored. A store of another version is a ValueError that says to recalibrate (unless
     `remeasure`). Prints one line (`log`) saying which."""
     root = Path(root or DEFAULT_ROOT)
+    remove_stale_scratch(root / "scratch")             # a killed run's 32-256 MiB scratch file (docs/hil.md)
     ident = hil_host.host_identity()
     # the machine's timing lock first, then the store's (always in this order: validate holds the first around its
     # whole run); a calibration is a timing run (hil.timing)

@@ -45,7 +45,7 @@ from experiments.resume import resumable
 from hil.hostmem import MODES as HOST_MEMORY_MODES
 from hil.timing import parallel_launcher, timing_lock
 from planner.framework import FrameworkSpec
-from quant.arch import ModelSpec, WeightSource
+from quant.arch import ModelSpec, WeightSource, model_spec
 from quant.atomic import atomic_write_json, atomic_write_text
 from quant.settings import QuantSettings
 
@@ -74,6 +74,8 @@ class ValidateConfig:
     sched_trace: bool = False
     versus: str = "none"
     diagnostics: bool = False
+    protocol: Any = None        # a set of conf/protocol/ (experiments.protocol); None: one configuration
+    change_system: bool = False
 
     def __post_init__(self) -> None:
         if not 1 <= self.bits <= 8:
@@ -101,7 +103,7 @@ def register() -> None:
 
 
 register()
-GROUPS = {"model": None, "framework": None, "device": lambda: ["host"], "quant": None}
+GROUPS = {"model": None, "framework": None, "device": lambda: ["host"], "quant": None, "protocol": None}
 
 
 def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str, huge: bool):
@@ -115,7 +117,7 @@ def _host(cfg: DictConfig, remeasure: bool, quick: bool, memory: str, huge: bool
 
 
 KEYS = ("bits", "prompt_tokens", "repeats", "warmup", "peer", "peer_gguf", "check_logits", "remeasure", "quick_profile",
-        "write_trace", "host_memory", "huge_pages", "sched_trace", "versus", "diagnostics")
+        "write_trace", "host_memory", "huge_pages", "sched_trace", "versus", "diagnostics", "change_system")
 
 
 def settings(cfg: DictConfig) -> ValidateConfig:
@@ -151,14 +153,9 @@ def settings(cfg: DictConfig) -> ValidateConfig:
 def versus_framework(name: str) -> FrameworkSpec:
     """The framework config `conf/framework/<name>.yaml` as a FrameworkSpec (`versus=`: the plan whose cold runs
     alternate with this one's, so both see the same host; docs/hil.md "Speed-ups from interleaved runs")."""
-    from experiments.common import CONF_DIR
+    from experiments.protocol import framework_spec
 
-    names = sorted(f.stem for f in (CONF_DIR / "framework").glob("*.yaml"))
-    if name not in names:
-        raise ConfigError(f"versus: unknown framework {name!r} (one of none, {', '.join(names)})")
-    doc = OmegaConf.to_container(OmegaConf.load(CONF_DIR / "framework" / f"{name}.yaml"), resolve=True)
-    doc.pop("defaults", None)
-    return typed(doc, FrameworkSpec, "versus")
+    return framework_spec(name, "versus")
 
 
 def peer_gguf(spec: ModelSpec, kind: str):
@@ -181,6 +178,12 @@ def validate(cfg: DictConfig) -> Estimate:
     s, cached afterwards), each cold run ~params / 2e8 s, ~12 B of memory per parameter (fp32 weights, calibration
     and the NumPy reference forward) — per-unit costs measured with SmolLM2 on this 2-core host."""
     c = settings(cfg)
+    if cfg.get("protocol") is not None:
+        from experiments.protocol import estimate_s, protocol_spec
+
+        p = protocol_spec(cfg.protocol)
+        params = max(model_spec(x.model).total_params() for x in p.configurations)
+        return Estimate(60.0 + estimate_s(p), 12.0 * params, "protocol", f"protocol={p.name}")
     params = c.model.total_params()
     runs = (c.warmup + c.repeats) * (2 if c.versus != "none" else 1)
     return Estimate(20.0 + params / 5e6 + runs * params / 2e8, 12.0 * params, "model", f"model={c.model.name}")
@@ -232,8 +235,8 @@ def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
 
     # guest free page reporting held during the profile and the runs (hil.hostmem; docs/hil.md "Host memory"); the
     # runs' fresh memory on huge pages or not, as the profile's calibration had it (docs/hil.md "Huge pages")
-    with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits,
-                                             gguf.stat().st_size if gguf else 0)) as mem, huge_pages(c.huge_pages):
+    with hold(c.host_memory, footprint_bytes(c.model.total_params(), c.bits, gguf.stat().st_size if gguf else 0),
+              change_system=c.change_system) as mem, huge_pages(c.huge_pages):
         host = _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages)
         dev, table = host.device, host.cost_table
         run_, probes, around, before, peer_runs, vs, places = _measure(c, host, tokens, gguf)
@@ -264,8 +267,8 @@ def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
         top = list(sched.get("queued_by_s", {}).items())[:3]     # who waited while a core idled, and why
         m["measured_sched_queued_top"] = "; ".join(f"{k} {1e3 * v:.1f} ms" for k, v in top)
         atomic_write_json(out / "sched.json", sched)
-    if c.check_logits:
-        m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token))
+    # the native forward always; the NumPy reference with check_logits (docs/hil.md "Logits")
+    m.update(logits_check(run_.packed_path, c.model, tokens, run_.logits, run_.token, reference=c.check_logits))
     if vs is not None:
         m.update(versus_metrics(c.versus, vs, m["predicted_ttft_s"], m["measured_ttft_s"]))
     if peer_runs:
@@ -620,9 +623,30 @@ def speedup_table(rows: list[dict[str, Any]]) -> list[list[Any]]:
     return out if len(out) > 1 else []
 
 
+@one_line_errors
+def run_protocol(cfg: DictConfig) -> dict[str, Any]:
+    """`protocol=<set>`: the set's configurations interleaved over rounds in this process and judged with intervals
+    (experiments.protocol; docs/hil.md "Validation protocol")."""
+    from experiments.protocol import FILES, protocol_spec, run_set
+
+    watch_parent()
+    c, p = settings(cfg), protocol_spec(cfg.protocol)
+    out = run_dir()
+    prepare_run_dir(out, FILES)
+    m, measured, modelled, inputs = run_set(
+        p, lambda: _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages), c.quant, out,
+        c.host_memory, c.huge_pages, c.check_logits)
+    write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
+    print((out / "protocol.md").read_text())
+    return m
+
+
 @hydra.main(config_path="../conf", config_name="validate", version_base="1.3")
 def main(cfg: DictConfig) -> None:
-    run(cfg)
+    if cfg.get("protocol") is not None:
+        run_protocol(cfg)
+    else:
+        run(cfg)
 
 
 def _cluster_run(argv: list[str]) -> bool:

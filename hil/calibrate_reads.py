@@ -29,11 +29,7 @@ def scratch_file(directory: Path, nbytes: int) -> Iterator[Path]:
     """A file of `nbytes` random bytes under `directory`, fsynced; removed on every exit path (exceptions, Ctrl-C and
     SIGTERM while inside the block). Files left by a killed earlier run (their pid is gone) are removed first."""
     directory.mkdir(parents=True, exist_ok=True)
-    for old in directory.glob("read-*.bin"):
-        pid = old.stem.split("-")[-1]
-        if pid.isdigit() and not pid_alive(int(pid)):
-            with contextlib.suppress(FileNotFoundError):
-                old.unlink()
+    remove_stale_scratch(directory)
     path = directory / f"read-{os.getpid()}.bin"
     prev = None
     if threading.current_thread() is threading.main_thread():
@@ -57,6 +53,18 @@ def scratch_file(directory: Path, nbytes: int) -> Iterator[Path]:
             path.unlink()
         if prev is not None:
             signal.signal(signal.SIGTERM, prev)
+
+
+def remove_stale_scratch(directory: Path, dry_run: bool = False) -> list[Path]:
+    """Remove the scratch files (`read-<pid>.bin`) of processes that are gone (a killed calibration or validate);
+    the paths removed (with `dry_run`: that would be)."""
+    gone = [p for p in sorted(directory.glob("read-*.bin"))
+            if (pid := p.stem.split("-")[-1]).isdigit() and not pid_alive(int(pid))] if directory.is_dir() else []
+    if not dry_run:
+        for p in gone:
+            with contextlib.suppress(FileNotFoundError):
+                p.unlink()
+    return gone
 
 
 def pid_alive(pid: int) -> bool:

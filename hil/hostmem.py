@@ -17,12 +17,14 @@ long ago memory was freed — by the previous run, by llama.cpp's run, by an evi
 phase between 0.51-0.57 s and 1.34-1.53 s from one series of runs to another. A phone has no hypervisor: its fresh pages
 cost the kernel's fault and zeroing only, which is the held state here.
 
-`hold(mode, prefault_bytes)` is a context manager:
-- "hold": sets `page_reporting_order` to the largest value the kernel accepts (11 on this kernel, whose largest free
-  block is order 10: nothing new is reported), touches and frees `prefault_bytes` of anonymous memory, on huge
-  pages and on 4 KiB pages (`prefault`: so the free blocks the runs are given next are backed), and on exit
-  restores the order found by the first holder. Holders in several processes share one state file (their pids;
-  the last one out restores; a dead holder is pruned, so a killed process's hold ends with the next holder's exit).
+`hold(mode, prefault_bytes, change_system=False)` is a context manager:
+- "hold": touches and frees `prefault_bytes` of anonymous memory, on huge pages and on 4 KiB pages (`prefault`: so
+  the free blocks the runs are given next are backed); with `change_system` (the user's opt-in, off by default:
+  the state then says so) it also sets `page_reporting_order` to the largest value the kernel accepts (11 on this
+  kernel, whose largest free block is order 10: nothing new is reported) and on exit (SIGTERM included) restores the
+  order found by the first holder. Holders in several processes share one record (`STATE`, under outputs/: the
+  original order and their pids; the last one out restores). A record whose holders are all dead (a SIGKILLed run)
+  is restored at the start of the next hold (`restore_stale`) and by `python -m experiments.cleanup`.
 - "as_is": changes nothing (measure the VM as it is).
 Without the parameter (no reporting balloon, or another kernel) both change nothing; without permission to write it,
 "hold" says so once and measures as is. `HostMemory.metrics()` says which, with the MiB the guest reported during the
@@ -36,8 +38,9 @@ import fcntl
 import json
 import mmap
 import os
+import signal
 import sys
-import tempfile
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,7 +49,9 @@ from typing import Iterator
 from quant.atomic import atomic_write_json
 
 PARAMS = Path("/sys/module/page_reporting/parameters")
-STATE = Path(tempfile.gettempdir()) / "edgellm-page-reporting.json"
+# the record of a changed system setting: the value found before and the pids holding it (docs/hil.md "Faults and
+# locks"); a record left by a killed holder is restored at the next hold and by `python -m experiments.cleanup`
+STATE = Path(__file__).resolve().parents[1] / "outputs" / "hil" / "system-state.json"
 MODES = ("hold", "as_is")
 MAX_ORDER_TRIED = 16            # orders tried from here down: the first one the kernel accepts holds reporting
 GIB = 1 << 30
@@ -91,29 +96,72 @@ class HostMemory:
 _current: HostMemory | None = None      # this process's hold (nested holds share it)
 
 
+OFF = "not held: change_system=false (the runs change no system setting; change_system=true lets them hold it)"
+
+
 @contextlib.contextmanager
 def hold(mode: str = "hold", prefault_bytes: int = 0, params: Path = PARAMS, state_file: Path = STATE,
-         log=lambda msg: print(msg, file=sys.stderr)) -> Iterator[HostMemory]:
-    """Hold free page reporting (or not: `mode="as_is"`) for the body; see the module doc."""
+         log=lambda msg: print(msg, file=sys.stderr), change_system: bool = False) -> Iterator[HostMemory]:
+    """Hold free page reporting (or not: `mode="as_is"`) for the body; see the module doc. The order is written
+    only with `change_system` (the user's opt-in; otherwise the state says so and only the prefault runs). A setting
+    a killed holder left changed is restored first (`restore_stale`)."""
     global _current
     if mode not in MODES:
         raise ValueError(f"host_memory: must be one of {', '.join(MODES)} (got {mode!r})")
     if _current is not None and _current.params == params:       # nested: one hold per process, the outer one's
-        if _current.state == "held" and prefault_bytes > _current.prefault_bytes:
+        if _current.state in ("held", OFF) and prefault_bytes > _current.prefault_bytes:
             _current.prefault_s += prefault(prefault_bytes)
             _current.prefault_bytes = prefault_bytes
         yield _current
         return
-    mem = _enter(mode, params, state_file, log)
+    restore_stale(params, state_file, log)
+    if mode == "hold" and not change_system:
+        mem = HostMemory(mode, OFF, order_before=_read_int(params / "page_reporting_order"),
+                         reported_kib_start=_read_int(params / "reported_kib"), params=params)
+    else:
+        mem = _enter(mode, params, state_file, log)
     _current = mem
+    prev = None
+    if mem.state == "held" and threading.current_thread() is threading.main_thread():
+        def on_term(signum, frame):                 # SIGTERM: an exception, so the order is restored below
+            raise SystemExit(128 + signum)
+        prev = signal.signal(signal.SIGTERM, on_term)
     try:
-        if mem.state == "held" and prefault_bytes > 0:
+        if mem.state in ("held", OFF) and prefault_bytes > 0:
             mem.prefault_s, mem.prefault_bytes = prefault(prefault_bytes), prefault_bytes
         yield mem
     finally:
         _current = None
         if mem.state == "held":
             _leave(params, state_file)
+        if prev is not None:
+            signal.signal(signal.SIGTERM, prev)
+
+
+def restore_stale(params: Path = PARAMS, state_file: Path = STATE, log=lambda msg: print(msg, file=sys.stderr),
+                  dry_run: bool = False) -> str | None:
+    """Restore `page_reporting_order` from the record when no holder in it is alive (a SIGKILLed run's); one line
+    (`log`) and that line returned, None when there was nothing to restore. `dry_run`: say, change nothing."""
+    if not state_file.is_file():
+        return None
+    with _locked_state(state_file) as st:
+        if not st or _live_holders(st):
+            return None
+        before, dead = st.get("order_before"), st.get("holders", [])
+        if not dry_run:
+            st.clear()                               # the record goes (written back empty: deleted)
+        if not isinstance(before, int):
+            return None
+        p = params / "page_reporting_order"
+        line = (f"{p}: {'would restore' if dry_run else 'restored'} {before} (was {_read_int(p)}; left changed by "
+                f"a run that ended without restoring it, pid {', '.join(map(str, dead)) or '?'})")
+        if not dry_run:
+            try:
+                _write_order(p, before)
+            except OSError as e:
+                line = f"{p}: could not restore {before} ({e.strerror}); restore it as root: echo {before} > {p}"
+        log(line)
+        return line
 
 
 def prefault(nbytes: int) -> float:
@@ -168,6 +216,7 @@ def _read_int(p: Path) -> int | None:
 def _locked_state(state_file: Path) -> Iterator[dict]:
     """The shared state ({"order_before", "holders"}; {} when nobody holds) under an exclusive lock; the dict as
     left by the body is written back (deleted when empty)."""
+    state_file.parent.mkdir(parents=True, exist_ok=True)
     with open(state_file.with_suffix(".lock"), "a") as lk:
         fcntl.flock(lk, fcntl.LOCK_EX)
         try:

@@ -289,3 +289,25 @@ def test_a_store_write_killed_before_its_swap_leaves_the_old_store_whole(tmp_pat
     new = host.write_store(d, {n: {"part": n, "v": 3} for n in host.STORE_FILES})
     assert list(tmp_path.glob(".abc-quick.v-*")) == [new] and d.resolve() == new
     assert all(json.loads((d / n).read_text())["v"] == 3 for n in host.STORE_FILES)
+
+
+# ---------------------------------------------------------------- what a killed run left on the machine -----------
+def test_cleanup_removes_dead_processes_scratch_files_only(tmp_path, capsys, monkeypatch):
+    import subprocess
+    import sys
+
+    from experiments import cleanup
+
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    stale, live = scratch / f"read-{dead.pid}.bin", scratch / f"read-{os.getpid()}.bin"
+    stale.write_bytes(b"x")
+    live.write_bytes(b"x")
+    monkeypatch.setattr("hil.hostmem.restore_stale", lambda log, dry_run: None)
+    lines = cleanup.host_cleanup(dry_run=True, root=tmp_path)
+    assert len(lines) == 1 and "would remove" in lines[0] and stale.exists()
+    lines = cleanup.host_cleanup(root=tmp_path)
+    assert len(lines) == 1 and str(stale) in lines[0] and not stale.exists() and live.exists()
+    assert cleanup.host_cleanup(root=tmp_path) == [] and "host: nothing to clean up" in capsys.readouterr().out
