@@ -62,7 +62,7 @@ from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import OpWork, Plan
 from planner.timeline import Span, Timeline
 from sim.flash import Flash
-from sim.sharing import Cores, SharedRate
+from sim.sharing import AllDone, Cores, SharedRate
 
 # class of work of each op kind, for the co-run slowdown (HostRuntime.corun_*)
 KIND_CLASS = {"matmul": "gemm", "lm_head": "gemm", "attention": "elementwise", "elementwise": "elementwise",
@@ -95,10 +95,11 @@ class PlanExecutor:
         self.rt = rt = NO_RUNTIME if runtime is None else runtime
         self.preloaded = int(preloaded_bytes)   # B of weights already in memory (Fig. 2): served without flash reads
         self.env = simpy.Environment()
-        self.cores = Cores(self.env, dev.cpu_cores)
+        # cores' and DRAM's rate samples are read by nobody (the flash's are: the timeline, readahead)
+        self.cores = Cores(self.env, dev.cpu_cores, record=False)
         self.flash = Flash(self.env, dev, self.cores, rt.flash_request_busy_s)
         self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
-        self.dram = SharedRate(self.env, dev.dram_gbps * 1e9) if dev.dram_gbps > 0 else None
+        self.dram = SharedRate(self.env, dev.dram_gbps * 1e9, record=False) if dev.dram_gbps > 0 else None
         # a Python runtime's interpreter lock: its per-task code runs one thread at a time (rt.interpreter_lock)
         self.gil = simpy.Resource(self.env, capacity=1) if rt.interpreter_lock else None
         # x CPU time per class of work while other threads use the other cores: beside compute, beside memory-system
@@ -130,6 +131,7 @@ class PlanExecutor:
         self.gil_last: object = None          # the thread that last took the interpreter lock (a hand-off's waker)
         self.sleeping: set = set()            # workers asleep waiting for a task
         self.pack_acc = 0.0                   # accumulated share of packable wake-ups (`_packs`)
+        self._corun: dict[str, tuple[float, float]] = {}   # class of work -> rt.corun(class), looked up once
 
     # ---- dispatch (rules in planner.pipeline.dispatch, shared with the HIL runner) --------------------------------
     def _wake(self, resources: list[str], waker: object = None) -> None:
@@ -193,8 +195,13 @@ class PlanExecutor:
         """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
         rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
         exceed `dram_gbps`)."""
-        evs = [self.cores.run(seconds, threads, owner, self.rt.corun(cls), cls in MEMORY_CLASSES) if on_core
-               else self.env.timeout(seconds)]
+        if on_core:
+            slow = self._corun.get(cls)
+            if slow is None:
+                slow = self._corun[cls] = self.rt.corun(cls)
+            evs = [self.cores.run(seconds, threads, owner, slow, cls in MEMORY_CLASSES)]
+        else:
+            evs = [self.env.timeout(seconds)]
         if self.dram is not None and dram_bytes > 0:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
@@ -227,7 +234,7 @@ class PlanExecutor:
                 self._maybe_pack(owner, self.gil_last)      # ... maybe on its waker's busy core
             self.gil_last = owner
             if seconds > 0:
-                yield self.env.all_of(self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
+                yield AllDone(self.env, self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
 
     def _count_wait(self, owner: object) -> None:
         """Tally one blocking wait of worker `owner` ((resource, idx); anonymous owners are not a worker)."""
@@ -359,7 +366,7 @@ class PlanExecutor:
         if wake_s > 0:
             yield env.timeout(wake_s)
         if self.rt.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
-            yield env.all_of(self._runtime(self.rt.thread_wake_cpu_s, owner=(resource, idx)))
+            yield AllDone(env, self._runtime(self.rt.thread_wake_cpu_s, owner=(resource, idx)))
 
     def _packs(self, waker: object) -> bool:
         """Whether the OS puts a thread woken now by `waker` (running, another core idle) on the waker's core: once
@@ -433,7 +440,7 @@ class PlanExecutor:
         cpu_s = 0.0
         if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
             cpu_s += setup
-            yield env.all_of(self._runtime(setup, owner=me))
+            yield AllDone(env, self._runtime(setup, owner=me))
         if sequential and rt.read_cpu_multi != 1.0:
             yield env.timeout(0)               # every load that starts at this instant has registered
             if self.loading > 1:
@@ -457,14 +464,14 @@ class PlanExecutor:
         if read_cpu > 0 and eta > 0:
             # max(T, C) + (1 − η)·min(T, C): both run, then the part that did not overlap; T = this read's transfer
             # as it went (the device shared with the other readers, as in the calibration)
-            yield env.all_of([transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read")])
+            yield AllDone(env, [transfer, *self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read")])
             exposed = (1.0 - eta) * min(t_end[0] - t_start, read_cpu)
             if exposed > 0:
                 yield env.timeout(exposed)
         else:
             yield transfer
             if read_cpu > 0:
-                yield env.all_of(self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
+                yield AllDone(env, self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
         if hi > 0:      # the read call returned: from now on the kernel reads ahead of this stream alone
             self.ra[me] = (hi, env.now)    # (its readahead during the call is read_cpu_overlap's part)
         if nread > 0:                                           # the read returns: re-take the lock
@@ -473,7 +480,7 @@ class PlanExecutor:
         copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
         cpu_s += read_cpu + copy_s + t.duration_s
         if copy_s > 0:
-            yield env.all_of(self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf, me))
+            yield AllDone(env, self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf, me))
         if t.duration_s > 0:
             yield self.cores.run(t.duration_s)
         return cpu_s
@@ -505,7 +512,7 @@ class PlanExecutor:
             py = min(dur, self._python_s(w, unit)) if self.gil is not None and on_core else 0.0
             if py > 0:                                      # the runtime's dispatch of the op
                 cpu_s += py
-                yield env.all_of(self._runtime(py, owner=me))
+                yield AllDone(env, self._runtime(py, owner=me))
             gemm = w.kind in GEMM_KINDS
             occ = threads if gemm or not self.rt.cpu_split_gemm_only else 1   # threads the op occupies
             pooled = gemm and threads > 1 and unit == "cpu"
@@ -515,7 +522,7 @@ class PlanExecutor:
                     yield env.timeout(wake)
             if dur - py > 0:
                 cpu_s += (dur - py) * occ if on_core else 0.0
-                yield env.all_of(self._occupy(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core,
+                yield AllDone(env, self._occupy(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core,
                                               owner=me, cls=KIND_CLASS.get(w.kind, "")))
             if pooled:
                 self._pool_end(me, threads)
@@ -555,13 +562,13 @@ class PlanExecutor:
                 run = setup / n_calls + py / n                         # set-up + the call's own Python
                 if run > 0:
                     cpu_s += run
-                    yield env.all_of(self._runtime(run, owner=me))
+                    yield AllDone(env, self._runtime(run, owner=me))
                 if touch > 0:
                     cpu_s += touch / n_calls
-                    yield env.all_of(self._occupy(touch / n_calls, 1, 0.0, owner=me, cls="touch"))
+                    yield AllDone(env, self._occupy(touch / n_calls, 1, 0.0, owner=me, cls="touch"))
                 if dur - py > 0:
                     cpu_s += (dur - py) / n
-                    yield env.all_of(self._occupy((dur - py) / n, 1, dram / n, owner=me,
+                    yield AllDone(env, self._occupy((dur - py) / n, 1, dram / n, owner=me,
                                                   cls=KIND_CLASS.get(w.kind, "")))
                 if touch > 0 or dur - py > 0:
                     cpu_s += yield from self._retake(me)              # the kernel returns: re-take the lock

@@ -6,34 +6,72 @@ rate cap (what it could use alone) and a weight; the capacity is split by weight
 weighted fair share keeps its cap, the rest is re-split among the others). Whenever the set of jobs changes, progress
 is advanced and the next completion re-scheduled (a generation counter discards stale wake-ups). Deterministic: jobs
 are kept in arrival order and ties resolve in that order.
+
+The hot path (one call per job start and per completion; a cold start has tens of thousands) allocates no closures
+and sorts only where the order can differ from arrival order: the events it schedules, and so every result, are the
+same as the plain formulation's (`tests/sim/test_host_golden.py`).
 """
 from __future__ import annotations
 
 import simpy
+from simpy.events import NORMAL, PENDING, Event
 
 _DONE = 1e-9    # relative residue below which a job is complete (float rounding of the sharing math)
+_NO_SLOW = (1.0, 1.0)
+
+
+class AllDone(Event):
+    """Fires once every one of `events` has been processed: the scheduling of simpy's `AllOf` (it is scheduled at the
+    instant the last of them is processed, so a process waiting on it resumes in the same order), without building
+    a `ConditionValue` (its value is None)."""
+
+    def __init__(self, env: simpy.Environment, events) -> None:
+        self.env = env
+        self.callbacks = []
+        self._value = PENDING
+        self._left = 0
+        for ev in events:
+            if ev.callbacks is None:            # processed already
+                continue
+            self._left += 1
+            ev.callbacks.append(self._check)
+        if not self._left:
+            self._ok = True
+            self._value = None
+            env.schedule(self)
+
+    def _check(self, _ev: Event) -> None:
+        self._left -= 1
+        if not self._left:
+            self._ok = True
+            self._value = None
+            self.env.schedule(self)
 
 
 class _Job:
     __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner", "slow", "slow_mem",
                  "memory", "neutral")
 
-    def __init__(self, left: float, cap: float, weight: float, event: simpy.Event, owner: object = None) -> None:
+    def __init__(self, left: float, cap: float, weight: float, event: simpy.Event, owner: object = None,
+                 slow: float = 1.0, slow_mem: float = 1.0, memory: bool = False, neutral: bool = False) -> None:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
         self.owner = owner                                        # the thread the job belongs to (None: anonymous)
         self.eps = max(left * _DONE, 1e-12)
         self.random = False                                       # flash: a scattered read (sim.flash)
         self.request = 0                                          # flash: request size, B
-        self.slow = 1.0                                           # cores: x CPU time while other cores compute
-        self.slow_mem = 1.0                                       # cores: ... while they run memory-system work
-        self.memory = False                                       # cores: this job is memory-system work
-        self.neutral = False                                      # cores: slows no other job (a polling thread)
+        self.slow = slow                                          # cores: x CPU time while other cores compute
+        self.slow_mem = slow_mem                                  # cores: ... while they run memory-system work
+        self.memory = memory                                      # cores: this job is memory-system work
+        self.neutral = neutral                                    # cores: slows no other job (a polling thread)
 
 
 class SharedRate:
     """`capacity` units of work per second shared by the active jobs (units: B/s for bandwidth, cores for CPUs)."""
 
-    def __init__(self, env: simpy.Environment, capacity: float) -> None:
+    # every job's cap / weight is the same (Cores: cap = weight = threads): water filling needs no sort
+    uniform_caps = False
+
+    def __init__(self, env: simpy.Environment, capacity: float, record: bool = True) -> None:
         if capacity <= 0:
             raise ValueError(f"shared capacity must be > 0 (got {capacity})")
         self.env = env
@@ -41,6 +79,7 @@ class SharedRate:
         self.active: list[_Job] = []
         self.last = 0.0
         self.gen = 0
+        self.record = record                                      # keep `samples` (False: nobody reads them)
         self.samples: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, total rate in use) at every change
         self.listeners: list = []                                 # called (no args) after every change of the set
 
@@ -48,20 +87,20 @@ class SharedRate:
             slow: tuple[float, float] = (1.0, 1.0), memory: bool = False, neutral: bool = False) -> simpy.Event:
         """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s (`slow`,
         `memory`, `neutral`: job attributes only `Cores` uses, see there)."""
-        ev = self.env.event()
+        ev = Event(self.env)
         if amount <= 0:
             ev.succeed()
             return ev
         if cap <= 0 or weight <= 0:
             raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
+        if self.uniform_caps and cap != weight:
+            self.uniform_caps = False
         self._advance()
-        job = _Job(float(amount), float(cap), float(weight), ev, owner)
-        job.slow, job.slow_mem = float(slow[0]), float(slow[1])
-        job.memory = bool(memory)
-        job.neutral = bool(neutral)
-        self.active.append(job)
+        self.active.append(_Job(float(amount), float(cap), float(weight), ev, owner, float(slow[0]), float(slow[1]),
+                                bool(memory), bool(neutral)))
         self._reschedule()
-        self._notify()
+        if self.listeners:
+            self._notify()
         return ev
 
     def cancel(self, ev: simpy.Event) -> bool:
@@ -77,16 +116,17 @@ class SharedRate:
         return True
 
     def _advance(self) -> None:
-        dt = self.env.now - self.last
+        now = self.env._now
+        dt = now - self.last
         if dt > 0:
             for j in self.active:
                 j.left -= j.rate * dt
-        self.last = self.env.now
+        self.last = now
 
     def _share(self) -> None:
         left = self.capacity
-        jobs = sorted(self.active, key=lambda j: j.cap / j.weight)
-        wsum = sum(j.weight for j in jobs)
+        jobs = self.active if self.uniform_caps else sorted(self.active, key=_cap_per_weight)
+        wsum = sum([j.weight for j in jobs])
         for j in jobs:
             fair = left * j.weight / wsum
             j.rate = min(j.cap, fair)
@@ -95,31 +135,46 @@ class SharedRate:
 
     def _reschedule(self) -> None:
         self.gen += 1
-        if not self.active:
-            self.samples.append((self.env.now, 0.0))
+        env = self.env
+        active = self.active
+        if not active:
+            if self.record:
+                self.samples.append((env._now, 0.0))
             return
         self._share()
-        self.samples.append((self.env.now, sum(j.rate for j in self.active)))
-        moving = [j for j in self.active if j.rate > 0]       # (Cores: a preempted waker's jobs stand still)
-        if not moving:
+        if self.record:
+            self.samples.append((env._now, sum([j.rate for j in active])))
+        dt = -1.0
+        for j in active:                    # the next completion (Cores: a preempted waker's jobs stand still)
+            if j.rate > 0:
+                d = max(j.left, 0.0) / j.rate
+                if dt < 0 or d < dt:
+                    dt = d
+        if dt < 0:
             return
-        dt = min(max(j.left, 0.0) / j.rate for j in moving)
-        gen = self.gen
-        t = self.env.timeout(dt)
-        t.callbacks.append(lambda _e: self._on_timer(gen))
+        # a timeout carrying its generation: a later change makes it stale (`_on_timer`)
+        t = Event(env)
+        t._ok, t._value = True, self.gen
+        t.callbacks.append(self._on_timer)
+        env.schedule(t, NORMAL, dt)
 
-    def _on_timer(self, gen: int) -> None:
-        if gen != self.gen:
+    def _on_timer(self, timer: Event) -> None:
+        if timer._value != self.gen:
             return
         self._advance()
-        done = [j for j in self.active if j.left <= j.eps]
+        active = self.active
+        done = [j for j in active if j.left <= j.eps]
         if not done:   # float rounding: finish the closest one
-            done = [min((j for j in self.active if j.rate > 0), key=lambda j: j.left / j.rate)]
-        self.active = [j for j in self.active if j not in done]
+            done = [min((j for j in active if j.rate > 0), key=lambda j: j.left / j.rate)]
+        if len(done) == 1:
+            active.remove(done[0])
+        else:
+            self.active = [j for j in active if j not in done]
         for j in done:
             j.event.succeed()
         self._reschedule()
-        self._notify()
+        if self.listeners:
+            self._notify()
 
     def _notify(self) -> None:
         for fn in self.listeners:
@@ -149,6 +204,10 @@ class SharedRate:
         return load >= self.capacity - 1e-9
 
 
+def _cap_per_weight(j: _Job) -> float:
+    return j.cap / j.weight
+
+
 class Cores(SharedRate):
     """The SoC's CPU cores under the OS scheduler: every runnable thread gets an equal share (CFS), at most one core.
 
@@ -167,8 +226,10 @@ class Cores(SharedRate):
     use, the most recently woken thread served first, while another core may idle (`idle_for`), until `unpack`.
     """
 
-    def __init__(self, env: simpy.Environment, capacity: float) -> None:
-        super().__init__(env, capacity)
+    uniform_caps = True         # a job's cap and weight are both its threads (`run`)
+
+    def __init__(self, env: simpy.Environment, capacity: float, record: bool = True) -> None:
+        super().__init__(env, capacity, record)
         self.occupied: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, cores occupied) at every change
         self.packs: dict[object, object] = {}     # woken thread -> the waker whose core it was put on (`pack`)
         self.full_at = 0.0                        # s, when every core was last occupied (or the start)
@@ -226,15 +287,16 @@ class Cores(SharedRate):
 
     def _occupancy(self) -> float:
         if not self.packs:
-            return min(self.capacity, sum(j.cap for j in self.active))
+            return min(self.capacity, sum([j.cap for j in self.active]))
         return min(self.capacity, sum(min(cap, sum(j.cap for j in jobs)) for cap, _w, jobs in self._entities()))
 
     def _reschedule(self) -> None:
         super()._reschedule()
         occ = self._occupancy()
+        now = self.env._now
         if occ >= self.capacity - 1e-9:
-            self.full_at = self.env.now
-        self.occupied.append((self.env.now, occ))
+            self.full_at = now
+        self.occupied.append((now, occ))
 
     def full_without(self, owner: object = None) -> bool:
         """Other threads than `owner` occupy every core (a packed pair occupies its waker's cores)."""
@@ -281,7 +343,12 @@ class Cores(SharedRate):
 
     def _share(self) -> None:
         self._share_entities()
-        if self.capacity <= 1 or all(j.slow == 1.0 and j.slow_mem == 1.0 for j in self.active):
+        if self.capacity <= 1:
+            return
+        for j in self.active:
+            if j.slow != 1.0 or j.slow_mem != 1.0:
+                break
+        else:
             return
         base = [(j, j.rate) for j in self.active]     # shares before the co-run slowdown
         for j, rj in base:
