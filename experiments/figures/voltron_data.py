@@ -12,10 +12,11 @@ import pandas as pd
 from planner.voltron.accuracy import BASE_MMLU, FAMILIES
 from planner.voltron.devices import load_cluster
 from planner.voltron.policy import PlannerConfig
-from planner.voltron.registry import build_context, make_policy
+from planner.voltron.registry import make_policy
 from planner.voltron.rssi import RssiTable
 from quant.arch import model_spec
-from sim.multidevice.runner import RunResult, run_conversation
+from sim.multidevice.runner import RunResult, build_run_context, run_conversation
+from sim.multidevice.squeeze import Squeeze, trace_config
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
 
@@ -41,9 +42,16 @@ def trace(name: str) -> RssiTrace:
     return RssiTrace.load(TraceConfig(name=name, csv=f"{name}.csv"))
 
 
+@lru_cache(maxsize=8)
+def squeeze(name: str) -> Squeeze:
+    """The trace's compute / goodput squeeze (conf/trace/<name>.yaml `squeeze_csv`; none for most traces)."""
+    return Squeeze.load(trace_config(name))
+
+
 @lru_cache(maxsize=32)
 def context(cluster: str, model: str, seed: int):
-    return build_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
+    # the planner profiles the simulated devices, as in every simulated run (sim.multidevice.runner)
+    return build_run_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
 
 
 def conversation(cluster: str, model: str, planner: str, trace_name: str, turns: int, seed: int = 0,
@@ -53,7 +61,8 @@ def conversation(cluster: str, model: str, planner: str, trace_name: str, turns:
     base, _acc = context(cluster, model, seed)
     ctx = dataclasses.replace(base, cfg=PlannerConfig(name=planner, balance=balance, **planner_cfg))
     wl = WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s}))
-    return run_conversation(make_policy(ctx), ctx, trace(trace_name), RssiTable(), wl, seed=seed)
+    return run_conversation(make_policy(ctx), ctx, trace(trace_name), RssiTable(), wl, seed=seed,
+                            squeeze=squeeze(trace_name))
 
 
 def qos_line(ax, value: float = QOS_TPOT_MS, what: str = "TPOT", vertical: bool = False) -> None:

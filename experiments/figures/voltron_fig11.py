@@ -1,7 +1,8 @@
-"""Counterpart of Voltron's evaluation: ablation of Voltron's run-time mechanisms over the walk-away trace with
-a disconnect (Office cluster): full Voltron vs without communication scaling (activation quantization / pruning),
-without compute pruning, without overlapped shard reloads, and with KV recompute instead of pruning on a
-disconnect; simulated. The paper's evaluation figures are withheld from the design text."""
+"""Counterpart of Voltron's evaluation: ablation of Voltron's run-time mechanisms (Office cluster), each switched off
+on a trace that needs it — the closed loop (model corrections and the p99 margin), overlapped shard reloads and KV
+pruning on the walk-away trace with a disconnect; communication scaling on `weak_link` (the tablet's link at 3 % of
+its goodput); compute pruning on `compute_squeeze` (the main device at 45 % speed); simulated. The paper's evaluation
+figures are withheld from the design text."""
 from __future__ import annotations
 
 import pandas as pd
@@ -9,32 +10,37 @@ import pandas as pd
 from experiments.figures.base import FigureSpec, fig_legend, note
 from experiments.figures.names import labels
 from experiments.figures.voltron_data import QOS_TPOT_MS, conversation, qos_line, summary
+from planner.voltron.feedback import FeedbackConfig
 
-VARIANTS = (("voltron", {}), ("no comm scaling", {"comm_scaling": False}),
-            ("no compute pruning", {"compute_pruning": False}), ("no reload overlap", {"overlap_reload": False}),
-            ("KV recompute on disconnect", {"disconnect_kv": "recompute"}))
-GRID = {"full": dict(model="qwen2_5_14b", turns=5, think_s=60.0, variants=VARIANTS),
-        "toy": dict(model="qwen2_5_3b", turns=1, think_s=None, variants=VARIANTS[:2])}
-CLUSTER, TRACE = "office", "walk_away_disconnect"
+# (trace, turns, think s, variants): every lever on the trace built for it (conf/trace, sim/multidevice/squeeze.py)
+CASES = (("walk_away_disconnect", 5, 60.0, (("voltron", {}), ("no closed loop", {"feedback": FeedbackConfig(False)}),
+                                           ("no reload overlap", {"overlap_reload": False}),
+                                           ("KV recompute on disconnect", {"disconnect_kv": "recompute"}))),
+         ("weak_link", 3, None, (("voltron", {}), ("no comm scaling", {"comm_scaling": False}))),
+         ("compute_squeeze", 3, None, (("voltron", {}), ("no compute pruning", {"compute_pruning": False}))))
+GRID = {"full": dict(model="qwen2_5_14b", cases=CASES),
+        "toy": dict(model="qwen2_5_3b", cases=(("walk_away_disconnect", 1, None, CASES[0][3][:2]),))}
+CLUSTER = "office"
 
 SPEC = FigureSpec(
     name="voltron_fig11", paper="Voltron", figure="", withheld=True,
     topic="Ablation of Voltron's run-time mechanisms",
-    title="Office cluster, walk-away trace with a disconnect",
-    claim="Each elastic mechanism matters when conditions change: scaling what goes over a weak link, pruning when "
-          "compute alone breaks the TPOT target, and hiding reloads behind compute keep QoS with a small "
-          "accuracy cost.",
-    simulated="Voltron with one mechanism switched off at a time over the same conversation and trace",
+    title="Office cluster, each mechanism switched off on the trace that needs it",
+    claim="Each elastic mechanism matters when conditions change: correcting the latency model from measured steps, "
+          "scaling what goes over a weak link, pruning when compute alone breaks the TPOT target, and hiding "
+          "reloads behind compute keep QoS with a small accuracy cost.",
+    simulated="Voltron with one mechanism switched off at a time, on the trace built to need it",
     tolerances={"value": (1e-4, 1e-9)})
 
 
 def data(size: str) -> pd.DataFrame:
     g = GRID[size]
     rows = []
-    for label, kw in g["variants"]:
-        s = summary(conversation(CLUSTER, g["model"], "voltron", TRACE, g["turns"], think_s=g["think_s"], **kw))
-        rows += [{"variant": label, "model": g["model"], "metric": k, "value": v, "source": "modelled"}
-                 for k, v in s.items()]
+    for trace, turns, think_s, variants in g["cases"]:
+        for label, kw in variants:
+            s = summary(conversation(CLUSTER, g["model"], "voltron", trace, turns, think_s=think_s, **kw))
+            rows += [{"trace": trace, "variant": label, "model": g["model"], "metric": k, "value": v,
+                      "source": "modelled"} for k, v in s.items()]
     return pd.DataFrame(rows)
 
 
@@ -44,8 +50,10 @@ def plot(df: pd.DataFrame, fig) -> None:
     for i, (k, lab) in enumerate(keys):
         ax = fig.add_subplot(1, 3, i + 1)
         d = df[df.metric == k]
-        ax.bar(range(len(d)), d.value, color="tab:blue")
-        ax.set_xticks(range(len(d)), labels(d.variant), rotation=45, ha="right", fontsize=7)
+        full = (d.variant == "voltron").to_numpy()
+        ax.bar(range(len(d)), d.value, color=["tab:blue" if f else "tab:orange" for f in full])
+        ax.set_xticks(range(len(d)), [f"{v} ({t})" for v, t in zip(labels(d.variant), d.trace)], rotation=45,
+                      ha="right", fontsize=6)
         ax.set_title(lab, fontsize=9)
         if k == "tpot_ms_p99":
             qos_line(ax)

@@ -23,25 +23,14 @@ from planner.voltron.registry import make_policy
 from planner.voltron.rssi import RssiTable
 from quant.arch import model_spec
 from sim.multidevice.runner import build_run_context, run_conversation
-from sim.multidevice.squeeze import Squeeze
+from sim.multidevice.squeeze import Squeeze, trace_config
 from sim.multidevice.workload import WorkloadConfig
-from sim.wireless import RssiTrace, TraceConfig
+from sim.wireless import RssiTrace
 
 CLUSTERS = ("car", "office", "home")
 TRACES = ("steady_strong", "walk_away", "walk_away_disconnect", "weak_link", "compute_squeeze")
 KEYS = ("ttft_s_max", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate", "accuracy_proxy", "oom",
         "tokens_generated", "pred_err_tpot_bias", "energy_mj_per_token")
-
-
-def trace_config(name: str) -> TraceConfig:
-    """conf/trace/<name>.yaml as a TraceConfig (its csv and optional squeeze_csv)."""
-    from omegaconf import OmegaConf
-
-    from sim.wireless import TRACE_DIR
-
-    y = OmegaConf.to_container(OmegaConf.load(TRACE_DIR / f"{name}.yaml"))
-    y.pop("defaults", None)
-    return TraceConfig(**y)
 
 
 def sweep(traces=TRACES, turns: int = 3, seed: int = 0, planners=("voltron",), clusters=CLUSTERS,

@@ -22,6 +22,18 @@ from sim.wireless import TRACE_DIR, TraceConfig
 COLUMNS = ("time_s", "device", "compute", "goodput")
 
 
+def trace_config(name: str) -> TraceConfig:
+    """conf/trace/<name>.yaml as a TraceConfig (its RSSI csv and optional squeeze_csv), outside Hydra."""
+    from omegaconf import OmegaConf
+
+    path = TRACE_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} not found (trace={name})")
+    y = OmegaConf.to_container(OmegaConf.load(path))
+    y.pop("defaults", None)
+    return TraceConfig(**y)
+
+
 class Squeeze:
     def __init__(self, times: dict[int, np.ndarray], values: dict[int, np.ndarray]):
         self.times, self.values = times, values         # device -> (K,) s; device -> (K, 2) compute, goodput

@@ -11,9 +11,8 @@ import pytest
 from planner.voltron.feedback import FeedbackConfig, Observation, QosFeedback
 from planner.voltron.registry import make_policy
 from planner.voltron.rssi import RssiTable
-from sim.multidevice.qos_sweep import trace_config
 from sim.multidevice.runner import run_conversation
-from sim.multidevice.squeeze import Squeeze
+from sim.multidevice.squeeze import Squeeze, trace_config
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
 from tests.voltron.helpers import context
