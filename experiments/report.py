@@ -195,7 +195,7 @@ def _commits(runs: list[Run]) -> str:
 def _short_provenance(runs: list[Run]) -> str:
     commits = sorted({(r.commit or "unknown")[:10] + ("+dirty" if r.dirty else "") for r in runs})
     kinds = sorted({machine_kind(r.machine) for r in runs})
-    return (f"{len(runs)} run{'s' if len(runs) > 1 else ''}, commit {', '.join(commits)}, {'; '.join(kinds)}, "
+    return (f"{len(runs)} run dir{'s' if len(runs) > 1 else ''}, commit {', '.join(commits)}, {'; '.join(kinds)}, "
             f"{_when(runs)}")
 
 
@@ -261,6 +261,20 @@ def multidevice_summary(df: pd.DataFrame) -> str:
            f"\n\n{md_table(t)}"
 
 
+def run_ttfts(r: Run) -> list[float]:
+    """The TTFT of each measured cold run of a validate invocation (`runs.csv`), else its median alone."""
+    path = r.dir / "runs.csv"
+    if path.is_file():
+        try:
+            vals = [float(v) for v in pd.read_csv(path)["measured_ttft_s"].dropna()]
+        except (ValueError, KeyError, pd.errors.ParserError):
+            raise ReportError(f"{path}: no measured_ttft_s column of numbers") from None
+        if vals:
+            return vals
+    med = _m(r, "measured_ttft_s")
+    return [float(med)] if isinstance(med, (int, float)) else []
+
+
 def host_table(runs: list[Run]) -> pd.DataFrame:
     rows = []
     for r in runs:
@@ -272,36 +286,69 @@ def host_table(runs: list[Run]) -> pd.DataFrame:
                      "versus_framework": _m(r, "versus_framework"),
                      "predicted_versus_speedup": _m(r, "predicted_versus_speedup"),
                      "measured_versus_speedup": _m(r, "measured_versus_speedup"),
-                     "speedup_vs_peer": _m(r, "speedup_vs_peer"), "finished_utc": r.finished_utc, "run": r.dir.name})
+                     "speedup_vs_peer": _m(r, "speedup_vs_peer"), "run_ttfts_s": json.dumps(run_ttfts(r)),
+                     "finished_utc": r.finished_utc, "run": r.dir.name})
     return pd.DataFrame(rows).sort_values(["model", "framework", "bits", "prompt_tokens", "finished_utc", "run"],
                                           kind="stable", ignore_index=True)
 
 
+CONFIG_KEYS = ["framework", "model", "bits", "prompt_tokens"]
+
+
+def judged_configurations(df: pd.DataFrame) -> list[tuple[tuple, pd.DataFrame, Any]]:
+    """Per configuration: (key, its invocations, `protocol_stats.judge` of the median prediction against every cold
+    run, each invocation one round)."""
+    from experiments import protocol_stats as ps
+
+    out = []
+    for key, g in df.groupby(CONFIG_KEYS, sort=True):
+        rounds = [json.loads(v) for v in g["run_ttfts_s"]]
+        out.append((key, g, ps.judge(float(g["predicted_ttft_s"].astype(float).median()), rounds)))
+    return out
+
+
 def host_summary(df: pd.DataFrame) -> str:
-    """Per framework: configurations, invocations, and invocations whose prediction is within ±WITHIN_PCT of their
-    own measured median (the per-invocation judgement the validate app makes)."""
+    """The set's bias with its interval and sign test (`protocol_stats.summarize`), and per framework: configurations,
+    invocations, predictions inside their pooled median's interval, the pooled errors, and the invocations within
+    ±WITHIN_PCT of their own median (the per-invocation judgement the validate app prints)."""
+    from experiments import protocol_stats as ps
+
+    judged = judged_configurations(df)
+    s = ps.summarize([j for _, _, j in judged])
     rows = []
-    for fw, g in df.groupby("framework", sort=True):
-        err = g["ttft_error_pct"].astype(float)
-        n_cfg = len(g[["model", "bits", "prompt_tokens"]].drop_duplicates())
-        rows.append({"framework": fw, "configurations": n_cfg, "invocations": len(g),
-                     f"within ±{WITHIN_PCT:g} %": int((err.abs() <= WITHIN_PCT).sum()),
-                     "TTFT error median (min … max)": f"{_pct(err.median())} ({_pct(err.min())} … {_pct(err.max())})"})
+    for fw in sorted({k[0] for k, _, _ in judged}):
+        mine = [(g, j) for k, g, j in judged if k[0] == fw]
+        errs = pd.Series([j.error_pct for _, j in mine])
+        inv = pd.concat([g for g, _ in mine])["ttft_error_pct"].astype(float)
+        rows.append({"framework": fw, "configurations": len(mine), "invocations": len(inv),
+                     "inside interval": sum(j.inside for _, j in mine),
+                     "pooled error median (min … max)":
+                         f"{_pct(errs.median())} ({_pct(errs.min())} … {_pct(errs.max())})",
+                     f"invocations within ±{WITHIN_PCT:g} %": int((inv.abs() <= WITHIN_PCT).sum())})
+    level = f"{100 * ps.LEVEL:g} %"
     return ("Cold TTFT on this machine kind: predicted by the simulator with the measured host profile (modelled) "
-            "against the median of each invocation's cold runs (measured):\n\n" + md_table(pd.DataFrame(rows)))
+            "against the pooled median of every cold run of a configuration, each invocation a round, with its "
+            f"{level} hierarchical bootstrap interval (measured; docs/hil.md \"Validation protocol\"). "
+            f"Set of {s.n}: bias {_pct(s.bias_pct)} [{_pct(s.bias_lo_pct)}, {_pct(s.bias_hi_pct)}], "
+            f"{s.over} over / {s.under} under (sign test p = {s.sign_p:.2f}), mean |error| {s.mean_abs_pct:.1f} %, "
+            f"prediction inside the interval for {s.inside} of {s.n}, median noise floor (spread of round medians) "
+            f"{s.median_noise_pct:.1f} %.\n\n" + md_table(pd.DataFrame(rows)))
 
 
 def host_configurations(df: pd.DataFrame) -> pd.DataFrame:
-    """Per configuration (framework, model, bits, prompt): the invocations' measured medians, the prediction, how many
-    invocations were within ±WITHIN_PCT, and whether one fixed value could be within ±WITHIN_PCT of every invocation's
+    """Per configuration (framework, model, bits, prompt): the prediction against the pooled median of all its cold
+    runs with its interval (`judged_configurations`), the range of the invocations' own medians, how many invocations
+    were within ±WITHIN_PCT of theirs, and whether one fixed value could be within ±WITHIN_PCT of every invocation's
     median (max / min ≤ (1 + c) / (1 - c)): when it could not, the per-invocation criterion cannot judge the model on
     this host (docs/hil.md "Validation protocol")."""
     rows, c = [], WITHIN_PCT / 100
-    for (fw, model, bits, prompt), g in df.groupby(["framework", "model", "bits", "prompt_tokens"], sort=True):
+    for (fw, model, bits, prompt), g, j in judged_configurations(df):
         meas, err = g["measured_ttft_s"].astype(float), g["ttft_error_pct"].astype(float)
         rows.append({"framework": fw, "model": model, "bits": _cell(float(bits)), "prompt": prompt,
-                     "invocations": len(g), "predicted s": _num(g["predicted_ttft_s"].astype(float).median(), 3),
-                     "measured medians s (min–max)": f"{_num(meas.min(), 3)}–{_num(meas.max(), 3)}",
+                     "invocations": len(g), "runs": j.runs, "predicted s": _num(j.predicted, 3),
+                     "pooled median s [interval]": f"{_num(j.measured, 3)} [{_num(j.lo, 3)}, {_num(j.hi, 3)}]",
+                     "error": _pct(j.error_pct), "inside": "yes" if j.inside else "no",
+                     "invocation medians s (min–max)": f"{_num(meas.min(), 3)}–{_num(meas.max(), 3)}",
                      f"within ±{WITHIN_PCT:g} %": int((err.abs() <= WITHIN_PCT).sum()),
                      "one value within all": "yes" if meas.max() <= meas.min() * (1 + c) / (1 - c) else "no"})
     return pd.DataFrame(rows)
@@ -331,11 +378,11 @@ TOPICS: dict[str, Topic] = {
         multidevice_table, multidevice_summary),
     "experiments.validate": Topic(
         "experiments.validate", "Host cold start: predicted vs measured",
-        "Each row is one `experiments.validate` invocation on this machine kind: the simulator's TTFT prediction "
-        "with the measured host profile (modelled) and the median (min–max) of the invocation's cold runs "
-        "(measured); error = (predicted − measured) / measured. One invocation's error moves by tens of per cent "
-        "between invocations on a shared VM (docs/hil.md \"Validation protocol\"), so compare configurations over "
-        "several invocations, not single rows.",
+        "`experiments.validate` invocations on this machine kind: the simulator's TTFT prediction with the measured "
+        "host profile (modelled) against the cold runs (measured); error = (predicted − measured) / measured. One "
+        "invocation's error moves by tens of per cent between invocations on a shared VM, so a configuration is "
+        "judged on all its runs pooled, each invocation a round (docs/hil.md \"Validation protocol\"); the runs "
+        "table keeps one row per invocation.",
         host_table, host_summary),
 }
 

@@ -91,19 +91,25 @@ def test_multidevice_page_from_a_toy_run(tmp_path):
     assert f"| home | qwen2_5_3b | voltron | {m['precision']} | {m['ttft_s']:.2f} / " in summary
 
 
-def _fake_validate_run(root, name, kind_sig, framework, predicted, measured, lo, hi):
-    """A validate run directory as the app writes it (keys of experiments.validate). The app itself is not run here:
-    it times the host (its own tests run it); this checks the page generator on its output format."""
+def _fake_validate_run(root, name, kind_sig, framework, predicted, runs):
+    """A validate run directory as the app writes it (metrics.json keys and runs.csv of experiments.validate). The
+    app itself is not run here: it times the host (its own tests run it); this checks the page generator on its
+    output format."""
+    import statistics
+
     from experiments.common import run_manifest
 
     d = root / name
     d.mkdir(parents=True)
+    med = statistics.median(runs)
     m = {"framework": framework, "model": "smollm2_135m", "device": "host", "bits": 5, "prompt_tokens": 16,
-         "repeats": 5, "predicted_ttft_s": predicted, "measured_ttft_s": measured, "measured_ttft_min_s": lo,
-         "measured_ttft_max_s": hi, "ttft_error_pct": 100 * (predicted - measured) / measured,
+         "repeats": len(runs), "predicted_ttft_s": predicted, "measured_ttft_s": med, "measured_ttft_min_s": min(runs),
+         "measured_ttft_max_s": max(runs), "ttft_error_pct": 100 * (predicted - med) / med,
          "measured_keys": ["measured_ttft_s", "measured_ttft_min_s", "measured_ttft_max_s", "ttft_error_pct"],
          "modelled_keys": ["predicted_ttft_s"], "input_keys": ["bits", "prompt_tokens", "repeats"]}
     (d / "metrics.json").write_text(json.dumps(m))
+    (d / "runs.csv").write_text("run,measured_ttft_s,measured_load_s\n" +
+                                "".join(f"{k},{t},0.01\n" for k, t in enumerate(runs)))
     man = run_manifest()
     man.update(app="experiments.validate", command=f"python -m experiments.validate framework={framework}",
                machine={**man["machine"], "cpu_model": "Test CPU", "cpu_signature": kind_sig})
@@ -111,21 +117,25 @@ def _fake_validate_run(root, name, kind_sig, framework, predicted, measured, lo,
     return d
 
 
-def test_host_pages_one_per_machine_kind_with_the_per_invocation_judgement(tmp_path):
-    dirs = [_fake_validate_run(tmp_path, "a", "V/25/17/1", "edgeflow", 0.105, 0.100, 0.095, 0.120),   # +5 %
-            _fake_validate_run(tmp_path, "b", "V/25/17/1", "edgeflow", 0.130, 0.100, 0.090, 0.110),   # +30 %
-            _fake_validate_run(tmp_path, "c", "V/25/17/1", "mnn", 0.200, 0.210, 0.200, 0.230),        # -4.8 %
-            _fake_validate_run(tmp_path, "d", "V/26/2/0", "edgeflow", 0.100, 0.100, 0.100, 0.100)]
+def test_host_pages_one_per_machine_kind_judged_on_pooled_runs(tmp_path):
+    dirs = [_fake_validate_run(tmp_path, "a", "V/25/17/1", "edgeflow", 0.105, [0.095, 0.100, 0.120]),   # +5 %
+            _fake_validate_run(tmp_path, "b", "V/25/17/1", "edgeflow", 0.105, [0.090, 0.110, 0.100]),   # +5 %
+            _fake_validate_run(tmp_path, "c", "V/25/17/1", "mnn", 0.150, [0.200, 0.210, 0.230]),        # -28.6 %
+            _fake_validate_run(tmp_path, "d", "V/26/2/0", "edgeflow", 0.100, [0.100, 0.100, 0.100])]
     pages = {p.topic: p for p in report.pages_for(report.load_runs(dirs))}
     assert sorted(pages) == ["host-test-cpu-family-25-model-17", "host-test-cpu-family-26-model-2"]
-    summary = report.page_summary(pages["host-test-cpu-family-25-model-17"].markdown)
-    assert "| edgeflow | 1 | 2 | 1 | +17.5 % (+5.0 % … +30.0 %) |" in summary
-    assert "| mnn | 1 | 1 | 1 | -4.8 % (-4.8 % … -4.8 %) |" in summary
     text = pages["host-test-cpu-family-25-model-17"].markdown
     assert "Test CPU family 25 model 17" in text
-    # edgeflow's two invocations measured 0.100 and 0.100 s: one value could be within ±10 % of both
-    assert "| edgeflow | smollm2_135m | 5 | 16 | 2 | 0.117 | 0.100–0.100 | 1 | yes |" in text
-    assert "| mnn | smollm2_135m | 5 | 16 | 1 | 0.200 | 0.210–0.210 | 1 | yes |" in text
+    summary = report.page_summary(text)
+    assert "Set of 2: bias " in summary and "1 over / 1 under" in summary
+    # edgeflow: 6 runs pooled, median 0.100 (runs 0.090 … 0.120), predicted 0.105: +5 %, inside its interval
+    assert "| edgeflow | smollm2_135m | 5 | 16 | 2 | 6 | 0.105 | 0.100 [" in text
+    row = next(ln for ln in text.splitlines() if ln.startswith("| edgeflow | smollm2_135m | 5 | 16 | 2 | 6 |"))
+    assert "| +5.0 % | yes |" in row and row.endswith("| 2 | yes |")
+    # mnn: every run above 0.2 s, predicted 0.150: outside any interval of the pooled median
+    row = next(ln for ln in text.splitlines() if ln.startswith("| mnn | smollm2_135m | 5 | 16 | 1 | 3 |"))
+    assert "0.210 [" in row and "| -28.6 % | no |" in row
+    assert "| edgeflow | 1 | 2 | 1 | +5.0 % (+5.0 % … +5.0 %) | 2 |" in summary
     with pytest.raises(report.ReportError, match="--topic: the runs make 2 pages"):
         report.pages_for(report.load_runs(dirs), topic="host")
 
@@ -170,7 +180,8 @@ def test_one_value_within_all_invocations_only_when_their_spread_allows_it():
     def cfg(measured):
         return pd.DataFrame({"framework": "edgeflow", "model": "m", "bits": 5.0, "prompt_tokens": 16,
                              "predicted_ttft_s": 0.1, "measured_ttft_s": measured,
-                             "ttft_error_pct": [100 * (0.1 - m) / m for m in measured]})
+                             "ttft_error_pct": [100 * (0.1 - m) / m for m in measured],
+                             "run_ttfts_s": [json.dumps([m]) for m in measured]})
 
     assert report.host_configurations(cfg([0.100, 0.122]))["one value within all"][0] == "yes"   # 1.22 ≤ 1.1 / 0.9
     assert report.host_configurations(cfg([0.100, 0.123]))["one value within all"][0] == "no"
