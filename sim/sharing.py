@@ -125,12 +125,15 @@ class SharedRate:
 
     def _share(self) -> None:
         left = self.capacity
-        jobs = self.active if self.uniform_caps else sorted(self.active, key=_cap_per_weight)
+        jobs = self.active
+        if not self.uniform_caps and len(jobs) > 1:
+            jobs = sorted(jobs, key=_cap_per_weight)
         wsum = sum([j.weight for j in jobs])
         for j in jobs:
             fair = left * j.weight / wsum
-            j.rate = min(j.cap, fair)
-            left -= j.rate
+            cap = j.cap
+            j.rate = rate = fair if fair < cap else cap          # min(cap, fair), without the call
+            left -= rate
             wsum -= j.weight
 
     def _reschedule(self) -> None:
@@ -146,8 +149,10 @@ class SharedRate:
             self.samples.append((env._now, sum([j.rate for j in active])))
         dt = -1.0
         for j in active:                    # the next completion (Cores: a preempted waker's jobs stand still)
-            if j.rate > 0:
-                d = max(j.left, 0.0) / j.rate
+            rate = j.rate
+            if rate > 0:
+                d = j.left
+                d = (0.0 if 0.0 > d else d) / rate                 # max(left, 0) / rate
                 if dt < 0 or d < dt:
                     dt = d
         if dt < 0:
@@ -342,7 +347,10 @@ class Cores(SharedRate):
                         memory=memory, neutral=neutral)
 
     def _share(self) -> None:
-        self._share_entities()
+        if self.packs:
+            self._share_entities()
+        else:
+            SharedRate._share(self)
         if self.capacity <= 1:
             return
         for j in self.active:
