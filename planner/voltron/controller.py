@@ -1,30 +1,37 @@
 """Voltron's elastic controller (paper §4.2–4.3), evaluated turn by turn and token by token.
 
-- Turn start: importance-aware mixed precision by binary search (`precision.py`) over the prefill *and* decode plans
-  together (both QoS targets, every device's memory), each step re-running the hybrid MP/TP planner (`hybrid.py`).
+- Turn start: communication scaling, then importance-aware mixed precision by binary search (`precision.py`) over the
+  prefill *and* decode plans together (both QoS targets, every device's memory), each step re-running the hybrid
+  MP/TP planner (`hybrid.py`).
 - Every decode token: the controller observes the KV length, the links (RSSI → goodput/latency) and which devices are
-  reachable. Plans are valid for a KV bucket and a link state, so it re-plans only when one of them changes (a cache
-  hit otherwise); a re-plan is the same search on the decode phase, which yields, in the paper's order:
-    * computation scaling (§4.3.1): memory short (KV growth, a device left) → lower precision of the least important
-      layers first; if all-INT4 still does not fit → prune the same fraction of shards from every layer;
+  reachable. Plans are valid for a KV bucket, a link state and the closed loop's corrections, so it re-plans only when
+  one of them changes (a cache hit otherwise); a re-plan is the same search on the decode phase, which yields, in the
+  paper's order:
+    * communication scaling first (§4.3.2, footnote 5): the search runs with the transferred activations at FP16, at
+      INT8 and at INT4 (when the plan communicates); the most accurate result that meets the targets is kept;
+    * computation scaling (§4.3.1): memory short (KV growth, a device left) or QoS missed → lower precision of the
+      least important layers first; if all-INT4 still does not fit or meet the TPOT target → prune the same fraction
+      of shards from every layer;
     * restoration: the search always starts from FP16, so precision and shards come back as soon as memory or links
       allow it (KV flush, device back);
     * the parallel strategy follows the links: with weak RSSI the planner's communication term moves FFN layers from
       TP to MP (paper Fig. 8b).
-- Communication scaling (§4.3.2), applied after the search when the estimated TPOT still breaks QoS because of
-  communication: quantize the transferred activations of the least important layers first (FP16 → INT8 → INT4, again
-  by binary search, re-planning each step); if not enough, prune the remote shards (and their activations) of TP layers,
-  least important first, until the estimate meets QoS.
+  If communication still breaks the target after the search, the activations of TP layers are pruned with their
+  remote shards, least important first.
+- Closed loop (`feedback.py`): every executed step is compared with the models' estimate of it; per-device compute
+  and per-link message corrections re-scale the latency / communication models, and the targets are QoS over the
+  margin of the observed error's `planner.feedback.percentile` (p99). A step above the TPOT QoS forces a re-plan at
+  the next token. While a re-planned placement loads in the background and the running plan breaks the target, the
+  levers that need no reload act on the running plan in the same step (`bridge`): communication scaling, then
+  pruning; precision is the re-planned placement itself.
+- Decode plans reserve the KV cache one bucket ahead, so the placement the next bucket needs is found while the
+  running plan still fits and loads in the background.
 - Disconnects (`disconnect_kv=prune`, default; paper §4.3): the share of the running plan's ATTN shards a departed
   device held (their KV left with it) becomes a floor on the search's pruned fraction until the device is back, so
   generation continues without recomputing KV; the search may prune more (`compute_pruning`) or lower precision to
   meet the TPOT QoS on the remaining devices, and restores the shards (background reload) when the device returns.
 - Reloads: a new plan returns the bytes each device must load from flash; with `overlap_reload` the simulator hides
   them behind compute (§4.3 "Overhead Mitigation").
-
-Footnote 5 of the paper runs communication scaling before computation scaling; here the hybrid planner already prices
-communication into every strategy choice, so communication scaling only handles what re-planning cannot, and the
-computation-scaling search never undoes it (it is re-applied on the searched plan).
 """
 from __future__ import annotations
 

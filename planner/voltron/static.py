@@ -5,7 +5,7 @@ exhausted or a device it uses left), with the same layout for prefill and decode
 no mixed precision, no pruning, no activation quantization, reloads not overlapped). Subclasses implement
 `layout(env, opt, precision) -> shards (N, D)`.
 
-Precision choice (fair baselines, issue "Simulators that tell the truth" item 5): the baseline picks the *best
+Precision choice (fair baselines): the baseline picks the *best
 uniform precision that meets QoS*, with the same objective, information and search budget as Voltron's search
 (`precision.py`):
 - objective: the highest uniform precision (FP16 > INT8 > INT4: the most accurate) whose plans fit every device and

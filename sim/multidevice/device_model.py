@@ -1,6 +1,6 @@
 """The simulator's own device and link model: the "real" cluster the Voltron planner's plans run on (Voltron §5).
 
-Independent ground truth (issue "Simulators that tell the truth", item 6): nothing here calls the planner's cost
+Independent ground truth: nothing here calls the planner's cost
 functions (the roofline `planner.voltron.devices.device_time` its `LatencyModel` is fitted on, `LinkState.tp_comm`,
 `HybridPlanner.boundary_comm`). It shares with the planner only facts: the model's shapes and op counts
 (`LayerTable.features`), the storage formats (bytes per weight / activation element), each device's spec-sheet

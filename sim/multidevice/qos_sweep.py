@@ -5,7 +5,8 @@ home), every model of the three families and every trace given, and reports per 
 the share of decode tokens above the TPOT QoS, the accuracy proxy and whether a plan exists (no OOM). Other planners
 can be added with `--planners` (reported as they are: open loop).
 
-    python -m sim.multidevice.qos_sweep --turns 3 --out outputs/multidevice/qos_sweep.csv
+    python -m sim.multidevice.qos_sweep --turns 3 --planners voltron,single,mp,tp \
+        --out outputs/multidevice/qos_sweep.csv
 """
 from __future__ import annotations
 
@@ -88,6 +89,37 @@ def markdown(df: pd.DataFrame) -> str:
     return "\n".join(lines)
 
 
+def pivot_markdown(df: pd.DataFrame, planner: str = "voltron") -> str:
+    """One row per cluster × model, one column per trace: `TPOT p99 ms / share over QoS / TTFT max s` of `planner`
+    (OOM: no plan)."""
+    d = df[df.planner == planner]
+    traces = list(dict.fromkeys(d.trace))
+    lines = ["| cluster | model | " + " | ".join(traces) + " |", "|---|---|" + "---|" * len(traces)]
+    for (c, m), g in d.groupby(["cluster", "model"], sort=False):
+        cells = []
+        for t in traces:
+            r = g[g.trace == t]
+            if r.empty:
+                cells.append("—")
+            elif bool(r.oom.iloc[0]):
+                cells.append("OOM")
+            else:
+                r = r.iloc[0]
+                bad = r.tpot_ms_p99 > 400 or r.qos_tpot_violation_rate > 0.01 or r.ttft_s_max > 10
+                cell = f"{r.tpot_ms_p99:.0f} / {100 * r.qos_tpot_violation_rate:.1f} % / {r.ttft_s_max:.1f}"
+                cells.append(f"**{cell}**" if bad else cell)
+        lines.append(f"| {c} | {m} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def summary_markdown(df: pd.DataFrame) -> str:
+    sm = summarize(df)
+    lines = ["| " + " | ".join(sm.columns) + " |", "|" + "---|" * len(sm.columns)]
+    for r in sm.itertuples(index=False):
+        lines.append("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in r) + " |")
+    return "\n".join(lines)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--turns", type=int, default=3)
@@ -106,12 +138,9 @@ def main(argv=None) -> None:
         from quant.atomic import atomic_write_text
 
         atomic_write_text(a.out, df.to_csv(index=False))
-    print(markdown(df))
+    print(summary_markdown(df))
     print()
-    sm = summarize(df)
-    print("| " + " | ".join(sm.columns) + " |\n|" + "---|" * len(sm.columns))
-    for r in sm.itertuples(index=False):
-        print("| " + " | ".join(f"{v:.3g}" if isinstance(v, float) else str(v) for v in r) + " |")
+    print(pivot_markdown(df))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """Sensitivity of the multi-device results to every model parameter without a source (docs/multidevice.md,
-"Assumptions and sensitivity"; issue "Simulators that tell the truth").
+"Assumptions and sensitivity").
 
 Each parameter is set to ½× and 2× its default (fractions capped at 1, marked "(cap 1)"; a dBm threshold ±5 dB) and
 Voltron and the
