@@ -64,7 +64,36 @@ def inputs(cfg: DictConfig):
     pdir = cfg.get("profile_dir")
     if pdir is not None and (not isinstance(pdir, str) or not pdir.strip()):
         raise ConfigError(f"profile_dir: a directory path or null (got {pdir!r})")
+    if (short := fit_short(len(cluster.devices), points, seed)) is not None:
+        least = next((n for n in range(points + 1, 1001) if fit_short(len(cluster.devices), n, seed) is None), 1000)
+        raise ConfigError(f"profile_points: {points} per (device, precision, phase) leave the latency fit fewer than "
+                          f"{FIT_MIN} points for {short} in its seeded 80 % split (seed {seed}); use "
+                          f"profile_points >= {least}")
     return spec, cluster, pcfg, points, seed, remeasure, port, pdir
+
+
+FIT_MIN = 4     # points per (device, precision, phase) planner.voltron.latency.LatencyModel.fit needs
+
+
+def fit_short(n_devices: int, points: int, seed: int) -> str | None:
+    """The (device, precision, phase) cell the latency fit would get fewer than FIT_MIN points for, from the same
+    seeded split `context_from_profile` makes of the rows `profile_cluster` measures (`points` per cell, in order);
+    None when every cell has enough. Known before anything is measured."""
+    import numpy as np
+
+    from planner.voltron.devices import PRECISIONS
+    from planner.voltron.latency import PHASES, Profile, split
+
+    cells = np.array([(d, p, ph) for d in range(n_devices) for p in range(len(PRECISIONS)) for ph in range(2)
+                      for _ in range(points)], dtype=np.int64).reshape(-1, 3)
+    z = np.zeros(len(cells))
+    train, _ = split(Profile(cells[:, 0], cells[:, 1], cells[:, 2], z, z, z, np.zeros((len(cells), 4)), z), seed=seed)
+    for d in range(n_devices):
+        for p in range(len(PRECISIONS)):
+            for ph in range(2):
+                if int(((train.device == d) & (train.prec == p) & (train.phase == ph)).sum()) < FIT_MIN:
+                    return f"device {d} {PRECISIONS[p]} {PHASES[ph]}"
+    return None
 
 
 def real_weights(spec) -> int:
@@ -133,15 +162,17 @@ def main(cfg: DictConfig) -> None:
     table = layer_table(spec, pcfg.ffn_shards)
     t0 = time.monotonic()
     prof = None if remeasure else store.load(points)
+    store_new = prof is None
     if prof is None:
         emu, handles = start_workers(cluster, cores, spec.name, cspec.emulation.cfs_period_ms / 1e3, port=port)
         try:
             prof = profile_cluster([h.client for h in handles], table, points=points, seed=seed)
         finally:
             emu.close()
-        store.save(prof, points, seed, {"cores": cores.tolist()})
     profile_s = time.monotonic() - t0
-    ctx, acc = context_from_profile(spec, cluster, pcfg, prof, seed)
+    ctx, acc = context_from_profile(spec, cluster, pcfg, prof, seed)      # fitted first: a profile the fit cannot
+    if store_new:                                                          # use is never stored
+        store.save(prof, points, seed, {"cores": cores.tolist()})
     pred = ctx.latency.predict(prof)
     df = pd.DataFrame({"device": [cluster.devices[d].name for d in prof.device],
                        "cores": cores[prof.device], "precision": [PRECISIONS[p] for p in prof.prec],

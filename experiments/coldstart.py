@@ -83,6 +83,20 @@ def inputs(cfg: DictConfig):
     if settings.cost_model == "table" and not Path(settings.cost_table).is_file():
         raise ConfigError(f"cost_table: {settings.cost_table!r} is not a file (cost_model=table needs a measured cost "
                           f"table JSON)")
+    if settings.cost_model == "table":
+        from planner.cost.table import TableCostModel
+
+        try:                                     # not JSON, malformed rows, no rows: before the run directory
+            TableCostModel.from_json_file(settings.cost_table)
+        except ValueError as e:
+            raise ConfigError(f"cost_table: {e}") from None
+    if settings.bits_source == "real" and model.weights.value == "twin":
+        raise ConfigError(f"bits_source: real needs the model's weights; {model.name} has none on this machine "
+                          f"(model.weights=twin): use bits_source=auto (the quantizer twin) or a model with weights")
+    if model.weights.value == "real" and settings.bits_source in ("auto", "real"):
+        from quant.gguf_model import check_gguf
+
+        check_gguf(model)                        # a missing, corrupt or truncated GGUF: one line naming the key
     return settings, model, device, framework, workload
 
 

@@ -70,16 +70,25 @@ class HostRun:
     info: dict[str, Any] = field(default_factory=dict)
 
 
+def host_weight_file(fw: FrameworkSpec) -> tuple[str, str]:
+    """(quantization method, packed format) of the weight file `fw`'s plan reads on this host
+    (hil.deploy.weight_file_kind of its policy's recipe)."""
+    from hil.deploy import weight_file_kind
+    from sim.coldstart import POLICIES
+
+    recipe = getattr(POLICIES[fw.policy](), "recipe", None)
+    return weight_file_kind(fw.policy, getattr(recipe, "fmt", None))
+
+
 def build_host_plan(spec: ModelSpec, host: HostProfile, fw: FrameworkSpec, bits: int, tokens: int,
                     qs: QuantSettings) -> tuple[Plan, Path]:
     """The framework's plan for this host, bound to its packed weight file (made and cached on first use)."""
-    from hil.deploy import fit_threads, packed_model, weight_file_kind
+    from hil.deploy import fit_threads, packed_model
     from hil.packed_index import bind_to_file, file_bits, read_index
     from sim.coldstart import POLICIES, ColdStartInputs
 
     policy = POLICIES[fw.policy]()
-    recipe = getattr(policy, "recipe", None)
-    method, fmt = weight_file_kind(fw.policy, getattr(recipe, "fmt", None))
+    method, fmt = host_weight_file(fw)
     path = packed_model(spec, method, bits, fmt, qs)
     dev = host.device
     cost = make_cost_model("table", dev, str(host.cost_table))

