@@ -45,6 +45,8 @@ def verified_once(path: str | os.PathLike, kind: str, check: Callable[[Path], No
         return True
     with _lock:
         _memo[key] = stamp
+        for k in [k for k in _memo if not os.path.exists(k.split(":", 1)[1])]:     # files gone (temp files, tests)
+            del _memo[k]
         try:
             atomic_write_json(cache, _memo)
         except OSError:                      # a read-only checkout: the check is repeated, never skipped wrongly
