@@ -434,6 +434,32 @@ def build_page(topic: str, runs: list[Run]) -> Page:
     return Page(topic, md, df)
 
 
+def protocol_page(topic: str, runs: list[Run]) -> Page:
+    """The page of one validation-protocol set on one machine kind (`validate protocol=<set>`, experiments.protocol):
+    the newest run's set summary, per-configuration and speed-up tables (its protocol.csv, speedups.csv); the table
+    is its protocol.csv."""
+    from experiments.protocol import about_md, summary_md, tables_md
+
+    r = max(runs, key=lambda x: (x.finished_utc or "", x.dir.name))
+    try:
+        df = pd.read_csv(r.dir / "protocol.csv")
+        sp = pd.read_csv(r.dir / "speedups.csv") if (r.dir / "speedups.csv").stat().st_size else pd.DataFrame()
+    except (OSError, ValueError, pd.errors.ParserError) as e:
+        raise ReportError(f"{r.dir}: protocol.csv / speedups.csv not readable ({type(e).__name__})") from None
+    recs = lambda d: [{k: (None if v != v else v) for k, v in row.items()} for row in d.to_dict("records")]  # noqa
+    m = r.metrics
+    held = " (held out: never used to choose or tune a mechanism)" if m.get("protocol_heldout") else ""
+    md = "\n".join([
+        HEADER, f"# Validation protocol, set `{m['protocol']}`{held} — {machine_kind(r.machine)}", "",
+        about_md(m) + " docs/hil.md \"Validation protocol\" defines the protocol; the set is "
+        f"conf/protocol/{m['protocol']}.yaml.", "",
+        SUMMARY_BEGIN, summary_md(m), "", f"_{_short_provenance([r])}._", SUMMARY_END, "",
+        tables_md(recs(df), recs(sp), m["protocol_level"]),
+        f"The per-configuration table as CSV: [{topic}.csv]({topic}.csv).", "",
+        _manifest_md([r]), ""])
+    return Page(topic, md, df)
+
+
 def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
     """One page per topic: the app's name (`coldstart`, `multidevice`) or, for host validation, one page per
     machine kind (`host-<kind>`); `topic` renames a single page."""
@@ -444,8 +470,9 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
         raise ReportError(f"run dirs: one app per page (found {', '.join(a or '?' for a in apps)})")
     if apps[0] == "experiments.validate":
         groups: dict[str, list[Run]] = {}
-        for r in runs:
-            groups.setdefault("host-" + _slug(machine_kind(r.machine)), []).append(r)
+        for r in runs:                   # a protocol set's page apart from the invocations' page (protocol_page)
+            set_ = f"protocol-{_slug(str(r.metrics['protocol']))}-" if "protocol" in r.metrics else ""
+            groups.setdefault(f"host-{set_}" + _slug(machine_kind(r.machine)), []).append(r)
     else:
         groups = {apps[0].removeprefix("experiments."): runs}
     if topic is not None:
@@ -453,7 +480,8 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
             raise ReportError(f"--topic: the runs make {len(groups)} pages ({', '.join(sorted(groups))}); "
                               f"give the run dirs of one machine kind")
         groups = {topic: next(iter(groups.values()))}
-    return [build_page(t, rs) for t, rs in sorted(groups.items())]
+    return [protocol_page(t, rs) if "protocol" in rs[0].metrics else build_page(t, rs)
+            for t, rs in sorted(groups.items())]
 
 
 def write_page(page: Page, out: Path = RESULTS_DIR) -> tuple[Path, Path]:

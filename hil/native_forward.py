@@ -24,8 +24,10 @@ def _linear(pm: PackedModel, name: str, x: np.ndarray) -> np.ndarray:
     return nc.dequant_i32(acc, a, pm.scales[name])
 
 
-def native_last_logits(pm: PackedModel, spec: ModelSpec, tokens) -> np.ndarray:
-    """Logits (vocab,) float32 of the last prompt token, every op a native kernel (module doc)."""
+def native_last_logits(pm: PackedModel, spec: ModelSpec, tokens, all_positions: bool = False) -> np.ndarray:
+    """Logits (vocab,) float32 of the last prompt token, every op a native kernel (module doc); all_positions:
+    (T, vocab), every position's, each row through the LM head alone (its own dynamic activation scale), as the
+    runner's last row."""
     tokens = np.asarray(tokens, dtype=np.int64)
     if tokens.ndim != 1 or tokens.size == 0:
         raise ValueError(f"tokens must be a non-empty 1-D array (got shape {tokens.shape})")
@@ -48,7 +50,13 @@ def native_last_logits(pm: PackedModel, spec: ModelSpec, tokens) -> np.ndarray:
         s = nc.silu_mul(g, np.ones_like(g))
         np.multiply(s, u, out=s)                                                 # the runner's `mul` (NumPy)
         x = nc.add(x, _linear(pm, p + "ffn_down.weight", s))
-    hf = nc.rmsnorm(np.ascontiguousarray(x[-1:]), pm.floats["output_norm.weight"], eps)
+    rows = range(T) if all_positions else [T - 1]
+    out = [_lm_head(pm, nc.rmsnorm(np.ascontiguousarray(x[t:t + 1]), pm.floats["output_norm.weight"], eps))
+           for t in rows]
+    return np.stack(out) if all_positions else out[0]
+
+
+def _lm_head(pm: PackedModel, hf: np.ndarray) -> np.ndarray:
     e = "token_embd.weight"
     a = float(np.float32(nc.absmax(hf)) / np.float32(QMAX))
     return nc.dequant_i32(nc.gemm_i8_i32(nc.quantize_i8(hf, a), pm.q[e]), a, pm.scales[e])[0]

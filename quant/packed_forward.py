@@ -89,8 +89,10 @@ def lm_head(pm: PackedModel, h: np.ndarray) -> np.ndarray:
     return dequant(gemm_i8(quantize_act(h, a), pm.q[e]), a, pm.scales[e])[0]
 
 
-def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens, nudge: bool = False) -> np.ndarray:
-    """Logits (vocab,) float32 of the last token of `tokens` (T,) after a causal W8A8 forward over the prompt.
+def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens, nudge: bool = False,
+                        all_positions: bool = False) -> np.ndarray:
+    """Logits (vocab,) float32 of the last token of `tokens` (T,) after a causal W8A8 forward over the prompt;
+    all_positions: (T, vocab), every position's logits, each row with its own LM-head activation scale.
 
     nudge: move every float input of an INT8 quantization (the RMSNorm outputs, the attention output, the SwiGLU
     product) up by one float32 ulp — the reference's own float-rounding noise. Static INT8 activations make the
@@ -136,5 +138,7 @@ def forward_last_logits(pm: PackedModel, spec: ModelSpec, tokens, nudge: bool = 
         g = linear(pm, p + "ffn_gate.weight", h)                                 # (T, f)
         u = linear(pm, p + "ffn_up.weight", h)
         x = x + linear(pm, p + "ffn_down.weight", nudged(silu(g) * u))
-    h = rms_norm(x[-1:], pm.floats["output_norm.weight"], eps).astype(np.float32)  # (1, d), last token
-    return lm_head(pm, h)
+    rows = range(T) if all_positions else [T - 1]
+    out = [lm_head(pm, rms_norm(x[t:t + 1], pm.floats["output_norm.weight"], eps).astype(np.float32))  # (1, d)
+           for t in rows]
+    return np.stack(out) if all_positions else out[0]
