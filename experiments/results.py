@@ -44,6 +44,13 @@ def _overrides(job: Path) -> dict[str, Any]:
         raise ValueError(f"{p}: not valid YAML ({' '.join(str(e).split())[:200]})") from None
     if not isinstance(items, list) or not all(isinstance(i, str) for i in items):
         raise ValueError(f"{p}: must be a list of key=value overrides (got {type(items).__name__})")
+    return sweep_columns(items)
+
+
+def sweep_columns(items: list[str]) -> dict[str, Any]:
+    """`sweep.<key>` columns of a job's `key=value` overrides, typed as YAML reads them; `hydra.*` left out."""
+    import yaml
+
     out = {}
     for item in items:
         key, sep, val = str(item).partition("=")
@@ -71,12 +78,17 @@ def _app(job: Path) -> str:
 
 
 def _row(job: Path, root: Path, doc: dict) -> dict[str, Any]:
+    return row(str(job.relative_to(root)) if job != root else ".", _app(job), _overrides(job), doc)
+
+
+def row(job: str, app: str, sweep: dict[str, Any], doc: dict) -> dict[str, Any]:
+    """One row of the table: the job's name and app, its `sweep.*` columns and its labelled metrics `doc`."""
     label = {}
     for lst, name in LABELS:
         for k in doc.get(lst, []) or []:
             label.setdefault(k, name)
-    row: dict[str, Any] = {"job": str(job.relative_to(root)) if job != root else ".", "app": _app(job)}
-    row.update(_overrides(job))
+    row: dict[str, Any] = {"job": job, "app": app}
+    row.update(sweep)
     for k, v in doc.items():
         if k in META:
             continue
@@ -120,7 +132,13 @@ def build(root: str | Path) -> pd.DataFrame:
             raise ValueError(f"{job / 'metrics.json'}: not valid JSON ({e})") from None
         check_shape(doc, job / "metrics.json")
         rows.append(_row(job, root, doc))
-    df = pd.DataFrame(rows)
+    return table(rows)
+
+
+def table(rows: list[dict[str, Any]] | pd.DataFrame) -> pd.DataFrame:
+    """Rows (`row`) as the results table: `job`, `app`, the `sweep.*` columns sorted, then the rest; one type per
+    column."""
+    df = rows if isinstance(rows, pd.DataFrame) else pd.DataFrame(rows)
     front = ["job", "app"] + sorted(c for c in df.columns if c.startswith("sweep."))
     rest = [c for c in df.columns if c not in front]
     df = df[front + rest]
