@@ -87,15 +87,15 @@ def row(job: str, app: str, sweep: dict[str, Any], doc: dict) -> dict[str, Any]:
     for lst, name in LABELS:
         for k in doc.get(lst, []) or []:
             label.setdefault(k, name)
-    row: dict[str, Any] = {"job": job, "app": app}
-    row.update(sweep)
+    out: dict[str, Any] = {"job": job, "app": app}
+    out.update(sweep)
     for k, v in doc.items():
         if k in META:
             continue
         if isinstance(v, (dict, list)):
             v = json.dumps(v, sort_keys=True)
-        row[f"{label.get(k, 'info')}.{k}"] = v
-    return row
+        out[f"{label.get(k, 'info')}.{k}"] = v
+    return out
 
 
 def check_shape(doc: Any, path: Path) -> None:
