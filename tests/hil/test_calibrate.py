@@ -439,8 +439,12 @@ def test_old_format_tables_still_load_and_bad_rows_name_themselves(tmp_path):
     p.write_text(json.dumps({"points": [], "matmul": [{"unit": "npu", "m": 0, "k": 1, "n": 1, "seconds": 1}]}))
     with pytest.raises(ValueError, match="matmul row 0"):
         TableCostModel.from_json_file(str(p))
-    p.write_text(json.dumps({"points": [], "op_overhead_s": {"npu": -1}}))
+    point = {"unit": "cpu", "kind": "matmul", "work": 1e9, "seconds": 0.01}
+    p.write_text(json.dumps({"points": [point], "op_overhead_s": {"npu": -1}}))
     with pytest.raises(ValueError, match="op_overhead_s.npu"):
+        TableCostModel.from_json_file(str(p))
+    p.write_text(json.dumps({"points": [], "unpack": [], "matmul": []}))   # not a silent analytic model
+    with pytest.raises(ValueError, match="no measured rows"):
         TableCostModel.from_json_file(str(p))
 
 
