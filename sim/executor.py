@@ -526,7 +526,7 @@ class PlanExecutor:
                                               owner=me, cls=KIND_CLASS.get(w.kind, "")))
             if pooled:
                 self._pool_end(me, threads)
-            if dur - py > 0 and on_core:                    # the kernel returns: re-take the lock
+            if dur - py > 0 and on_core and self.gil is not None:   # the kernel returns: re-take the lock
                 cpu_s += yield from self._retake(me)
         return unit, cpu_s
 

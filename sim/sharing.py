@@ -95,7 +95,12 @@ class SharedRate:
             raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
         if self.uniform_caps and cap != weight:
             self.uniform_caps = False
-        self._advance()
+        now = self.env._now                 # _advance, inline (once per job start)
+        dt = now - self.last
+        if dt > 0:
+            for j in self.active:
+                j.left -= j.rate * dt
+        self.last = now
         self.active.append(_Job(float(amount), float(cap), float(weight), ev, owner, float(slow[0]), float(slow[1]),
                                 bool(memory), bool(neutral)))
         self._reschedule()
@@ -296,8 +301,13 @@ class Cores(SharedRate):
         return min(self.capacity, sum(min(cap, sum(j.cap for j in jobs)) for cap, _w, jobs in self._entities()))
 
     def _reschedule(self) -> None:
-        super()._reschedule()
-        occ = self._occupancy()
+        SharedRate._reschedule(self)
+        if self.packs:
+            occ = self._occupancy()
+        else:                               # _occupancy, inline
+            occ = sum([j.cap for j in self.active])
+            if not occ < self.capacity:
+                occ = self.capacity
         now = self.env._now
         if occ >= self.capacity - 1e-9:
             self.full_at = now
