@@ -71,8 +71,10 @@ class _Conversation:
         self.plan_ms: list[float] = []
         self.search_ms: list[float] = []
         self.plans: dict = {}                                                     # plan id -> PhasePlan
-        self.st = {"oom": False, "plan_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True, "energy": 0.0,
-                   "energy_decode": 0.0, "turns_done": 0, "kv_lost": 0, "kv_recompute_s": 0.0}
+        # plan ids: `next_id` numbers every plan adopted (the policy's plans and bridges), `plan_id` is the id of the
+        # policy's current plan (a bridge runs under its own id while the policy's plan loads)
+        self.st = {"oom": False, "plan_id": 0, "next_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True,
+                   "energy": 0.0, "energy_decode": 0.0, "turns_done": 0, "kv_lost": 0, "kv_recompute_s": 0.0}
         self.attn = np.isin(self.table.type_of, [ATTN_MHA, ATTN_GQA, ATTN_SWA])   # (N,) sublayers holding KV
         self.kv_on = np.zeros(self.cluster.n, dtype=bool)                         # devices holding context KV
         self.prune_kv = policy.lost_kv() == "prune"                               # a declared capability
@@ -105,7 +107,7 @@ class _Conversation:
     def account(self, d: Decision) -> None:
         st = self.st
         if d.replanned or not self.plans:
-            self.plans[st["plan_id"] + (1 if d.replanned else 0)] = d.plan
+            self.plans[st["next_id"] + (1 if d.replanned else 0)] = d.plan
         if d.plan_ms > 0:
             self.plan_ms.append(d.plan_ms)
         if d.searched:
@@ -114,7 +116,8 @@ class _Conversation:
             if not st["first"]:
                 st["replans"] += 1
             st["first"] = False
-            st["plan_id"] += 1
+            st["next_id"] += 1
+            st["plan_id"] = st["next_id"]
 
     def row(self, turn, tok, phase, dt, comm, stall, d: Decision, links, kv, est, plan_id) -> None:
         p = d.plan
@@ -175,10 +178,10 @@ class _Conversation:
                 reload = 0.0
             if d.bridge is not None:
                 # the running plan with the run-time levers that need no reload, until the pending plan is loaded
-                st["plan_id"] += 1
+                st["next_id"] += 1
                 st["replans"] += 1
-                self.plans[st["plan_id"]] = d.bridge
-                running, running_id = d.bridge, st["plan_id"]
+                self.plans[st["next_id"]] = d.bridge
+                running, running_id = d.bridge, st["next_id"]
             dt, comm, ej = self.step_time(running, 1, kv, links, self.jitter)
             st["energy"] += ej
             st["energy_decode"] += ej

@@ -63,7 +63,7 @@ def test_walk_away_tp_to_mp_and_qos_restored():
     assert len(strong) > 50 and len(weak) > 50
     # FFN TP -> MP below ~ -70 dBm (on strong links fewer TP layers than an open-loop plan: the closed loop learns
     # the software overhead every TP message pays, which the communication model lacks)
-    assert strong.n_tp.mean() > 5 and weak.n_tp.mean() <= 2
+    assert strong.n_tp.mean() > weak.n_tp.mean() + 2 and weak.n_tp.mean() <= 2
     assert (weak.step_s > 0.4).mean() < 0.01                             # QoS held on the weak link
     assert not m["oom"] and m["tokens_generated"] == m["tokens_requested"]
     mb, dfb = _run("walk_away", name="mp")
