@@ -11,9 +11,10 @@ that). In round r the groups run in a permutation drawn from (seed, r); inside a
 once in its own permutation, K passes per round. So a configuration's runs are spread over the whole invocation,
 and EdgeFlow's and a baseline's runs of the same pass are adjacent in time: their ratio is a paired speed-up.
 
-Cold. Before every run the packed file is evicted (hil.pagecache) and its resident fraction measured; a run that
-starts with more than COLD_RESIDENT_MAX of the file cached is run again up to RERUN_TRIES times and, if it stays
-warm, recorded in runs.csv with `counted=false` and left out of every statistic.
+Cold. Before every run the packed file is evicted (hil.pagecache.evict_cold) and its resident fraction measured; a
+run that starts with more than COLD_RESIDENT_MAX of the file cached is run again up to RERUN_TRIES times
+(experiments.hostrun.cold_run) and, if it stays warm, recorded in runs.csv with `counted=false` and left out of every
+statistic.
 
 Outputs in the run directory: `runs.csv` (every run: order, round, pass, configuration, phases, resident fraction,
 load average, counted), `protocol.csv` (per configuration: prediction, pooled median, interval, round medians'
@@ -37,11 +38,10 @@ from omegaconf import MISSING
 
 from experiments import protocol_stats as ps
 from experiments.common import CONF_DIR, ConfigError, typed
+from experiments.hostrun import COLD_RESIDENT_MAX, RERUN_TRIES, cold_run
 from planner.framework import FrameworkSpec
 from quant.arch import ModelSpec, WeightSource, model_spec
 
-COLD_RESIDENT_MAX = 0.001   # fraction of the packed file in the page cache at t0 above which a run is not cold
-RERUN_TRIES = 3             # runs of a configuration's slot until one starts cold
 PAIR_WITH = "edgeflow"      # the framework whose paired speed-up over each other member of its group is reported
 PROMPT_RANGE = (8, 256)     # tokens: prompt lengths a set may hold (the held-out draw's range)
 BITS_RANGE = (3, 8)
@@ -250,21 +250,6 @@ def prepare(p: ProtocolSpec, host, quant, progress=print) -> list[Prepared]:
     return out
 
 
-def cold_run(prep: Prepared, dev, tries: int = RERUN_TRIES):
-    """Runs of one slot until one starts cold: [(RunResult, phase metrics)] of every attempt, the last cold unless
-    all `tries` found more than COLD_RESIDENT_MAX of the file cached."""
-    from experiments.hostrun import _metrics
-    from hil.runner import run_plan
-
-    out = []
-    for _ in range(tries):
-        res = run_plan(prep.plan, prep.path, prep.tokens, spec=prep.spec)
-        out.append((res, _metrics(res.timeline, dev)))
-        if res.resident_before <= COLD_RESIDENT_MAX:
-            break
-    return out
-
-
 def execute(p: ProtocolSpec, prepared: list[Prepared], dev, progress: Callable[[int, int], None] | None = None
             ) -> tuple[list[RunRecord], dict[str, np.ndarray]]:
     """Every slot of the schedule, in order: one record per attempt, and per configuration the last run's logits."""
@@ -276,7 +261,7 @@ def execute(p: ProtocolSpec, prepared: list[Prepared], dev, progress: Callable[[
         prep = prepared[s.config]
         load = os.getloadavg()[0]
         start = time.perf_counter() - t0
-        attempts = cold_run(prep, dev)
+        attempts = cold_run(prep.plan, prep.path, prep.tokens, prep.spec, dev)
         for a, (res, m) in enumerate(attempts):
             cold = res.resident_before <= COLD_RESIDENT_MAX
             recs.append(RunRecord(n, s.kind, s.round, s.pass_, prep.config.key, a, m.get("ttft_s"), m.get("load_s"),

@@ -262,11 +262,15 @@ def multidevice_summary(df: pd.DataFrame) -> str:
 
 
 def run_ttfts(r: Run) -> list[float]:
-    """The TTFT of each measured cold run of a validate invocation (`runs.csv`), else its median alone."""
+    """The TTFT of each counted cold run of a validate invocation (`runs.csv`; a run that stayed warm has
+    counted=false), else its median alone."""
     path = r.dir / "runs.csv"
     if path.is_file():
         try:
-            vals = [float(v) for v in pd.read_csv(path)["measured_ttft_s"].dropna()]
+            runs = pd.read_csv(path)
+            if "counted" in runs:
+                runs = runs[runs["counted"].astype(str).str.lower() == "true"]
+            vals = [float(v) for v in runs["measured_ttft_s"].dropna()]
         except (ValueError, KeyError, pd.errors.ParserError):
             raise ReportError(f"{path}: no measured_ttft_s column of numbers") from None
         if vals:

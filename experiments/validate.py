@@ -320,14 +320,15 @@ def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
     if peer_runs:
         m.update(_peer_metrics(peer_runs, run_.token, c.peer_gguf, m.get("measured_ttft_s")))
     atomic_write_text(out / "plan.json", run_.plan.to_json())
-    atomic_write_text(out / "runs.csv", runs_csv(run_.meas_metrics, speeds, peer_runs, pred_runs))
+    atomic_write_text(out / "runs.csv", runs_csv(run_.meas_metrics, speeds, peer_runs, pred_runs, run_.warm))
     atomic_write_text(out / "ops.csv", ops_csv(per_op(run_)))
     if c.write_trace:
         atomic_write_json(out / "trace.json", merged_trace(run_))
     m["huge_pages"] = float(c.huge_pages)
     inputs = ["versus_framework", "bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
               "huge_pages",
-              "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes", "host_prefault_bytes"]
+              "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes", "host_prefault_bytes",
+              "correct_tol_top1", "correct_tol_kl_mean"]
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
@@ -345,6 +346,7 @@ def _peer_metrics(peer_runs: list[dict], token: int, weight_type: str, measured_
     m: dict[str, Any] = {f"peer_{k}": peer[k]["median"] for k in ("load_s", "prefill_s", "ttft_s")}
     m["peer_ttft_min_s"], m["peer_ttft_max_s"] = peer["ttft_s"]["min"], peer["ttft_s"]["max"]
     m["peer_file_bytes"] = peer["file_bytes"]
+    m["peer_resident_before_max"] = max(peer["resident_before"])     # its GGUF's cached fraction at t0 (measured)
     m["peer_first_token_matches"] = bool(all(t == token for t in peer["first_token"]))
     m["peer_weight_type"] = weight_type.upper()
     if m.get("peer_ttft_s") and measured_ttft_s:
@@ -523,21 +525,25 @@ def _at_run_placement(run_, host, places: list) -> dict[str, Any]:
 
 
 def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], peer_runs: list[dict],
-             predicted_at_run_speed: list[float | None] | None = None) -> str:
-    """One row per measured run: its TTFT and phases, the host speed around it, llama.cpp's TTFT in the run
-    after it (when the peer ran) — all measured — and the TTFT predicted at the speed probed right before it
-    (modelled)."""
+             predicted_at_run_speed: list[float | None] | None = None, warm: list[dict[str, Any]] = ()) -> str:
+    """One row per measured run: its TTFT and phases, the fraction of its file cached at its start and whether it
+    counted (a run that stayed warm does not: experiments.hostrun.cold_run), the host speed around it, llama.cpp's
+    TTFT in the run after it and its file's cached fraction (when the peer ran) — all measured — and the TTFT
+    predicted at the speed probed right before it (modelled)."""
     def f(v) -> str:
         return "" if v is None else f"{v:.9f}"     # ns: the clocks' resolution
 
-    pr = predicted_at_run_speed or []
-    rows = ["run,measured_ttft_s,measured_load_s,measured_unpack_s,measured_prefill_s,host_speed,peer_ttft_s,"
-            "predicted_at_run_speed_ttft_s"]
-    for k, mm in enumerate(meas_metrics):
+    pr = dict(zip((mm.get("run", k) for k, mm in enumerate(meas_metrics)), predicted_at_run_speed or []))
+    slots = sorted([(mm.get("run", k), True, mm) for k, mm in enumerate(meas_metrics)]
+                   + [(mm["run"], False, mm) for mm in warm], key=lambda x: x[0])
+    rows = ["run,measured_ttft_s,measured_load_s,measured_unpack_s,measured_prefill_s,resident_before,counted,"
+            "host_speed,peer_ttft_s,peer_resident_before,predicted_at_run_speed_ttft_s"]
+    for k, counted, mm in slots:
         peer = peer_runs[k]["ttft_s"]["runs"][0] if k < len(peer_runs) else None
+        peer_res = peer_runs[k]["resident_before"][0] if k < len(peer_runs) else None
         rows.append(",".join([str(k), f(mm.get("ttft_s")), f(mm.get("load_s")), f(mm.get("unpack_s")),
-                              f(mm.get("prefill_s")), f(speeds[k] if k < len(speeds) else None), f(peer),
-                              f(pr[k] if k < len(pr) else None)]))
+                              f(mm.get("prefill_s")), f(mm.get("resident_before")), str(counted).lower(),
+                              f(speeds[k] if k < len(speeds) else None), f(peer), f(peer_res), f(pr.get(k))]))
     return "\n".join(rows) + "\n"
 
 

@@ -52,3 +52,17 @@ def resident_fraction(path: str | Path) -> float:
     """Fraction (0..1) of `path`'s pages in the page cache, from mincore(2); 0.0 for an empty file."""
     vec = resident_pages(path)
     return float(vec.sum()) / vec.size if vec.size else 0.0
+
+
+EVICT_TRIES = 3     # evictions before a cold run: another process reading the same file re-fills the cache
+
+
+def evict_cold(path: str | Path, tries: int = EVICT_TRIES) -> float:
+    """Evict `path` up to `tries` times until none of it is cached; the resident fraction left (0.0: cold)."""
+    frac = resident_fraction(path)
+    for _ in range(tries):
+        evict(path)
+        frac = resident_fraction(path)
+        if frac == 0.0:
+            break
+    return frac

@@ -6,12 +6,12 @@ prompt as our runner (hil.runner), so the ratio of the two is a same-run measure
 
 Owns:
 - `llamacpp_cold_ttft(gguf_path, tokens, threads, repeats)`: per repeat, the file's pages are evicted from the page
-  cache (hil.pagecache.evict, up to EVICT_TRIES times until resident_fraction is 0: another process reading the same
-  file re-fills the cache; the fraction left is recorded per run), then t0 -> `Llama(...)` returns (load_s: model load,
-  context and KV-cache allocation) -> `eval(tokens)` returns (prefill_s: one batch of all prompt token ids, fed as
-  ids, never re-tokenized) -> argmax of the last logits (the first token). TTFT = load_s + prefill_s + sampling.
-  Loading: `use_mmap=False` (llama.cpp reads the file with plain reads into its own buffers, as our runner does with
-  preadv: no lazy page faults moved into the prefill) and `use_mlock=False`; both are recorded in the result.
+  cache (hil.pagecache.evict_cold: up to EVICT_TRIES evictions until resident_fraction is 0, since another process
+  reading the same file re-fills the cache; the fraction left is recorded per run), then t0 -> `Llama(...)` returns
+  (load_s: model load, context and KV-cache allocation) -> `eval(tokens)` returns (prefill_s: one batch of all prompt
+  token ids, fed as ids, never re-tokenized) -> argmax of the last logits (the first token). TTFT = load_s + prefill_s +
+  sampling. Loading: `use_mmap=False` (llama.cpp reads the file with plain reads into its own buffers, as our runner
+  does with preadv: no lazy page faults moved into the prefill) and `use_mlock=False`; both are recorded in the result.
   n_ctx = the prompt length + 1 (llama.cpp may round it up), n_batch = n_ubatch = the prompt length.
 - `ggml_dequant(kind, blocks, n)`: ggml's own `dequantize_row_<kind>` through ctypes on the extra's libggml, and
   `ggml_quantize_ref(kind, x)` (`quantize_row_<kind>_ref`) to make its input: the real K-quant peer of the unpack
@@ -31,14 +31,13 @@ from pathlib import Path
 
 import numpy as np
 
-from hil.pagecache import evict, resident_fraction
+from hil.pagecache import evict_cold, resident_fraction
 from hil.timing import timing_lock
 
 PEER_VERSION = "0.3.16"
 INSTALL_HINT = (f"llama.cpp peer unavailable: install the optional extra with pip install 'edgellm[peer]' "
                 f"(llama-cpp-python=={PEER_VERSION}, builds from source in ~4 min)")
 DEQUANT_KINDS = ("q4_K", "q5_K", "q6_K", "q8_0", "q4_1")
-EVICT_TRIES = 3                  # evictions before a run (another process reading the file re-fills the cache)
 
 
 class PeerUnavailable(RuntimeError):
@@ -108,11 +107,7 @@ def _cold_runs(llama_cpp, path: Path, ids: list[int], kw: dict, threads: int, re
     load, prefill, ttft, first, resident = [], [], [], [], []
     for _ in range(repeats):
         gc.collect()
-        for _ in range(EVICT_TRIES if evict_cache else 0):   # other processes may be reading the same file
-            evict(path)
-            if resident_fraction(path) == 0.0:
-                break
-        resident.append(resident_fraction(path))
+        resident.append(evict_cold(path) if evict_cache else resident_fraction(path))   # others may read it
         t0 = time.perf_counter()
         llm = llama_cpp.Llama(**kw)
         t1 = time.perf_counter()

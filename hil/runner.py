@@ -44,8 +44,7 @@ import numpy as np
 
 import native
 from hil.packed_index import EMBED, FileIndex, check_spec, read_index
-from hil.pagecache import evict as evict_file
-from hil.pagecache import resident_fraction
+from hil.pagecache import evict_cold, resident_fraction
 from hil.runner_ops import OpRunner, needed_tensors
 from hil.runner_state import RunState, WeightStore, aligned_empty, fresh_empty, gemm_pool, run_state
 from planner.pipeline.builder import chunks
@@ -444,8 +443,9 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     run = _Run(plan, ix, spec, toks, isa)             # every compute buffer allocated before t0
     try:
         if evict:
-            evict_file(path)
-        resident = resident_fraction(path)
+            resident = evict_cold(path)                # evicted up to EVICT_TRIES times until nothing is cached
+        else:
+            resident = resident_fraction(path)
         switch, collecting = sys.getswitchinterval(), gc.isenabled()
         sys.setswitchinterval(SWITCH_INTERVAL_S)       # threads returning from a read or a native call get the GIL
         gc.disable()                                   # no cyclic garbage collection inside the timed run

@@ -57,7 +57,7 @@ def test_runner_refuses_a_corrupt_file_before_any_timed_run(tiny, monkeypatch):
     plan = bound_plan("edgeflow", spec, path, 8)
     _flip(path, _blob_offset(path))
     forget(path)
-    monkeypatch.setattr(runner, "evict_file", lambda p: pytest.fail("evicted (the timed run started)"))
+    monkeypatch.setattr(runner, "evict_cold", lambda p: pytest.fail("evicted (the timed run started)"))
     with pytest.raises(PackedFileError, match="checksum mismatch"):
         runner.run_plan(plan, path, np.arange(8), spec=spec)
 

@@ -2,8 +2,7 @@
 import numpy as np
 import pytest
 
-from experiments.protocol_stats import (bootstrap_medians, judge, median_interval, paired_ratios, sign_test,
-                                        summarize)
+from experiments.protocol_stats import bootstrap_medians, judge, median_interval, paired_ratios, sign_test, summarize
 
 
 def _rounds(rng, truth, rounds=5, runs=3, round_sd=0.05, run_sd=0.05):

@@ -61,6 +61,10 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     # activations make the float32 forward chaotic, and for some files and prompts the reference's own top-1 flips)
     assert m["logits_top1_match"] is True or m["logits_ref_top1_stable"] is False
     assert m["logits_max_abs_diff"] <= m["logits_tolerance"] and "logits_ref_noise" in m["measured_keys"]
+    # the native forward against the reference over every position of the check prompts (experiments.hostrun)
+    assert m["correct_ok"] is True and m["correct_positions"] >= 64 and "correct_kl_mean" in m["measured_keys"]
+    # cold on the record: the file's cached fraction at each run's start; no run left out on an idle file
+    assert m["measured_resident_before_max"] == 0.0 and m["runs_excluded_warm"] == 0
     assert m["device"] == "host" and m["repeats"] == 2
     trace = json.loads((run / "trace.json").read_text())
     procs = {e["pid"]: e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "process_name"}
@@ -79,6 +83,7 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
     assert drift <= set(m["measured_keys"]) and "host since its calibration" in r.stdout
     runs = list(csv.DictReader((run / "runs.csv").open()))      # per measured run, with the host speed around it
     assert len(runs) == 2 and all(float(x["host_speed"]) > 0 for x in runs)
+    assert all(x["counted"] == "true" and float(x["resident_before"]) == 0.0 for x in runs)
     ttfts = sorted(float(x["measured_ttft_s"]) for x in runs)
     assert m["measured_ttft_min_s"] == pytest.approx(ttfts[0], abs=1e-6)
     assert m["host_speed_min"] <= m["host_speed"] <= m["host_speed_max"] and "host_speed" in m["measured_keys"]
