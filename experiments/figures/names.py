@@ -70,6 +70,12 @@ NAMES: dict[str, str] = {
     "car": "Car",
     "office": "Office",
     "home": "Home",
+    # RSSI / squeeze traces (conf/trace/)
+    "steady_strong": "steady strong link",
+    "walk_away": "walk-away",
+    "walk_away_disconnect": "walk-away + disconnect",
+    "weak_link": "weak link",
+    "compute_squeeze": "compute squeeze",
     # layer variants (planner/voltron/layers.py)
     "attn_mha": "MHA attention",
     "attn_gqa": "GQA attention",

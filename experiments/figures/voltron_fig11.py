@@ -52,7 +52,7 @@ def plot(df: pd.DataFrame, fig) -> None:
         d = df[df.metric == k]
         full = (d.variant == "voltron").to_numpy()
         ax.bar(range(len(d)), d.value, color=["tab:blue" if f else "tab:orange" for f in full])
-        ax.set_xticks(range(len(d)), [f"{v} ({t})" for v, t in zip(labels(d.variant), d.trace)], rotation=45,
+        ax.set_xticks(range(len(d)), [f"{v} ({t})" for v, t in zip(labels(d.variant), labels(d.trace))], rotation=45,
                       ha="right", fontsize=6)
         ax.set_title(lab, fontsize=9)
         if k == "tpot_ms_p99":
