@@ -28,7 +28,7 @@ import heapq
 
 import numpy as np
 
-from quant.relerr import re_table
+from quant.relerr import re_closed_form
 
 BUDGET_EPS = 1e-9   # bits; absorbs float rounding in budget·C so that e.g. budget 4.5 over 2 channels gives 9 bits
 
@@ -45,6 +45,22 @@ def _check(max_abs, mean_sq, budget: float, min_bits: int, max_bits: int) -> tup
     return m, s
 
 
+def _convex_gains_t(re_t: np.ndarray) -> np.ndarray:
+    """`convex_gains` on the transposed table (n, C) -> (n-1, C): each bit width's row is contiguous, so every chord
+    is a pass over contiguous memory (the same float operations element by element, so the same gains)."""
+    n = re_t.shape[0]
+    hull = re_t.copy()
+    xs = np.arange(n, dtype=np.float64)
+    for a in range(n):
+        for c in range(a + 2, n):
+            t = (xs[a + 1:c] - a) / (c - a)                                          # (c-a-1,)
+            d = re_t[c] - re_t[a]
+            for x, tx in zip(range(a + 1, c), t):
+                np.minimum(hull[x], re_t[a] + d * tx, out=hull[x])
+    g = hull[:-1] - hull[1:]
+    return np.minimum.accumulate(g, axis=0)                                          # exact monotonicity
+
+
 def convex_gains(re: np.ndarray) -> np.ndarray:
     """Per-bit gains of the lower convex hull of each row of `re` (C, n) -> (C, n-1), non-increasing along axis 1.
 
@@ -52,23 +68,17 @@ def convex_gains(re: np.ndarray) -> np.ndarray:
     between (a, re[a]) and (c, re[c]); n <= 8, so the 28 chords are enumerated vectorised over channels.
     """
     re = np.asarray(re, dtype=np.float64)
-    C, n = re.shape
-    hull = re.copy()
-    xs = np.arange(n, dtype=np.float64)
-    for a in range(n):
-        for c in range(a + 2, n):
-            t = (xs[a + 1:c] - a) / (c - a)                                          # (c-a-1,)
-            chord = re[:, a:a + 1] + (re[:, c:c + 1] - re[:, a:a + 1]) * t[None, :]  # (C, c-a-1)
-            np.minimum(hull[:, a + 1:c], chord, out=hull[:, a + 1:c])
-    g = hull[:, :-1] - hull[:, 1:]
-    return np.minimum.accumulate(g, axis=1)                                          # exact monotonicity
+    return np.ascontiguousarray(_convex_gains_t(np.ascontiguousarray(re.T)).T)
 
 
 def gain_table(max_abs, mean_sq, min_bits: int = 1, max_bits: int = 8, re: np.ndarray | None = None) -> np.ndarray:
-    """(C, max_bits - min_bits) convexified per-bit RE gains from the closed form (or from a given RE table)."""
-    if re is None:
-        re = re_table(max_abs, mean_sq, min_bits, max_bits)
-    return convex_gains(re)
+    """(C, max_bits - min_bits) convexified per-bit RE gains from the closed form (or from a given RE table). The
+    closed form is elementwise, so it is evaluated directly in the (bits, channels) layout the hull works in."""
+    if re is not None:
+        return convex_gains(re)
+    b = np.arange(min_bits, max_bits + 1)
+    re_t = re_closed_form(np.asarray(max_abs)[None, :], np.asarray(mean_sq)[None, :], b[:, None])
+    return np.ascontiguousarray(_convex_gains_t(re_t).T)
 
 
 def _extra_budget(budget: float, min_bits: int, total: float) -> float:
