@@ -42,6 +42,8 @@ from experiments.hostrun import COLD_RESIDENT_MAX, RERUN_TRIES, cold_run
 from planner.framework import FrameworkSpec
 from quant.arch import ModelSpec, WeightSource, model_spec
 
+LOAD_BUSY = 3.0             # 1-min load average above which a set's runs shared the 2 vCPUs with other work (the
+#                             runs themselves keep ~2 threads runnable)
 PAIR_WITH = "edgeflow"      # the framework whose paired speed-up over each other member of its group is reported
 PROMPT_RANGE = (8, 256)     # tokens: prompt lengths a set may hold (the held-out draw's range)
 BITS_RANGE = (3, 8)
@@ -425,7 +427,17 @@ def about_md(m: dict[str, Any]) -> str:
             f"because the file stayed cached (> {COLD_RESIDENT_MAX:g} resident after {RERUN_TRIES} tries); load "
             f"average median {_f(m.get('protocol_loadavg_median'), 2)}, max {_f(m.get('protocol_loadavg_max'), 2)}. "
             f"Predicted: the simulator with the calibrated host profile (modelled); measured: the pooled median of a "
-            f"configuration's runs with a {lvl} hierarchical bootstrap interval (measured).")
+            f"configuration's runs with a {lvl} hierarchical bootstrap interval (measured)." + busy_md(m))
+
+
+def busy_md(m: dict[str, Any]) -> str:
+    """A warning when other work shared the cores (load average above LOAD_BUSY during the runs), else ''."""
+    load = m.get("protocol_loadavg_median")
+    if load is None or load <= LOAD_BUSY:
+        return ""
+    return (f" **Taken under load** (median 1-min load average {load:.1f} > {LOAD_BUSY:g} on this host's cores, "
+            f"the runs' own threads included): other processes shared the cores, so these numbers describe that "
+            f"state of the host, not the model.")
 
 
 def summary_md(m: dict[str, Any]) -> str:

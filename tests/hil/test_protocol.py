@@ -123,6 +123,7 @@ def test_judge_set_excludes_warm_runs_and_detects_a_bias():
     assert not m["protocol_stored_set"]
     md = pr.report_md(m, j["rows"], j["speedups"])
     assert "not the stored set" in md and "## Per configuration" in md and "speed-ups" in md
+    assert "under load" not in md and "Taken under load" in pr.about_md(m | {"protocol_loadavg_median": 9.0})
 
 
 def test_runs_csv_has_every_attempt_with_its_resident_fraction():
