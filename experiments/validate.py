@@ -51,6 +51,7 @@ from quant.settings import QuantSettings
 
 MAX_PROMPT = 1024       # tokens: KV cache and activations of a host run stay small; longer prompts are not validated
 MAX_REPEATS = 50
+PEER_GGUFS = ("q4_1", "q8_0", "q4_0", "q4_k_m")   # llama.cpp's weight files: Q8_0 and Q4_0 have its fast x86 prefill
 
 
 @dataclass
@@ -88,8 +89,8 @@ class ValidateConfig:
             raise ValueError(f"warmup must be in 0..10 (got {self.warmup})")
         if self.peer not in ("none", "llamacpp"):
             raise ValueError(f"peer must be none or llamacpp (got {self.peer!r})")
-        if self.peer_gguf not in ("q4_1", "q8_0"):
-            raise ValueError(f"peer_gguf must be q4_1 or q8_0 (got {self.peer_gguf!r})")
+        if self.peer_gguf not in PEER_GGUFS:
+            raise ValueError(f"peer_gguf must be one of {', '.join(PEER_GGUFS)} (got {self.peer_gguf!r})")
         if self.host_memory not in HOST_MEMORY_MODES:
             raise ValueError(f"host_memory must be {' or '.join(HOST_MEMORY_MODES)} (got {self.host_memory!r})")
 
@@ -172,15 +173,16 @@ def versus_framework(name: str) -> FrameworkSpec:
 
 
 def peer_gguf(spec: ModelSpec, kind: str):
-    """The GGUF file llama.cpp reads: SmolLM2's shipped Q4_1 (Q8_0 requantized from it, cached), or the synthetic
-    model's generated Q4_1 / Q8_0."""
+    """The GGUF file llama.cpp reads: SmolLM2's shipped Q4_1 (the other formats requantized from it by llama.cpp,
+    cached: a second rounding, so report their perplexity beside), or the synthetic model's generated Q4_1 / Q8_0
+    (Q4_0 and Q4_K_M requantized from its Q8_0)."""
+    from hil.peer import ensure_requantized, private_copy
     from quant.gguf_model import gguf_path
 
     if spec.weights == WeightSource.synthetic:
-        from quant.synth import ensure_gguf
+        from quant.synth import QTYPES, ensure_gguf
 
-        return ensure_gguf(spec, kind)
-    from hil.peer import ensure_requantized, private_copy
+        return ensure_gguf(spec, kind) if kind in QTYPES else ensure_requantized(ensure_gguf(spec, "q8_0"), kind)
 
     src = private_copy(gguf_path(spec))        # a copy nobody else maps, so eviction really empties the page cache
     return src if kind == "q4_1" else ensure_requantized(src, kind)
