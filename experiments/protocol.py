@@ -462,8 +462,8 @@ def summary_md(m: dict[str, Any]) -> str:
     if "protocol_correct_ok" in m:
         from experiments.hostrun import KL_MEAN_MAX, TOP1_MIN
 
-        out.append(f"- Native forward vs the NumPy reference over {m['protocol_correct_positions']} positions of each "
-                   f"of {m['protocol_correct_files']} packed files: "
+        out.append(f"- Native forward vs the NumPy reference over {m['protocol_correct_positions']} positions, once "
+                   f"per model ({m['protocol_correct_models']}): "
                    f"{'within' if m['protocol_correct_ok'] else 'OUTSIDE'} tolerance (lowest top-1 agreement "
                    f"{m['protocol_correct_top1_min']:.2f}, need ≥ {TOP1_MIN:g}; "
                    f"highest mean KL {m['protocol_correct_kl_mean_max']:.3f} nats, need ≤ {KL_MEAN_MAX:g})")
@@ -579,7 +579,7 @@ def run_set(p: ProtocolSpec, host_fn: Callable[[], Any], quant, out: Path, host_
     judged = judge_set(p, prepared, recs)
     m = metrics(p, judged, recs, wall)
     say("  logits: the native forward op by op against every configuration's runner"
-        + (", the NumPy reference over the check prompts per packed file" if check_logits else ""))
+        + (", the NumPy reference over the check prompts once per model" if check_logits else ""))
     m |= logits_checks(prepared, logits, judged["rows"], check_logits)
     m |= {k: v for k, v in memory.items()}
     atomic_write_text(out / "runs.csv", runs_csv(recs))
@@ -596,8 +596,10 @@ def run_set(p: ProtocolSpec, host_fn: Callable[[], Any], quant, out: Path, host_
 def logits_checks(prepared: list[Prepared], logits: dict[str, np.ndarray], rows: list[dict[str, Any]],
                   reference: bool = True) -> dict[str, Any]:
     """Every configuration's last runner logits against the native forward op by op (bit-exact:
-    experiments.hostrun.native_check) and, with `reference`, each distinct packed file's native forward against the
-    NumPy reference (experiments.hostrun.correctness); per configuration into `rows`, and the set's verdicts."""
+    experiments.hostrun.native_check) and, with `reference`, the native forward against the NumPy reference
+    (experiments.hostrun.correctness) once per model, on its first configuration's file: both forwards read the same
+    unpacked weights, so the packed format does not enter that comparison; per configuration into `rows`, and the
+    set's verdicts."""
     from experiments.hostrun import correctness, native_check
     from quant.packed_forward import read_model
 
@@ -606,11 +608,9 @@ def logits_checks(prepared: list[Prepared], logits: dict[str, np.ndarray], rows:
         pm = read_model(x.path)
         if x.config.key in logits:
             row["logits_native_exact"] = native_check(pm, x.spec, x.tokens, logits[x.config.key])["logits_native_exact"]
-        if reference:
-            k = (str(x.path), x.config.model)
-            if k not in done:
-                done[k] = correctness(x.path, x.spec, pm)
-            row |= {c: done[k][c] for c in ("correct_top1", "correct_kl_mean", "correct_ok")}
+        if reference and x.config.model not in done:
+            done[x.config.model] = correctness(x.path, x.spec, pm)
+            row |= {c: done[x.config.model][c] for c in ("correct_top1", "correct_kl_mean", "correct_ok")}
         del pm
     exact = [r["logits_native_exact"] for r in rows if "logits_native_exact" in r]
     m: dict[str, Any] = {"protocol_logits_native_exact": bool(exact) and all(exact),
@@ -619,7 +619,7 @@ def logits_checks(prepared: list[Prepared], logits: dict[str, np.ndarray], rows:
                                                                     if r.get("logits_native_exact") is False)}
     if done:
         m |= {"protocol_correct_ok": all(d["correct_ok"] for d in done.values()),
-              "protocol_correct_files": len(done),
+              "protocol_correct_models": len(done),
               "protocol_correct_top1_min": min(d["correct_top1"] for d in done.values()),
               "protocol_correct_kl_mean_max": max(d["correct_kl_mean"] for d in done.values()),
               "protocol_correct_positions": min(d["correct_positions"] for d in done.values())}
