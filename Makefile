@@ -69,9 +69,12 @@ demo: setup
 # on x86 machines that have AVX2 (tests/conftest.py does the same for a plain `pytest`).
 BLAS_CORE := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo Haswell)
 
+# The fast tier on TEST_WORKERS pytest-xdist workers; each test file is one scheduling unit and the files that use
+# machine-wide state (network namespaces, cgroups, tracefs) one unit together (tests/conftest.py). TEST_WORKERS=0: serial.
+TEST_WORKERS ?= 2
 test: setup cross-tools
-	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(PY) -m pytest -q -m "not bench and not hil and not slow" \
-		$(PYTEST_ARGS)
+	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+		-m "not bench and not hil and not slow" $(PYTEST_ARGS)
 
 # Everything `make test` leaves out but benchmarks and hardware beyond this host; a missing launcher extra fails here
 # instead of skipping (EDGELLM_REQUIRE_EXTRAS).

