@@ -21,6 +21,7 @@ import io
 import math
 import os
 import shutil
+import signal
 import sys
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -249,15 +250,27 @@ def _local(app: str, chunks: list, workers: int) -> Iterator[tuple[int, tuple[li
         for c in chunks:
             yield len(c), run_chunk(app, c)
         return
-    pool = ProcessPoolExecutor(max_workers=workers)
+    from experiments.sweep import _worker_init, run_chunk as task    # by module name, also under `python -m`
+
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
+    finished = False
     try:
-        pending = {pool.submit(run_chunk, app, c): len(c) for c in chunks}
+        pending = {pool.submit(task, app, c): len(c) for c in chunks}
         while pending:
             fin, _ = wait(pending, return_when=FIRST_COMPLETED)
             for f in fin:
                 yield pending.pop(f), f.result()
+        finished = True
     finally:
+        if not finished:        # Ctrl-C or an error: stop the running chunks now (their parts are not written)
+            for proc in list(getattr(pool, "_processes", {}).values()):
+                proc.terminate()
         pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _worker_init() -> None:
+    """A pool worker leaves Ctrl-C to the sweep's process (one line, exit 130), which stops the workers."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _ray(app: str, chunks: list, workers: int) -> Iterator[tuple[int, tuple[list, list]]]:
@@ -270,8 +283,10 @@ def _ray(app: str, chunks: list, workers: int) -> Iterator[tuple[int, tuple[list
     if started:
         ray.init(num_cpus=None if os.environ.get("RAY_ADDRESS") else workers, include_dashboard=False,
                  log_to_driver=False)
+    from experiments.sweep import run_chunk as task                 # by module name, also under `python -m`
+
     try:
-        remote = ray.remote(run_chunk)
+        remote = ray.remote(task)
         pending = {remote.remote(app, c): len(c) for c in chunks}
         while pending:
             fin, _ = ray.wait(list(pending), num_returns=1)

@@ -121,3 +121,30 @@ def test_ten_thousand_configurations(tmp_path):
     print(f"\n{s.total} configurations in {s.wall_s:.0f} s ({s.wall_s / s.total * 1e3:.1f} ms each, 2 workers)")
     assert (s.total, s.ran, s.failed) == (10_000, 10_000, 0)
     assert len(df) == 10_000 and df["job"].is_unique and (df["modelled.ttft_s"] > 0).all()
+
+
+@pytest.mark.slow
+def test_ctrl_c_is_one_line_and_a_rerun_resumes(tmp_path):
+    """Ctrl-C (SIGINT to the process group, as a terminal sends it) mid-sweep: one line, exit 130, the workers
+    stopped, finished chunks kept; the same command then runs only the rest and the table is complete."""
+    import signal
+    import time
+
+    out = tmp_path / "o"
+    args = [sys.executable, "-m", "experiments.sweep", "grid=coldstart_small", f"out={out}", "chunk=3",
+            "grid.factors.prompt_tokens=[8,16,24,32,40,48,56,64,72,80,88,96]"]
+    env = {**os.environ, "EDGELLM_PROGRESS": "0"}
+    proc = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+                            start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    deadline = time.monotonic() + 120
+    while not list((out / "parts").glob("part-*.parquet")) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    os.killpg(proc.pid, signal.SIGINT)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and len(err.strip().splitlines()) == 1, err
+    kept = sum(len(pd.read_parquet(p)) for p in (out / "parts").glob("part-*.parquet"))
+    assert 0 < kept < 72
+    r = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, env=env, check=True)
+    assert f"72 configurations, {72 - kept} run, {kept} already done" in r.stdout
+    assert len(pd.read_parquet(out / "results.parquet")) == 72
