@@ -687,9 +687,10 @@ def run_protocol(cfg: DictConfig) -> dict[str, Any]:
     c, p = settings(cfg), protocol_spec(cfg.protocol)
     out = run_dir()
     prepare_run_dir(out, FILES)
-    m, measured, modelled, inputs = run_set(
-        p, lambda: _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages), c.quant, out,
-        c.host_memory, c.huge_pages, c.check_logits)
+    with timing_lock(f"validate protocol={p.name} {out}"):    # one timing run on this machine at a time (hil.timing)
+        m, measured, modelled, inputs = run_set(
+            p, lambda: _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages), c.quant, out,
+            c.host_memory, c.huge_pages, c.check_logits)
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
     print((out / "protocol.md").read_text())
     return m
