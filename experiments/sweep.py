@@ -250,7 +250,9 @@ def _local(app: str, chunks: list, workers: int) -> Iterator[tuple[int, tuple[li
         for c in chunks:
             yield len(c), run_chunk(app, c)
         return
-    from experiments.sweep import _worker_init, run_chunk as task    # by module name, also under `python -m`
+    # by module name, also under `python -m`
+    from experiments.sweep import _worker_init
+    from experiments.sweep import run_chunk as task
 
     pool = ProcessPoolExecutor(max_workers=workers, initializer=_worker_init)
     finished = False
@@ -283,7 +285,7 @@ def _ray(app: str, chunks: list, workers: int) -> Iterator[tuple[int, tuple[list
     if started:
         ray.init(num_cpus=None if os.environ.get("RAY_ADDRESS") else workers, include_dashboard=False,
                  log_to_driver=False)
-    from experiments.sweep import run_chunk as task                 # by module name, also under `python -m`
+    from experiments.sweep import run_chunk as task  # by module name, also under `python -m`
 
     try:
         remote = ray.remote(task)
