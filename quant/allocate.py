@@ -19,7 +19,8 @@ order while the gain is > 0 (a bit that reduces no error is not spent) and the c
 first step that does not fit ends the allocation, as Algorithm 1's loop does).
 - `allocate_heap`: Algorithm 1 with a binary max-heap, O(C log C + K log C) for K steps.
 - `allocate_vectorized`: the same order without a loop: a threshold on the gains (np.partition) for unit costs, a
-  stable sort + cumulative sum for weighted costs. Since hull gains are non-increasing per channel and ties are broken
+  stable sort + cumulative sum for weighted costs (integer costs, the weights of a channel: only the band of steps
+  around where the budget runs out is sorted, since integer partial sums are exact in any order). Since hull gains are non-increasing per channel and ties are broken
   by (i, B), the heap pops exactly the globally sorted step sequence, so both forms return identical allocations.
 """
 from __future__ import annotations
@@ -158,17 +159,61 @@ def allocate_vectorized(max_abs, mean_sq, budget: float, min_bits: int = 1, max_
             taken[ties] = True
     else:
         key = (-(g / c[:, None])).ravel()
-        order = np.argsort(key, kind="stable")                                        # ties by flat index = (i, B)
-        gpos = g.ravel()[order] > 0.0
-        cost_steps = np.repeat(c, steps)[order]
         remain = _extra_budget(budget, min_bits, float(c.sum()))
-        fits = np.cumsum(cost_steps) <= remain
-        stop = np.flatnonzero(~(gpos & fits))
-        k = int(stop[0]) if stop.size else order.size
-        taken = np.zeros(order.size, dtype=bool)
-        taken[order[:k]] = True
+        taken = _taken_integer_costs(key, g, c, steps, remain)
+        if taken is None:
+            order = np.argsort(key, kind="stable")                                    # ties by flat index = (i, B)
+            gpos = g.ravel()[order] > 0.0
+            cost_steps = np.repeat(c, steps)[order]
+            fits = np.cumsum(cost_steps) <= remain
+            stop = np.flatnonzero(~(gpos & fits))
+            k = int(stop[0]) if stop.size else order.size
+            taken = np.zeros(order.size, dtype=bool)
+            taken[order[:k]] = True
     bits += taken.reshape(C, steps).sum(axis=1).astype(np.int8)
     return bits
+
+
+EXACT_SUM = 2.0 ** 52      # integer-valued float64 sums below this are exact in any order
+BAND_SAMPLE = 64           # every 64th step estimates where the budget runs out
+BAND_MARGIN = 256          # sample steps either side of the estimate sorted exactly (x4 until it brackets)
+
+
+def _taken_integer_costs(key: np.ndarray, g: np.ndarray, c: np.ndarray, steps: int,
+                         remain: float) -> np.ndarray | None:
+    """The steps the sorted walk takes, without sorting them all, when every cost is an integer (weights per
+    channel): then every partial sum of costs is exact whatever the order of addition, so the cost of "every step with
+    key < v" equals the walk's cumulative cost there. Steps with key < v_lo (their total fits) are all taken, steps
+    with key >= v_hi (their total does not fit) none; only the band in between is sorted by (key, index) and walked.
+    None when a cost is not an integer, the total could round, or a positive gain has a zero key (its quotient
+    underflowed: it sorts among the zero gains); the caller then sorts everything."""
+    if not (np.all(c == np.floor(c)) and float(c.sum()) * steps < EXACT_SUM):
+        return None
+    pos = key < 0.0                                      # gain > 0: the walk never takes another step
+    if not np.array_equal(pos, g.ravel() > 0.0):
+        return None
+    cost = np.repeat(c, steps)
+    if float(cost[pos].sum()) <= remain:
+        return pos
+    ks, cs = key[pos][::BAND_SAMPLE], cost[pos][::BAND_SAMPLE]
+    order = np.argsort(ks, kind="stable")
+    sample = ks[order]
+    est = min(int(np.searchsorted(np.cumsum(cs[order]) * BAND_SAMPLE, remain)), sample.size - 1)
+    margin = BAND_MARGIN
+    while True:
+        lo = sample[est - margin] if est - margin > 0 else -np.inf
+        hi = sample[est + margin] if est + margin < sample.size else 0.0
+        below = key < lo
+        if float(cost[below].sum()) <= remain and (hi == 0.0 or float(cost[key < hi].sum()) > remain):
+            break
+        margin *= 4
+    band = np.flatnonzero(~below & (key < hi))           # increasing flat index: a stable sort orders ties by it
+    band = band[np.argsort(key[band], kind="stable")]
+    fits = float(cost[below].sum()) + np.cumsum(cost[band]) <= remain
+    k = int(np.argmin(fits)) if not fits.all() else band.size
+    taken = below
+    taken[band[:k]] = True
+    return taken
 
 
 def allocate(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *, cost=None,
