@@ -351,10 +351,9 @@ class Cores(SharedRate):
         other threads' compute / memory-system work (measured per class of work on the host: `HostRuntime.corun_*`);
         `memory`: this job is memory-system work (what others' `slow[1]` applies to); `neutral`: this job occupies
         its cores but slows no other job through co-running (a thread polling a flag in a pause loop)."""
-        if min(slow) < 1.0:
+        if slow[0] < 1.0 or slow[1] < 1.0:
             raise ValueError(f"cores job: slow factors must be >= 1 (got {slow})")
-        return self.use(seconds * threads, cap=float(threads), weight=float(threads), owner=owner, slow=slow,
-                        memory=memory, neutral=neutral)
+        return self.use(seconds * threads, float(threads), float(threads), owner, slow, memory, neutral)
 
     def _share(self) -> None:
         if self.packs:
