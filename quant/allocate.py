@@ -20,8 +20,9 @@ first step that does not fit ends the allocation, as Algorithm 1's loop does).
 - `allocate_heap`: Algorithm 1 with a binary max-heap, O(C log C + K log C) for K steps.
 - `allocate_vectorized`: the same order without a loop: a threshold on the gains (np.partition) for unit costs, a
   stable sort + cumulative sum for weighted costs (integer costs, the weights of a channel: only the band of steps
-  around where the budget runs out is sorted, since integer partial sums are exact in any order). Since hull gains are non-increasing per channel and ties are broken
-  by (i, B), the heap pops exactly the globally sorted step sequence, so both forms return identical allocations.
+  around where the budget runs out is sorted, since integer partial sums are exact in any order). Since hull gains
+  are non-increasing per channel and ties are broken by (i, B), the heap pops exactly the globally sorted step
+  sequence, so both forms return identical allocations.
 """
 from __future__ import annotations
 
