@@ -329,8 +329,7 @@ def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
     m["huge_pages"] = float(c.huge_pages)
     inputs = ["versus_framework", "bits", "prompt_tokens", "repeats", "loader_threads", "unpack_threads", "cpu_threads",
               "huge_pages",
-              "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes", "host_prefault_bytes",
-              "correct_tol_top1", "correct_tol_kl_mean"]
+              "steal_threshold", "n_tasks", "packed_file_bytes", "peer_file_bytes", "host_prefault_bytes"]
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)

@@ -35,6 +35,18 @@ def test_agreement_passes_identical_and_fails_corrupted_logits():
         agreement(ref, ref[:10])
 
 
+def test_the_reference_own_noise_widens_the_tolerance_never_narrows_it():
+    rng = np.random.default_rng(1)
+    ref = rng.normal(0, 3, (64, 500))
+    drift = ref + rng.normal(0, 1.0, ref.shape)                 # a chaotic forward: far from the reference
+    noisy_self = agreement(ref, ref + rng.normal(0, 1.0, ref.shape))
+    assert not agreement(ref, drift)["ok"]
+    wide = agreement(ref, drift, noise=noisy_self)               # the reference itself moves that much
+    assert wide["ok"] and wide["tol_kl_mean"] > KL_MEAN_MAX and wide["tol_top1"] < TOP1_MIN
+    quiet = agreement(ref, drift, noise=agreement(ref, ref.copy()))
+    assert quiet["tol_top1"] == TOP1_MIN and quiet["tol_kl_mean"] == KL_MEAN_MAX and not quiet["ok"]
+
+
 @needs_model
 def test_smollm2_check_fails_on_wrong_weights(smol_pack):  # noqa: F811
     """Gate and up projections swapped in every layer (a binding mix-up): the native side disagrees with the
@@ -46,7 +58,7 @@ def test_smollm2_check_fails_on_wrong_weights(smol_pack):  # noqa: F811
     prompts = [eval_text_tokens(spec, 16, 800)]
     good = correctness(path, spec, pm, prompts=prompts)
     assert good["correct_ok"] and good["correct_positions"] == 16
-    assert good["correct_tol_top1"] == TOP1_MIN and good["correct_tol_kl_mean"] == KL_MEAN_MAX
+    assert good["correct_tol_top1"] <= TOP1_MIN and good["correct_tol_kl_mean"] >= KL_MEAN_MAX
     q = dict(pm.q)
     for i in range(spec.n_layers):
         g, u = f"blk.{i}.ffn_gate.weight", f"blk.{i}.ffn_up.weight"
