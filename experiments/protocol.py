@@ -161,8 +161,8 @@ def check_spec(p: ProtocolSpec) -> None:
     if p.draw:
         drawn = draw_configurations(p.draw, p.seed)
         if [c.key for c in drawn] != [c.key for c in p.configurations]:
-            raise ConfigError(f"protocol.configurations: the stored set {p.name} differs from its draw with seed "
-                              f"{p.seed} (python -m experiments.protocol {p.name} prints the draw)")
+            raise ConfigError(f"protocol.configurations: set {p.name} is drawn: its configurations must be its draw "
+                              f"with seed {p.seed}, as stored (python -m experiments.protocol {p.name} prints it)")
 
 
 def _method(framework: str) -> str:

@@ -41,7 +41,7 @@ def test_heldout_set_is_its_seeded_draw_and_an_edited_list_is_refused():
     dev = {c.key for c in _set("dev").configurations}
     assert not dev & {c.key for c in p.configurations}          # held out: nothing of the development set
     swapped = replace(p, configurations=[replace(p.configurations[0], prompt_tokens=17), *p.configurations[1:]])
-    with pytest.raises(ConfigError, match="differs from its draw"):
+    with pytest.raises(ConfigError, match="must be its draw"):
         pr.check_spec(swapped)
     assert pr.draw_configurations(p.draw, p.seed + 1) != pr.draw_configurations(p.draw, p.seed)
 
