@@ -15,6 +15,7 @@ PUBLIC_PARAMS_B = {
     "qwen1_5_7b": 7.72, "qwen1_5_14b": 14.17, "qwen1_5_moe_a2_7b": 14.32, "qwen2_5_3b": 3.09, "qwen2_5_7b": 7.62,
     "qwen2_5_14b": 14.77, "gemma3_4b": 3.88, "gemma3_12b": 11.77, "smollm2_135m": 0.1348,
     "llama3_2_1b_synth": 1.074,   # Llama-3.2-1B (1.236) with SmolLM2's 49152-token vocabulary instead of 128256
+    "qwen2_5_0_5b_synth": 0.402,  # Qwen2.5-0.5B (0.494) with SmolLM2's 49152-token vocabulary instead of 151936
 }
 
 
