@@ -52,3 +52,23 @@ def test_base_keeps_llmnpu_plus_overlap():
 def test_steps_cover_every_recipe_field():
     owned = set().union(*(o for _, _, o in STEPS))
     assert owned == {f.name for f in fields(Recipe)}
+
+
+def test_threshold_sensitivity(monkeypatch):
+    """EdgeFlow at HellaSwag length with the threshold fixed (docs/coldstart.md, "Calibration"): with the profile's
+    sourced CPU GEMM rate, a lower threshold steals more matmuls and costs more time; none beats no stealing."""
+    import planner.pipeline.npu_plan as npu
+    from sim.coldstart.sweep import sweep
+
+    def ttft(fw: str, thr: int | None = None) -> tuple[float, int]:
+        if thr is not None:
+            monkeypatch.setattr(npu, "steal_threshold", lambda *a, **k: thr)
+        r = sweep(model="llama3_8b", device="xiaomi15pro", frameworks=(fw,), workloads=("hellaswag",), bits=(5.0,))[0]
+        assert thr is None or r["steal_threshold"] == thr
+        return r["ttft_s"], r["stolen_ops"]
+
+    base, _ = ttft("ef_priority")
+    runs = [ttft("edgeflow", t) for t in (3, 5, 8)]
+    assert runs[0][1] > runs[1][1] > runs[2][1] > 0
+    assert runs[0][0] > runs[1][0] > runs[2][0] > base
+    assert [round(t, 2) for t, _ in runs] == [10.31, 9.53, 8.78] and round(base, 2) == 7.91
