@@ -157,3 +157,31 @@ def test_protocol_smoke_run_writes_the_report(tmp_path):
 
     (page,) = pages_for(load_runs([run]))
     assert page.topic.startswith("host-protocol-dev-") and "Bias" in page.markdown
+
+
+def test_report_makes_a_protocol_page_from_the_run_files(tmp_path):
+    """experiments.report turns a protocol run directory (metrics.json, protocol.csv, speedups.csv) into its own
+    host-protocol-<set>-<kind> page, apart from the per-invocation page."""
+    from experiments.report import load_runs, page_summary, pages_for
+
+    cfgs = [pr.Configuration("edgeflow", "smollm2_135m", 5, 16), pr.Configuration("mnn", "smollm2_135m", 5, 16)]
+    p = pr.ProtocolSpec(name="dev", seed=1, rounds=3, runs_per_round=2, warmup=0, bootstrap=300, configurations=cfgs)
+    prepared = _prepared(cfgs, [0.1, 0.15])
+    recs = _records(p, prepared, [0.11, 0.14])
+    j = pr.judge_set(p, prepared, recs)
+    m = pr.metrics(p, j, recs, 1.0)
+    run = tmp_path / "run"
+    run.mkdir()
+    labels = {"measured_keys": [k for k in m if k not in pr.INPUT_KEYS and not isinstance(m[k], str)],
+              "modelled_keys": [], "input_keys": [k for k in pr.INPUT_KEYS if k in m]}
+    (run / "metrics.json").write_text(json.dumps(m | labels))
+    (run / "manifest.json").write_text(json.dumps({"app": "experiments.validate", "command": "python -m x",
+                                                   "machine": {"cpu_model": "Test CPU", "family": 1, "model": 2}}))
+    (run / "protocol.csv").write_text(pr._csv(j["rows"]))
+    (run / "speedups.csv").write_text(pr._csv(j["speedups"]))
+    (page,) = pages_for(load_runs([run]))
+    assert page.topic.startswith("host-protocol-dev-")
+    summary = page_summary(page.markdown)
+    assert "Bias (mean signed TTFT error)" in summary and "sign test" in summary
+    assert "| mnn | smollm2_135m | 5 | 16 |" in page.markdown and "speed-ups" in page.markdown
+    assert list(page.table["framework"]) == ["edgeflow", "mnn"]
