@@ -54,6 +54,7 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
         self._cache: dict = {}
         self._compute_cache: dict = {}
         self._prop_cache: dict = {}
+        self._static_cache: dict = {}                                       # per-planner constants (`_static`)
         self._zeros = np.zeros(table.n, dtype=np.int64)
         self._cls_base = self.tpos[table.type_of] * P * len(ACT_BYTES)       # (N,) class index at fp16 / fp16 acts
         self._ranks = np.arange(self.D + len(self.subsets) + 1)[None, :].repeat(self.T * P * len(ACT_BYTES), 0)

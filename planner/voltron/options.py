@@ -129,6 +129,34 @@ class OptionBuilder:
                                            sorted_mem=np.take_along_axis(mem_c, order_run[:, :, None], axis=1))
         return main
 
+    def _static(self, prune_frac: float) -> tuple:
+        """What the compute part needs that depends on the model, the cluster and `prune_frac` only (not on the KV
+        length, the links or the budgets): built once per planner, so a token-level re-plan does not rebuild it."""
+        key = round(prune_frac, 6)
+        hit = self._static_cache.get(key)
+        if hit is None:
+            tb, D, T, ty = self.table, self.D, self.T, self.types
+            S = tb.shards[ty].astype(float)                                 # (T,)
+            pruned = np.minimum(np.rint(prune_frac * tb.shards), tb.shards - 1).astype(np.int64)   # (6,)
+            Sk = (tb.shards[ty] - pruned[ty])                               # (T,) kept shards
+            k = np.arange(1, int(Sk.max()) + 1)                             # (K,) shard counts
+            hit = self._static_cache[key] = dict(
+                S=S, pruned=pruned, Sk=Sk, k=k,
+                tie=np.arange(D)[None, None, :, None] * 1e-12,              # deterministic ties
+                beyond=~(k[None, None, None, :] <= Sk[:, None, None, None]),     # (T, 1, 1, K): k > Sk
+                t_idx=np.arange(T)[:, None], p_idx=np.arange(P)[None, :],
+                w_unit=tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None])
+        return hit
+
+    def _live_subsets(self, alive: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(indices, masks) of the device subsets whose members are all live; cached per live set."""
+        key = alive.tobytes()
+        hit = self._static_cache.get(key)
+        if hit is None:
+            subs = np.flatnonzero(~(self.subsets & ~alive[None, :]).any(axis=1))
+            hit = self._static_cache[key] = (subs, self.subsets[subs])
+        return hit
+
     def _build_compute(self, env: PhaseEnv, prune_frac: float):
         tb, D, T = self.table, self.D, self.T
         alive = env.alive
@@ -138,9 +166,8 @@ class OptionBuilder:
         k_dev = self.comp_scale[env.phase][:, None, None]                   # closed-loop correction (1: none)
         icpt, slope = icpt * k_dev, slope * k_dev
         ty = self.types
-        S = tb.shards[ty].astype(float)                                     # (T,)
-        pruned = np.minimum(np.rint(prune_frac * tb.shards), tb.shards - 1).astype(np.int64)   # (6,)
-        Sk = (tb.shards[ty] - pruned[ty])                                   # (T,) kept shards
+        st = self._static(prune_frac)
+        S, pruned, Sk = st["S"], st["pruned"], st["Sk"]
         unit = (tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] + kv_res[ty][:, None]) / S[:, None]  # (T, P) bytes
         u = slope[:, :, ty] / S[None, None, :]                              # (D, P, T) s per shard
         b = icpt[:, :, ty]                                                  # (D, P, T)
@@ -161,19 +188,18 @@ class OptionBuilder:
             shards[:, :, d, d] = Sk[:, None]
             used_all[:, :, d, d] = True
         # TP over each subset of live devices: greedy = the Sk smallest finishing times b_d + k·u_d
-        K = int(Sk.max())
-        k = np.arange(1, K + 1)
+        k = st["k"]
+        K = len(k)
         fin = bT[..., None] + np.transpose(u, (2, 1, 0))[..., None] * k           # (T, P, D, K)
-        fin = fin + np.arange(D)[None, None, :, None] * 1e-12                               # deterministic ties
-        fin = np.where(k[None, None, None, :] <= Sk[:, None, None, None], fin, np.inf)
+        fin += st["tie"]                                                                     # deterministic ties
+        np.putmask(fin, np.broadcast_to(st["beyond"], fin.shape), np.inf)
         # (all subsets of live devices at once: the same per-subset arithmetic, batched along a leading axis)
-        subs = np.flatnonzero(~(self.subsets & ~alive[None, :]).any(axis=1))
+        subs, members = self._live_subsets(alive)                                          # (s,), (s, D)
         if subs.size:
-            members = self.subsets[subs]                                                    # (s, D)
             ns = len(subs)
             f = np.where(members[:, None, None, :, None], fin[None], np.inf).reshape(ns, T, P, D * K)
-            srt = np.sort(f, axis=-1)
-            thr = srt[:, np.arange(T)[:, None], np.arange(P)[None, :], (Sk - 1)[:, None]]  # (s, T, P)
+            f.sort(axis=-1)
+            thr = f[:, st["t_idx"], st["p_idx"], (Sk - 1)[:, None]]                          # (s, T, P)
             cnt = (fin[None] <= thr[..., None, None]) & members[:, None, None, :, None]
             kd = cnt.sum(axis=-1)                                                           # (s, T, P, D)
             used = kd > 0
@@ -185,7 +211,8 @@ class OptionBuilder:
             used_all[:, :, o, :] = np.moveaxis(used, 0, 2)
         # memory-proportional TP over all live devices: fills every device at the same rate, so memory left over by
         # the speed-balanced options is not stranded in fragments no whole layer fits into (fallback option)
-        free = np.where(alive, np.maximum(env.budgets - self._reserve(env, alive), 0.0), 0.0)      # (D,) bytes
+        reserve = self._reserve(env, alive)
+        free = np.where(alive, np.maximum(env.budgets - reserve, 0.0), 0.0)                 # (D,) bytes
         if alive.sum() >= 2 and free.sum() > 0:
             o = D + Sub
             for ti, kd in enumerate(self._proportional(free, Sk)):
@@ -195,9 +222,8 @@ class OptionBuilder:
                 mem[ti, :, o, :] = kd[None, :] * unit[ti][:, None]
                 shards[ti, :, o, :] = kd[None, :]
                 used_all[ti, :, o, :] = used[None, :]
-        reserve = self._reserve(env, alive)
         head_time = float(icpt[0, self.head_precision, HEAD] + slope[0, self.head_precision, HEAD])
-        w_unit = tb.params[ty][:, None] * BYTES_PER_WEIGHT[None, :] / S[:, None]
+        w_unit = st["w_unit"]
         layer_bytes = np.maximum(Sk[:, None] * unit, 1.0)                                  # (T, P)
         run_len = np.clip(free[None, None, :] / layer_bytes[:, :, None], 1.0, tb.n)         # (T, P, D) sublayers
         # per class c = (t, p, a): the compute side does not depend on the activation precision
