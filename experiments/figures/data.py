@@ -1,10 +1,14 @@
-"""Shared data helpers of the figure modules: typed configs by name, in-process cold-start runs, measured results
-found on disk. Library functions only (`sim/`, `planner/`, `quant/`); nothing here is fitted or hard-coded."""
+"""Shared data helpers of the figure modules: typed configs by name, in-process cold-start runs (one simulation per
+configuration per process: `figure=all` shares them between figures), measured results found on disk and the on-disk
+cache of measurements (`measured_cache`). Library functions only (`sim/`, `planner/`, `quant/`); nothing here is
+fitted or hard-coded."""
 from __future__ import annotations
 
+import copy
+import hashlib
 import json
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
@@ -33,10 +37,68 @@ def workload(name: str) -> WorkloadSpec:
     return load_conf("workload", name, WorkloadSpec)
 
 
+_RUNS: dict[str, dict] = {}      # repr of the typed configuration -> metrics of its one simulated cold start
+COUNTS = {"simulated": 0, "reused": 0}      # cold starts simulated / answered from `_RUNS` in this process
+
+
+def run_coldstart(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, wl: WorkloadSpec | None,
+                  settings: ColdStartSettings) -> dict:
+    """The modelled metrics of `sim.coldstart.run.run_one` for this configuration, simulated once per process and
+    keyed by the full typed configuration (every field of the dataclasses' repr), so figures asking for the same
+    cold start share it; the simulation is deterministic, so a reused result equals a re-run. Returns a copy."""
+    key = repr((spec, dev, fw, wl, settings))
+    if key in _RUNS:
+        COUNTS["reused"] += 1
+    else:
+        COUNTS["simulated"] += 1
+        _RUNS[key] = run_one(spec, dev, fw, wl, settings)[0]
+    return copy.deepcopy(_RUNS[key])
+
+
 def coldstart(model_name: str, fw: str, wl: str | None = None, dev: str = PHONE, **settings: Any) -> dict:
     """One simulated cold start (modelled metrics of `sim.coldstart.run.run_one`), no trace."""
-    return run_one(model(model_name), device(dev), framework(fw), workload(wl) if wl else None,
-                   ColdStartSettings(write_trace=False, **settings))[0]
+    return run_coldstart(model(model_name), device(dev), framework(fw), workload(wl) if wl else None,
+                         ColdStartSettings(write_trace=False, **settings))
+
+
+CACHE = ROOT / "outputs" / "cache"      # on-disk cache of measurements (`measured_cache`)
+
+
+def sha256_file(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def sha256_code(*packages: str) -> str:
+    """Hash of the Python sources of `packages` (directories under the repository): a cached measurement is reused
+    only by the code that made it."""
+    h = hashlib.sha256()
+    for pkg in packages:
+        for p in sorted((ROOT / pkg).rglob("*.py")):
+            h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def measured_cache(kind: str, key: dict, measure: Callable[[], dict]) -> tuple[dict, bool]:
+    """(row, reused): the JSON row measured for `key` (model file hash, method, bits, settings, code hash …), read
+    from `outputs/cache/<kind>/<hash of key>.json` if an earlier run wrote it, else `measure()` written there
+    atomically. An unreadable entry is measured again."""
+    from quant.atomic import atomic_write_json
+
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    path = CACHE / kind / f"{digest}.json"
+    try:
+        doc = json.loads(path.read_text())
+        if doc.get("key") == json.loads(json.dumps(key, sort_keys=True, default=str)):
+            return doc["row"], True
+    except (OSError, ValueError, KeyError, AttributeError):
+        pass
+    row = measure()
+    atomic_write_json(path, {"key": key, "row": row})
+    return row, False
 
 
 def metrics_files(roots: Iterable[Path]) -> list[tuple[Path, dict]]:
@@ -56,15 +118,17 @@ def metrics_files(roots: Iterable[Path]) -> list[tuple[Path, dict]]:
 
 def sweep_frame(models: Iterable[str], frameworks: Iterable[str], workloads: Iterable[str],
                 bits: Iterable[float] = (5.0,), keys: Iterable[str] = ("ttft_s",), dev: str = PHONE) -> list[dict]:
-    """Long rows (model, framework, workload, prompt_tokens, bits, metric, value, source=modelled) of
-    `sim.coldstart.sweep.sweep` over the grid."""
+    """Long rows (model, framework, workload, prompt_tokens, bits, metric, value, source=modelled) of the cold starts
+    of `sim.coldstart.sweep.sweep` over the grid, each through `run_coldstart` (shared between figures)."""
     from experiments.figures.base import progress
-    from sim.coldstart.sweep import sweep
 
     rows = []
     keys = tuple(keys)
     for m, fw in progress([(m, fw) for m in models for fw in frameworks], "cold starts"):
-        for r in sweep(model=m, device=dev, frameworks=(fw,), workloads=tuple(workloads), bits=tuple(bits)):
+        spec, d, f = model(m), device(dev), framework(fw)
+        runs = (run_coldstart(spec, d, f, workload(w), ColdStartSettings(bits=b, write_trace=False))
+                for w in workloads for b in bits)
+        for r in runs:
             for k in keys:
                 rows.append({"model": m, "framework": r["framework"], "workload": r["workload"],
                              "prompt_tokens": r["prompt_tokens"], "bits": r["bits"], "metric": k, "value": r[k],

@@ -42,10 +42,19 @@ SPEC = FigureSpec(
 
 
 def data(size: str) -> pd.DataFrame:
+    """At `full`, each (method, bits) row is cached on disk (`experiments.figures.data.measured_cache`, keyed by the
+    GGUF file's hash, method, bits, settings and the `quant/` sources), so a re-run reuses it; the heading says how
+    many rows were reused. `toy` (the golden test) always measures."""
+    import dataclasses
+    import sys
+
+    import numpy as np
+
+    from experiments.figures.data import measured_cache, sha256_code, sha256_file
     from quant.arch import model_spec
     from quant.calibrate import calibrate
     from quant.evaluate import eval_text_tokens, evaluate_slices, settings_slices
-    from quant.gguf_model import load_weights
+    from quant.gguf_model import gguf_path, load_weights
     from quant.llama import forward_logits
     from quant.methods import METHODS
     from quant.settings import QuantSettings
@@ -55,22 +64,45 @@ def data(size: str) -> pd.DataFrame:
     settings = QuantSettings(eval_tokens=g["eval_tokens"], eval_slices=g["eval_slices"],
                              calib_tokens=g["calib_tokens"], search_tokens=g["search_tokens"],
                              alpha_steps=g["alpha_steps"])
-    weights = load_weights(spec)
-    calib = calibrate(weights, spec, eval_text_tokens(spec, settings.calib_tokens, settings.calib_offset))
-    slices = settings_slices(spec, settings)                        # (K, L) disjoint, none overlaps calibration
-    refs = [forward_logits(weights, spec, t) for t in slices]       # K × (L, vocab)
-    runs = [(m, b) for m in g["methods"] for b in g["bits"]] + [(m, 8 if m == "int8" else 4) for m in g["fixed"]]
-    rows = []
-    for method, bits in progress(runs, "quantize + evaluate"):
-        qm = METHODS[method](settings).build(weights, spec, calib, bits, float(bits), None)
-        ev = evaluate_slices(weights, spec, slices, qm, refs).metrics()
+    inputs: dict = {}
+
+    def measure(method: str, bits: int) -> dict:
+        if not inputs:                                                  # loaded on the first measurement only
+            weights = load_weights(spec)
+            inputs.update(weights=weights, slices=settings_slices(spec, settings),  # (K, L) disjoint slices
+                          calib=calibrate(weights, spec, eval_text_tokens(spec, settings.calib_tokens,
+                                                                          settings.calib_offset)))
+            inputs["refs"] = [forward_logits(weights, spec, t) for t in inputs["slices"]]    # K × (L, vocab)
+        weights, slices = inputs["weights"], inputs["slices"]
+        qm = METHODS[method](settings).build(weights, spec, inputs["calib"], bits, float(bits), None)
+        ev = evaluate_slices(weights, spec, slices, qm, inputs["refs"]).metrics()
         b, d = qm.all_bits()
         lin_bytes = sum(layer.weight_bytes() for layer in qm.layers.values())
-        rows.append({"method": method, "budget_bits": bits, "ppl": ev["ppl"], "ppl_sd": ev["ppl_sd"],
-                     "kl_mean": ev["kl_mean"], "kl_mean_sd": ev["kl_mean_sd"], "ref_ppl": ev["ref_ppl"],
-                     "ref_ppl_sd": ev["ref_ppl_sd"], "stored_bits_per_weight": lin_bytes * 8 / d.sum(),
-                     "eval_tokens": int(slices.shape[1]), "eval_slices": int(slices.shape[0]), "source": "measured"})
-    return pd.DataFrame(rows)
+        return {"method": method, "budget_bits": bits, "ppl": float(ev["ppl"]), "ppl_sd": float(ev["ppl_sd"]),
+                "kl_mean": float(ev["kl_mean"]), "kl_mean_sd": float(ev["kl_mean_sd"]),
+                "ref_ppl": float(ev["ref_ppl"]), "ref_ppl_sd": float(ev["ref_ppl_sd"]),
+                "stored_bits_per_weight": float(lin_bytes * 8 / d.sum()), "eval_tokens": int(slices.shape[1]),
+                "eval_slices": int(slices.shape[0]), "source": "measured"}
+
+    runs = [(m, b) for m in g["methods"] for b in g["bits"]] + [(m, 8 if m == "int8" else 4) for m in g["fixed"]]
+    base = {} if size != "full" else {
+        "model": MODEL, "gguf_sha256": sha256_file(gguf_path(spec)), "settings": dataclasses.asdict(settings),
+        "quant_code_sha256": sha256_code("quant"), "numpy": np.__version__}
+    rows, reused = [], 0
+    for method, bits in progress(runs, "quantize + evaluate"):
+        if base:
+            row, hit = measured_cache(SPEC.name, {**base, "method": method, "bits": bits},
+                                      lambda: measure(method, bits))
+            reused += hit
+        else:
+            row = measure(method, bits)
+        rows.append(row)
+    df = pd.DataFrame(rows)
+    df.attrs["reused"] = (reused, len(runs))
+    if reused:
+        print(f"{SPEC.name}: {reused} of {len(runs)} measurements reused from outputs/cache/{SPEC.name}/ "
+              "(measured earlier on this host by the same model file and code)", file=sys.stderr)
+    return df
 
 
 def plot(df: pd.DataFrame, fig) -> None:
@@ -90,3 +122,6 @@ def plot(df: pd.DataFrame, fig) -> None:
     ax2.set_ylabel("mean KL(ref ‖ quantized), nats (mean ± sd over slices)")
     fig_legend(fig, (ax1, ax2), ncol=7)
     note(fig, "measured on this host")
+    reused, total = df.attrs.get("reused", (0, 0))
+    if reused:
+        note(fig, f"{reused} of {total} rows reused from an earlier measurement (outputs/cache)")

@@ -1,8 +1,10 @@
 """Voltron helpers of the figure modules: one simulated conversation of a planner on a cluster under an RSSI trace,
 with the planner context (latency regression fit, importance) built once per (cluster, model) and reused — the same
-calls as `sim.multidevice.report`. All numbers are modelled except plan times (measured on this host)."""
+calls as `sim.multidevice.report`; each conversation is simulated once per process (`figure=all` shares it between
+figures). All numbers are modelled except plan times (measured on this host)."""
 from __future__ import annotations
 
+import copy
 import dataclasses
 from functools import lru_cache
 
@@ -54,15 +56,28 @@ def context(cluster: str, model: str, seed: int):
     return build_run_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
 
 
+_RUNS: dict[str, RunResult] = {}     # repr of the run's configuration -> its one simulated conversation
+COUNTS = {"simulated": 0, "reused": 0}      # conversations simulated / answered from `_RUNS` in this process
+
+
 def conversation(cluster: str, model: str, planner: str, trace_name: str, turns: int, seed: int = 0,
                  balance: str = "hetero", think_s: float | None = None, **planner_cfg) -> RunResult:
     """`sim.multidevice.runner.run_conversation` of one planner (`planner.voltron.registry` name); `planner_cfg`
-    overrides other `PlannerConfig` fields (ablations, energy mode)."""
-    base, _acc = context(cluster, model, seed)
-    ctx = dataclasses.replace(base, cfg=PlannerConfig(name=planner, balance=balance, **planner_cfg))
+    overrides other `PlannerConfig` fields (ablations, energy mode). Simulated once per process per configuration
+    (cluster, model and trace by name, the typed `PlannerConfig` and `WorkloadConfig`, seed); a reused run is a copy
+    of the first, so its measured plan times are those of the first run."""
+    cfg = PlannerConfig(name=planner, balance=balance, **planner_cfg)
     wl = WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s}))
-    return run_conversation(make_policy(ctx), ctx, trace(trace_name), RssiTable(), wl, seed=seed,
-                            squeeze=squeeze(trace_name))
+    key = repr((cluster, model, trace_name, seed, cfg, wl))
+    if key in _RUNS:
+        COUNTS["reused"] += 1
+    else:
+        COUNTS["simulated"] += 1
+        base, _acc = context(cluster, model, seed)
+        ctx = dataclasses.replace(base, cfg=cfg)
+        _RUNS[key] = run_conversation(make_policy(ctx), ctx, trace(trace_name), RssiTable(), wl, seed=seed,
+                                      squeeze=squeeze(trace_name))
+    return copy.deepcopy(_RUNS[key])
 
 
 def qos_line(ax, value: float = QOS_TPOT_MS, what: str = "TPOT", vertical: bool = False) -> None:
