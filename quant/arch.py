@@ -156,7 +156,7 @@ CONF_MODEL_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
 
 
 def model_spec(name: str) -> ModelSpec:
-    """ModelSpec of conf/model/<name>.yaml without Hydra (for scripts, tests and `python -m quant.twin`)."""
+    """ModelSpec of conf/model/<name>.yaml without Hydra (for scripts, tests and `python -m quant.twin_fit`)."""
     from omegaconf import OmegaConf  # only this reader needs it: the rest of the module is the standard library
 
     path = CONF_MODEL_DIR / f"{name}.yaml"

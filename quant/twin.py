@@ -4,7 +4,11 @@ docs/design.md §7).
 Owns: fitting, storing (quant/data/twin_<model>.json) and sampling the per-output-channel statistics the RE metric
 depends on, and the twin's bit allocation for a big model (used by the cold-start simulator for packed sizes).
 
-What is fitted, from the real SmolLM2-135M (the dequantized GGUF weights):
+What is fitted, from the real SmolLM2-135M (the dequantized GGUF weights), after EdgeFlow's input-side smoothing
+W' = W · diag(S_I^α) (EdgeFlow §4.1: the bits are allocated on the smoothed weights, so their crest factors are the
+statistic; the raw weights' crest factors spread 1.7x less in ln κ and put 97 % of channels at a 5-bit budget against
+Fig. 4a's 78 %). S_I = max |X| per input channel on the calibration slice (`quant.twin_fit`); α is fixed at
+`SMOOTH_ALPHA` in place of EdgeFlow's per-group search (an assumption, stated in the stored file):
 - The closed-form RE depends on a channel only through its crest factor κ = max|w| / rms(w) (quant.relerr). The crest
   factor of a channel of D weights grows with D like the expected maximum of D light-tailed samples, so the twin stores
   the normalised crest z = κ / √(2 ln D) — an assumption (stated, not fitted) that lets a 576-wide SmolLM2 row stand
@@ -27,9 +31,10 @@ from pathlib import Path
 import numpy as np
 
 from quant.allocate import allocate
-from quant.arch import ModelSpec, smollm2_spec
+from quant.arch import ModelSpec
 from quant.atomic import atomic_write_text
-from quant.gguf_file import check_shapes, package_gguf, read_tensors
+from quant.gguf_file import check_shapes
+from quant.smoothing import group_in_max, input_scale, smoothing_groups
 
 KINDS = ("attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down")
 DEPTH_BINS = 5                       # equal slices of relative depth; per-kind statistics drift with depth
@@ -38,6 +43,8 @@ PROBS = (0.0, 0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.15, 0.2, 0.25, 0.3, 0.35, 0
 DATA_DIR = Path(__file__).resolve().parent / "data"
 DEFAULT_SOURCE = "smollm2_135m"
 ROUND = 6                            # decimals stored in the JSON (ln-space; 1e-6 relative)
+SMOOTH_ALPHA = 0.5                   # migration strength of the fitted smoothing: SmoothQuant's default (Xiao et al.
+#                                      2023), standing in for EdgeFlow's per-group α search (§4.1)
 
 
 @dataclass
@@ -47,6 +54,8 @@ class Twin:
     depth_bins: int
     log_z: dict[str, list[list[float]]] = field(default_factory=dict)    # kind -> [bin][q] quantiles of ln(κ/√(2 ln D))
     log_rms_unit: dict[str, list[float]] = field(default_factory=dict)   # kind -> [q] quantiles of ln(rms·√D)
+    smoothing_alpha: float = 0.0                      # α of W' = W · diag(S_I^α) the statistics were taken on
+    calibration: str = ""                             # where S_I came from
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=1) + "\n"
@@ -72,11 +81,25 @@ def _crest_norm(d: int) -> float:
     return float(np.sqrt(2.0 * np.log(d)))
 
 
-def fit_twin(weights: dict[str, np.ndarray], source: str = DEFAULT_SOURCE) -> Twin:
-    """Fit the twin on a real model's weights dict (GGUF names, (C, D) linear weights)."""
+def smoothing_scales(spec: ModelSpec, in_max: dict[str, np.ndarray], alpha: float = SMOOTH_ALPHA
+                     ) -> dict[str, np.ndarray]:
+    """GGUF weight name -> s_in = S_I^α (D,) of its smoothing group (members share the input; GQA-tied)."""
+    out = {}
+    for i in range(spec.n_layers):
+        for names in smoothing_groups(spec, i):
+            s_in = input_scale(group_in_max(names, in_max, spec), alpha)
+            out.update({n: s_in for n in names})
+    return out
+
+
+def fit_twin(weights: dict[str, np.ndarray], source: str = DEFAULT_SOURCE, s_in: dict[str, np.ndarray] | None = None,
+             alpha: float = 0.0, calibration: str = "") -> Twin:
+    """Fit the twin on a real model's weights dict (GGUF names, (C, D) linear weights), each weight smoothed by its
+    input scale `s_in[name]` (None: the raw weights; alpha / calibration only describe s_in in the stored file)."""
     n_layers = 1 + max(int(k.split(".")[1]) for k in weights if k.startswith("blk."))
     probs = np.asarray(PROBS)
-    twin = Twin(source=source, probs=list(PROBS), depth_bins=DEPTH_BINS)
+    twin = Twin(source=source, probs=list(PROBS), depth_bins=DEPTH_BINS, smoothing_alpha=alpha,
+                calibration=calibration)
     for kind in KINDS:
         per_bin: list[list[float]] = []
         rms_all = []
@@ -84,7 +107,10 @@ def fit_twin(weights: dict[str, np.ndarray], source: str = DEFAULT_SOURCE) -> Tw
             layers = [i for i in range(n_layers) if i * DEPTH_BINS // n_layers == b]
             zs = []
             for i in layers:
-                w = np.asarray(weights[f"blk.{i}.{kind}.weight"], dtype=np.float64)
+                name = f"blk.{i}.{kind}.weight"
+                w = np.asarray(weights[name], dtype=np.float64)
+                if s_in is not None:
+                    w = w * s_in[name][None, :]
                 d = w.shape[1]
                 rms = np.sqrt(np.mean(w * w, axis=1))
                 keep = rms > 0
@@ -100,18 +126,19 @@ def twin_path(source: str = DEFAULT_SOURCE) -> Path:
     return DATA_DIR / f"twin_{source}.json"
 
 
-def regenerate_twin(spec: ModelSpec, path: Path | None = None) -> Path:
-    """Refit the twin from the real model `spec` and store it (atomic write). Deliberate, never implicit."""
-    weights = read_tensors(str(package_gguf(spec)))
+def regenerate_twin(spec: ModelSpec, weights: dict[str, np.ndarray], in_max: dict[str, np.ndarray],
+                    calibration: str, path: Path | None = None) -> Path:
+    """Refit the twin from the real model `spec` (its weights, the calibration S_I per linear) and store it (atomic
+    write). Deliberate, never implicit: `python -m quant.twin_fit`."""
     check_shapes(spec, weights)
-    twin = fit_twin(weights, source=spec.name)
+    twin = fit_twin(weights, spec.name, smoothing_scales(spec, in_max), SMOOTH_ALPHA, calibration)
     return atomic_write_text(path or twin_path(spec.name), twin.to_json())
 
 
 def load_twin(source: str = DEFAULT_SOURCE) -> Twin:
     p = twin_path(source)
     if not p.is_file():
-        raise FileNotFoundError(f"twin parameters {p} missing (regenerate: python -m quant.twin)")
+        raise FileNotFoundError(f"twin parameters {p} missing (regenerate: python -m quant.twin_fit)")
     return Twin.from_json(p.read_text())
 
 
@@ -176,7 +203,3 @@ def bits_histogram(bits: np.ndarray, weights: np.ndarray | None = None) -> dict[
     counts = np.bincount(np.asarray(bits, dtype=np.int64), weights=weights, minlength=9)[1:9]
     total = counts.sum()
     return {b + 1: float(counts[b] / total) if total else 0.0 for b in range(8)}
-
-
-if __name__ == "__main__":
-    print(regenerate_twin(smollm2_spec()))

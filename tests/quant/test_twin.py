@@ -7,15 +7,44 @@ import numpy as np
 import pytest
 
 from quant.arch import model_spec
-from quant.twin import Twin, bits_histogram, fit_twin, kind_of, load_twin, twin_bits, twin_channel_stats, twin_path
+from quant.twin import (
+    SMOOTH_ALPHA,
+    Twin,
+    bits_histogram,
+    fit_twin,
+    kind_of,
+    load_twin,
+    smoothing_scales,
+    twin_bits,
+    twin_channel_stats,
+    twin_path,
+)
 from tests.quant.conftest import needs_model
 
 
 @needs_model
-def test_stored_twin_matches_refit_from_real_model(smol_weights):
+def test_stored_twin_matches_refit_from_real_model(smol, smol_weights):
+    from quant.twin_fit import calibration_in_max
+
     stored = json.loads(twin_path().read_text())
-    refit = json.loads(fit_twin(smol_weights).to_json())
+    in_max, how = calibration_in_max(smol, smol_weights)
+    refit = json.loads(fit_twin(smol_weights, smol.name, smoothing_scales(smol, in_max), SMOOTH_ALPHA, how).to_json())
     assert refit == stored
+
+
+def test_twin_allocation_spread_near_fig4a():
+    """EdgeFlow Fig. 4a (Llama3-8B, adaptive 5 bits, per-channel average budget): 11.5 / 77.7 / 9.9 % of channels at
+    4 / 5 / 6 bits. The twin, fitted on smoothed weights, must not collapse onto the budget (> 88 % at 5 bits makes
+    adaptive bits look uniform) and must put channels on both sides of it."""
+    from quant.allocate import allocate
+
+    spec = model_spec("llama3_8b")
+    stats = twin_channel_stats(spec, seed=0)
+    m = np.concatenate([v[0] for v in stats.values()])
+    s = np.concatenate([v[1] for v in stats.values()])
+    hist = bits_histogram(allocate(m, s, 5.0))
+    assert hist[5] <= 0.88
+    assert hist[4] >= 0.05 and hist[6] >= 0.05
 
 
 def test_twin_json_roundtrip():
