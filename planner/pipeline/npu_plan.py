@@ -3,8 +3,11 @@
 
 A `Recipe` names the mechanisms; one builder composes them, so each ablation step differs from the previous one by
 exactly one field:
-- graph: `online` (load weights -> compose -> optimize, Fig. 1a), `materialized` (load the context binary ->
-  prepare, Fig. 1b), `restore` (EdgeFlow: weight-less graphs restored per layer on the graph thread, asynchronously).
+- graph: `online` (load weights -> compose -> optimize, Fig. 1a) or `materialized` (graphs built offline, Fig. 1b).
+  Where a materialized graph's weights live follows from the format: INT8 weights sit inside the context binary and
+  are deserialized with it; packed formats (mixed, weightlet) keep a weight-less binary, their weights are loaded and
+  unpacked apart and bound when the layer's graph is prepared (layer-serial) or restored on the graph thread (granular,
+  EdgeFlow's "Async Restore", Fig. 6).
 - streaming: `sequential` (everything loaded before compute), `layer_serial` (one thread: load -> unpack -> prepare
   layer by layer, compute of layer l overlaps streaming of l+1, Fig. 1c), `granular` (loader threads, unpack threads and
   graph thread run asynchronously; a layer's ops become ready when its weights are unpacked and its graph restored).
@@ -36,7 +39,7 @@ PAGE_BYTES = 4096   # B, embedding rows are fetched by page through mmap
 @dataclass(frozen=True)
 class Recipe:
     fmt: str = "int8"
-    graph: str = "online"          # online | materialized | restore
+    graph: str = "online"          # online | materialized
     streaming: str = "sequential"  # sequential | layer_serial | granular
     placement: str = "coarse"      # coarse | fine
     priority: str = "static"       # static | position
@@ -99,11 +102,14 @@ def add_weight_stages(b: PlanBuilder, recipe: Recipe, spec: ModelSpec, dev: SocP
         return add_online_graph(b, spec, dev, lw, tokens, setup)
     if recipe.graph == "materialized" and recipe.streaming == "sequential":
         return add_materialized_graph(b, spec, dev, lw, tokens, setup)
+    if recipe.graph != "materialized":
+        raise ValueError(f"unsupported recipe {recipe}")
+    in_binary = all(w.unpack is None for w in lw)     # INT8: the weights are part of the context binary
     if recipe.streaming == "layer_serial":
-        return add_layer_serial(b, spec, dev, lw, tokens, setup, materialized=recipe.graph == "materialized")
+        return add_layer_serial(b, spec, dev, lw, tokens, setup, materialized=in_binary)
     if recipe.streaming == "granular":
-        if recipe.graph != "restore":
-            raise ValueError("the granular pipeline restores weight-less graphs (graph=restore)")
+        if in_binary:
+            raise ValueError("the granular pipeline restores weight-less graphs (a packed weight format)")
         return add_granular(b, spec, dev, lw, tokens, setup)
     raise ValueError(f"unsupported recipe {recipe}")
 

@@ -7,7 +7,7 @@ from sim.coldstart.base import ColdStartInputs, ColdStartPolicy, ef_bits
 
 class EdgeFlow(ColdStartPolicy):
     name = "edgeflow"
-    recipe = Recipe(fmt="weightlet", graph="restore", streaming="granular", placement="fine", priority="position",
+    recipe = Recipe(fmt="weightlet", graph="materialized", streaming="granular", placement="fine", priority="position",
                     steal=True)
 
     def build(self, x: ColdStartInputs):

@@ -6,4 +6,4 @@ from sim.coldstart.edgeflow import EdgeFlow
 
 class EfMixed(EdgeFlow):
     name = "ef_mixed"
-    recipe = Recipe(fmt="mixed", graph="restore", streaming="layer_serial", placement="coarse")
+    recipe = Recipe(fmt="mixed", graph="materialized", streaming="layer_serial", placement="coarse")

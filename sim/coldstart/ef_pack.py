@@ -6,4 +6,4 @@ from sim.coldstart.edgeflow import EdgeFlow
 
 class EfPack(EdgeFlow):
     name = "ef_pack"
-    recipe = Recipe(fmt="weightlet", graph="restore", streaming="layer_serial", placement="coarse")
+    recipe = Recipe(fmt="weightlet", graph="materialized", streaming="layer_serial", placement="coarse")

@@ -6,4 +6,4 @@ from sim.coldstart.edgeflow import EdgeFlow
 
 class EfPipe(EdgeFlow):
     name = "ef_pipe"
-    recipe = Recipe(fmt="weightlet", graph="restore", streaming="granular", placement="coarse")
+    recipe = Recipe(fmt="weightlet", graph="materialized", streaming="granular", placement="coarse")

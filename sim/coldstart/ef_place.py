@@ -6,4 +6,4 @@ from sim.coldstart.edgeflow import EdgeFlow
 
 class EfPlace(EdgeFlow):
     name = "ef_place"
-    recipe = Recipe(fmt="weightlet", graph="restore", streaming="granular", placement="fine")
+    recipe = Recipe(fmt="weightlet", graph="materialized", streaming="granular", placement="fine")

@@ -5,4 +5,4 @@ from sim.coldstart.edgeflow import EdgeFlow
 
 class EfPriority(EdgeFlow):
     name = "ef_priority"
-    recipe = Recipe(fmt="weightlet", graph="restore", streaming="granular", placement="fine", priority="position")
+    recipe = Recipe(fmt="weightlet", graph="materialized", streaming="granular", placement="fine", priority="position")

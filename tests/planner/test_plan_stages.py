@@ -38,7 +38,7 @@ def stages(spec: ModelSpec, recipe: Recipe):
     ("online", "granular", "online graph construction needs sequential streaming"),
     ("online", "layer_serial", "online graph construction needs sequential streaming"),
     ("materialized", "granular", "granular pipeline restores weight-less graphs"),
-    ("restore", "sequential", "unsupported recipe"),
+    ("restore", "layer_serial", "unsupported recipe"),
 ])
 def test_rejected_graph_streaming_modes(smol, graph, streaming, needle):
     with pytest.raises(ValueError, match=needle):
@@ -56,19 +56,21 @@ def test_whole_graph_modes_make_every_layer_wait_for_the_graph(smol, graph):
     assert not any(t.resource == "unpack" for t in b.tasks)
 
 
-@pytest.mark.parametrize("fmt,materialized", [("int8", True), ("weightlet", False), ("int8", False)])
-def test_layer_serial_is_one_chain(smol, fmt, materialized):
-    b, setup, ready, first, lw = stages(smol, Recipe(fmt=fmt, graph="materialized" if materialized else "restore",
-                                                 streaming="layer_serial"))
+@pytest.mark.parametrize("fmt", ["int8", "weightlet", "mixed"])
+def test_layer_serial_is_one_chain(smol, fmt):
+    b, setup, ready, first, lw = stages(smol, Recipe(fmt=fmt, graph="materialized", streaming="layer_serial"))
     assert first == setup and len(ready) == smol.n_layers + 1     # the last entry: the LM-head weights
     for i in range(1, smol.n_layers + 1):            # layer i's first task waits for layer i-1's prepare
         head = min(t.id for t in b.tasks if t.layer == i)
         assert b.tasks[head].deps == [ready[i - 1]] and b.tasks[ready[i]].name == f"prepare.L{i}"
     assert any(t.resource == "unpack" for t in b.tasks) == any(w.unpack is not None for w in lw) == (fmt != "int8")
+    # INT8 weights are deserialized with the context binary; packed ones are loaded apart from a weight-less graph
+    assert all(t.name.startswith("load_graph.") == (fmt == "int8") for t in b.tasks if t.resource == "load"
+               and t.layer >= 0)
 
 
 def test_granular_layer_ready_joins_unpack_and_restore(smol):
-    b, setup, ready, first, lw = stages(smol, Recipe(fmt="weightlet", graph="restore", streaming="granular"))
+    b, setup, ready, first, lw = stages(smol, Recipe(fmt="weightlet", graph="materialized", streaming="granular"))
     assert b.tasks[first].name == "start" and [b.tasks[d].name for d in b.tasks[first].deps] == [
         "qnn_setup", "embed_rows"]
     for i in range(smol.n_layers + 1):
@@ -91,7 +93,7 @@ def test_unpack_only_when_the_format_needs_it(smol):
 def test_steal_threshold_only_with_stealing(smol):
     dev, fw = xiaomi(), FrameworkSpec(name="edgeflow", policy="edgeflow")
     bits = model_bits(smol, 5.0, 0, "uniform")[0]
-    r = Recipe(fmt="weightlet", graph="restore", streaming="granular", placement="fine")
+    r = Recipe(fmt="weightlet", graph="materialized", streaming="granular", placement="fine")
     cost = AnalyticCostModel(dev)
     off = build_npu_plan("x", r, smol, dev, cost, fw, 64, bits)
     assert off.schedule.steal_threshold == 0 == off.info["steal_threshold"]

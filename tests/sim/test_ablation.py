@@ -11,16 +11,16 @@ from sim.coldstart.sweep import load_conf
 
 # (previous, step, the recipe fields the step's technique owns)
 STEPS = (
-    # EF bits in the INT4/INT8 mixed format: the weights leave llm.npu+'s context binary, so the per-layer graph binds
-    # separately stored (and INT4 -> INT8 converted) weights: format + graph kind
-    ("llmnpu_plus", "ef_mixed", {"fmt", "graph"}),
+    # EF bits in the INT4/INT8 mixed format (§3.2): the same materialized per-layer graphs, now weight-less, binding
+    # separately loaded and INT4 -> INT8 converted weights (npu_plan: where the weights live follows the format)
+    ("llmnpu_plus", "ef_mixed", {"fmt"}),
     ("ef_mixed", "ef_pack", {"fmt"}),             # + weightlet packing, SIMD unpack (§4.2)
     ("ef_pack", "ef_pipe", {"streaming"}),         # + asynchronous load / unpack / restore threads (Fig. 6)
     ("ef_pipe", "ef_place", {"placement"}),        # + fine-grained operator placement (§4.3)
     ("ef_place", "ef_priority", {"priority"}),     # + position-guided priority (§4.3)
     ("ef_priority", "edgeflow", {"steal"}),        # + CPU task stealing (§4.3)
 )
-OVERLAP = ("streaming", "placement", "priority", "steal")   # llm.npu+'s execution: what the first EF step keeps
+OVERLAP = ("graph", "streaming", "placement", "priority", "steal")   # llm.npu+'s execution, kept by the first EF step
 
 
 def recipe(name: str) -> dict:
@@ -46,12 +46,12 @@ def test_steps_share_framework_knobs(prev, step):
 def test_base_keeps_llmnpu_plus_overlap():
     base, plus = recipe("ef_mixed"), recipe("llmnpu_plus")
     assert {k: base[k] for k in OVERLAP} == {k: plus[k] for k in OVERLAP}
-    assert plus["streaming"] == "layer_serial"
+    assert plus["graph"] == "materialized" and plus["streaming"] == "layer_serial"
 
 
-def test_steps_cover_every_recipe_field():
+def test_steps_cover_every_recipe_field_but_the_graph():
     owned = set().union(*(o for _, _, o in STEPS))
-    assert owned == {f.name for f in fields(Recipe)}
+    assert owned | {"graph"} == {f.name for f in fields(Recipe)}      # the graph is materialized from the base on
 
 
 def test_threshold_sensitivity(monkeypatch):
