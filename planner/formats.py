@@ -112,13 +112,15 @@ def model_bits(spec: ModelSpec, budget: float, seed: int = 0, source: str = "aut
     if not 1 <= budget <= 8:
         raise ValueError(f"bits must be in 1..8 (got {budget})")
     if source == "real" or (source == "auto" and spec.weights.value == "real"):
-        cached = _cache_get(spec, budget, 0, "real")
+        key = _cache_key(spec, budget, 0, "real")      # taken before computing: the inputs may change meanwhile
+        cached = _cache_get(key)
         if cached is None:
             cached = real_bits(spec, budget)
-            _cache_put(spec, budget, 0, cached, "real")
+            _cache_put(key, cached)
         return cached, "real"
     if source in ("auto", "twin"):
-        cached = _cache_get(spec, budget, seed)
+        key = _cache_key(spec, budget, seed)          # taken before sampling: the twin file may be refitted meanwhile
+        cached = _cache_get(key)
         if cached is not None:
             return cached, "twin"
         try:
@@ -134,7 +136,7 @@ def model_bits(spec: ModelSpec, budget: float, seed: int = 0, source: str = "aut
                 if kind not in raw:
                     raise ValueError(f"quant.twin.twin_bits returned no bits for tensor kind {kind!r}")
                 out[kind] = np.asarray(raw[kind]).reshape(spec.n_layers, c).astype(np.int8)
-            _cache_put(spec, budget, seed, out)
+            _cache_put(key, out)
             return out, "twin"
     if source not in ("auto", "uniform"):
         raise ValueError(f"bits_source must be auto, real, twin or uniform (got {source!r})")
@@ -201,8 +203,7 @@ def _cache_key(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> 
     return path if path.resolve().parent == CACHE_DIR.resolve() else None
 
 
-def _cache_get(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> dict[str, np.ndarray] | None:
-    path = _cache_key(spec, budget, seed, tag)
+def _cache_get(path: Path | None) -> dict[str, np.ndarray] | None:
     if path is None or not path.is_file():
         return None
     try:
@@ -212,8 +213,7 @@ def _cache_get(spec: ModelSpec, budget: float, seed: int, tag: str = "twin") -> 
         return None
 
 
-def _cache_put(spec: ModelSpec, budget: float, seed: int, bits: dict[str, np.ndarray], tag: str = "twin") -> None:
-    path = _cache_key(spec, budget, seed, tag)
+def _cache_put(path: Path | None, bits: dict[str, np.ndarray]) -> None:
     if path is None:
         return
     buf = io.BytesIO()
