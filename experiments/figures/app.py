@@ -84,7 +84,7 @@ def validate(cfg: DictConfig) -> None:
 # each, built in one process so the shared runs are simulated once. Every other figure is a task of its own.
 SHARED = (("edgeflow_fig02", "edgeflow_fig05", "edgeflow_fig10", "edgeflow_fig11", "edgeflow_fig13",
            "edgeflow_fig14", "edgeflow_fig15", "edgeflow_fig16"),
-          ("voltron_fig07", "voltron_fig08", "voltron_fig10", "voltron_fig11", "voltron_fig12", "voltron_fig13"))
+          ("voltron_fig11", "voltron_fig12"))
 HEAVY = ("edgeflow_fig12_table4",)      # started first: the longest figure bounds the wall time
 
 
