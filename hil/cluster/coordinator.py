@@ -8,8 +8,8 @@ device (in tests the `ShardWorker`s themselves, in a cluster the RPC proxies of 
   when `parallel`) and adds the float64 partials in device order, then float32(h) + float32(sum) (`shard_ops.residual`;
   the reference reproduces this up to float64 re-association); sublayers whose shards are all pruned are skipped;
 - embeddings and the LM head run on device 0 (`embed`, `head`);
-- every call is recorded as a `Span` (device, method, sublayer range, bytes sent / received, wall time), the material
-  of a Chrome trace;
+- every call is recorded as a `Span` (device, method, sublayer range, bytes sent / received, wall time and the part of
+  it the device computed), the material of a Chrome trace and of the closed loop's measured steps;
 - switching plans between steps (prefill → decode, or `replan`) loads the new assignment only on the devices whose
   assignment changed (a worker keeps shards it already holds at the same precision), moves the KV cache of ATTN shards
   that change device (export → import, exact), drops it for newly pruned shards, and re-prefills the cached history on
@@ -79,6 +79,8 @@ class Span:
     bytes_recv: int           # array bytes of the result
     t0_s: float               # s since the coordinator was created (`Coordinator._t0` on the monotonic clock)
     dur_s: float              # s wall time of the call
+    compute_s: float = 0.0    # s of it the device computed (the worker's own time of the method; an in-process
+                              # handle: all of it); the rest is the message to and from the device
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -166,11 +168,14 @@ class Coordinator:
     def _call(self, d: int, method: str, *args, j0: int = -1, j1: int = -1):
         if d in self.lost:
             raise RuntimeError(f"device {d} left the cluster; the active plan still uses it")
+        h = self.handles[d]
         t = time.monotonic()
-        out = getattr(self.handles[d], method)(*args)
+        out = getattr(h, method)(*args)
         dur = time.monotonic() - t
+        timer = getattr(h, "last_compute_s", None)       # a remote worker times its own part of the call
+        comp = float(timer()) if timer is not None else dur
         self.spans.append(Span(self.step_no, self.phase, d, method, j0, j1, sum(_nbytes(a) for a in args),
-                               _nbytes(out), t - self._t0, dur))
+                               _nbytes(out), t - self._t0, dur, comp if np.isfinite(comp) else dur))
         return out
 
     # ---- plan switches -----------------------------------------------------------------------------------------------

@@ -37,6 +37,10 @@ class RemoteWorker:
     def __init__(self, client):
         self.client = client
 
+    def last_compute_s(self) -> float:
+        """The worker's own seconds of this thread's last call (`RpcClient.last_server_s`): compute, not messages."""
+        return self.client.last_server_s()
+
     def __getattr__(self, method: str):
         if method.startswith("_"):
             raise AttributeError(method)

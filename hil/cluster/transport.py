@@ -5,8 +5,13 @@ RSSI falls). See docs/cluster.md ("Emulated cluster: plumbing").
 Wire format, one zmq multipart message each way (client DEALER <-> server ROUTER, no envelope delimiter):
 
     request : [header JSON, buf_0, …, buf_{k-1}]  header = {"id", "method", "kwargs", "arrays": [{"dtype", "shape"}]}
-    reply   : [header JSON, buf_0, …]             header = {"id", "ok": true, "kind", "value", "arrays": [...]}
+    reply   : [header JSON, buf_0, …]             header = {"id", "ok": true, "kind", "value", "arrays": [...],
+                                                            "server_s"}
                                                   or {"id", "ok": false, "error": {"type", "message", "traceback"}}
+
+`server_s` is the worker's own wall time of the method (monotonic clock, decode to encode): the device's compute of
+that call; the rest of the call as the client times it is the message (latency, transfer, RPC). The client keeps the
+last one per thread (`last_server_s`).
 
 Arrays travel as raw C-order buffers (no pickling): sent with `copy=False` above `ZERO_COPY_MIN` bytes, received as
 writable NumPy views of the zmq frames (no copy). A method is called as `obj.<method>(*arrays, **kwargs)` and may return
@@ -162,9 +167,11 @@ class RpcServer:
         try:
             req = json.loads(bytes(head.buffer))
             rid, method = req.get("id"), req.get("method", "?")
+            t0 = time.monotonic()
             arrays = decode_arrays(req.get("arrays", []), bufs)
             result = self._dispatch(method, arrays, req.get("kwargs") or {})
             header, out = _encode_result(rid, result)
+            header["server_s"] = time.monotonic() - t0
         except BaseException as e:          # everything travels back; the server keeps serving
             if isinstance(e, KeyboardInterrupt):
                 raise
@@ -246,6 +253,7 @@ class MessageRecord:
     latency_s: float        # one-way latency applied each way
     ok: bool
     error: str = ""
+    server_s: float = float("nan")   # the worker's wall time of the method (reply header); nan if no reply
 
 
 class RpcClient:
@@ -266,6 +274,7 @@ class RpcClient:
         self.keep_trace = keep_trace
         self.trace: list[MessageRecord] = []
         self._lock = threading.Lock()
+        self._tls = threading.local()            # per calling thread: the last call's `server_s`
         self._pool: ThreadPoolExecutor | None = None
         self._closed = False
 
@@ -314,6 +323,7 @@ class RpcClient:
                 rec.bytes_in = _frames_nbytes(reply)
                 _sleep_until(rec.t_recv + lat)
                 header = json.loads(bytes(reply[0].buffer))
+                rec.server_s = float(header.get("server_s", float("nan")))
                 if not header.get("ok"):
                     err = header.get("error") or {}
                     raise RemoteError(method, err.get("type", "?"), err.get("message", ""), err.get("traceback", ""))
@@ -325,8 +335,13 @@ class RpcClient:
                 raise
             finally:
                 rec.t_done = time.monotonic()
+                self._tls.server_s = rec.server_s
                 if self.keep_trace:
                     self.trace.append(rec)
+
+    def last_server_s(self) -> float:
+        """The worker's wall time of the calling thread's last call (nan: none, or it got no reply)."""
+        return float(getattr(self._tls, "server_s", float("nan")))
 
     def call_async(self, method: str, *arrays: np.ndarray, **kwargs) -> Future:
         """`call` on this client's own thread; returns a Future (arrays must not be modified until it is done)."""

@@ -281,3 +281,20 @@ def test_bench_rpc_round_trip_loopback_process():
         print("\nmeasured RPC round trip, loopback:", json.dumps(res))
     finally:
         p.kill()
+
+
+def test_reply_carries_the_workers_own_time_of_the_method(served):
+    """`server_s`: the worker's wall time of the method, which the closed loop takes as the device's compute; the
+    injected link latency and the transfer are outside it."""
+    client, _ = served
+    assert np.isnan(client.last_server_s())
+    client.set_latency(0.02)
+    t0 = time.monotonic()
+    client.call("sleep", seconds=0.05)
+    wall = time.monotonic() - t0
+    s = client.last_server_s()
+    assert 0.05 <= s < wall - 0.04 + 1e-3        # the two 20 ms one-way latencies are not the worker's time
+    assert client.trace[-1].server_s == s
+    with pytest.raises(RemoteError):
+        client.call("fail")
+    assert np.isnan(client.last_server_s())          # an error reply is not a compute time: not the previous one
