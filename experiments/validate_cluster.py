@@ -10,9 +10,10 @@ needs root), measures the devices' layer profiles (stored per machine, `profile_
 phase) and fits the planner's latency regression on them (held-out accuracy reported), then plays the conversation:
 the policy plans every step on the links of that instant, the workers run it, the trace re-shapes and drops links.
 
-Writes `metrics.json` (measured: TTFT / TPOT from wall times, re-plans, stalls; modelled: the planner's predictions;
-errors = (predicted − measured) / measured), `steps.csv` (one row per prefill / decode step, predicted and measured
-side by side), `replans.json`, `links.csv` (every link change applied), `tokens.json`, `profile_accuracy.json`, and
+Writes `metrics.json` (measured: TTFT / TPOT from wall times, TPOT p99 against the QoS, re-plans, stalls; modelled:
+the planner's predictions, the closed loop's final corrections; errors = (predicted − measured) / measured),
+`steps.csv` (one row per prefill / decode step, predicted and measured side by side, the measured compute per device
+and messages per link the closed loop observed, its corrections and margin after the step), `replans.json`, `links.csv` (every link change applied), `tokens.json`, `profile_accuracy.json`, and
 `trace.json` (one track per device worker and per link).
 """
 from __future__ import annotations
@@ -47,9 +48,10 @@ MEASURED_KEYS = ["measured_ttft_s", "measured_ttft_s_min", "measured_ttft_s_max"
                  "measured_tpot_ms_p90", "measured_ttft_compute_s", "measured_tpot_compute_ms_p50", "replans",
                  "replan_steps_after_disconnect", "stall_s_total", "recomputes", "tokens_generated", "disconnects",
                  "rejoins", "profile_points_total", "latency_model_accuracy", "latency_model_mape", "profile_s",
-                 "cluster_start_s", "oom", "warm_up_load_s", "rpc_call_ms"]
+                 "cluster_start_s", "oom", "warm_up_load_s", "rpc_call_ms", "measured_tpot_ms_p99",
+                 "measured_tpot_compute_ms_p99", "tpot_over_qos_share", "qos_violations"]
 MODELLED_KEYS = ["predicted_ttft_s", "predicted_tpot_ms_p50", "ttft_error_pct", "tpot_error_pct",
-                 "tpot_step_mape_pct", "accuracy_proxy_min"]
+                 "tpot_step_mape_pct", "accuracy_proxy_min", "corrections_final"]
 
 
 @dataclass
@@ -198,6 +200,10 @@ def summarize(rows: list[dict], res: dict, acc: dict, prof, start_s: float, prof
         m.update(measured_tpot_ms_p50=1e3 * float(np.median(meas)), measured_tpot_ms_p90=1e3 * float(
             np.percentile(meas, 90)), measured_tpot_compute_ms_p50=1e3 * float(np.median(comp)),
             predicted_tpot_ms_p50=1e3 * float(np.median(pred)))
+        qos = policy.ctx.cfg.qos_tpot_s
+        m.update(measured_tpot_ms_p99=1e3 * float(np.percentile(meas, 99)),
+                 measured_tpot_compute_ms_p99=1e3 * float(np.percentile(comp, 99)), qos_tpot_ms=1e3 * qos,
+                 tpot_over_qos_share=float(np.mean(meas > qos)))
         mt = m["measured_tpot_compute_ms_p50"]
         m["tpot_error_pct"] = 100.0 * (m["predicted_tpot_ms_p50"] - mt) / mt
         m["tpot_step_mape_pct"] = 100.0 * float(np.mean(np.abs(pred - comp) / comp))
@@ -211,6 +217,12 @@ def summarize(rows: list[dict], res: dict, acc: dict, prof, start_s: float, prof
     m["latency_model_accuracy"], m["latency_model_mape"] = acc["accuracy"], acc["mape"]
     m["profile_s"], m["cluster_start_s"], m["warm_up_load_s"] = profile_s, start_s, float(res["warm_up_s"])
     m["accuracy_proxy_min"] = float(min((r["accuracy_proxy"] for r in rows), default=float("nan")))
+    # the closed loop (planner.voltron.feedback) after the last step: per-step values are in steps.csv
+    fb = getattr(policy, "fb", None)
+    if fb is not None:
+        m["qos_violations"] = int(fb.violations)
+        m["corrections_final"] = {k: v for k, v in rows[-1].items()
+                                  if k.startswith(("corr_", "margin_", "target_"))} if rows else {}
     from planner.voltron.accuracy import score_basis
 
     m["accuracy_basis"] = score_basis(policy.ctx.table.spec.name)
@@ -274,13 +286,15 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"live.max_retries: a step failed {inp.live.max_retries + 1} times, its links falling "
                           f"during it each time ({' '.join(str(e).split())[:120]}); raise live.max_retries or lower "
                           f"live.trace_speed") from None
-    write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=MODELLED_KEYS)
+    write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=MODELLED_KEYS, inputs=["qos_tpot_ms"])
     print(f"{inp.cluster.name}/{inp.spec.name}/{m['planner']}/{inp.tcfg.name}: TTFT measured "
           f"{m.get('measured_ttft_s', float('nan')):.3f} s vs predicted {m.get('predicted_ttft_s', float('nan')):.3f} s"
           f" ({m.get('ttft_error_pct', float('nan')):+.1f} %); TPOT p50 measured "
           f"{m.get('measured_tpot_ms_p50', float('nan')):.1f} ms vs predicted "
           f"{m.get('predicted_tpot_ms_p50', float('nan')):.1f} ms ({m.get('tpot_error_pct', float('nan')):+.1f} %); "
-          f"re-plans {m['replans']}, disconnects {m['disconnects']}, rejoins {m['rejoins']} -> {out / 'metrics.json'}")
+          f"re-plans {m['replans']}, disconnects {m['disconnects']}, rejoins {m['rejoins']}; TPOT p99 measured "
+          f"{m.get('measured_tpot_ms_p99', float('nan')):.1f} ms (QoS {m.get('qos_tpot_ms', float('nan')):.0f} ms) "
+          f"-> {out / 'metrics.json'}")
     print(json.dumps({k: m[k] for k in ("latency_model_accuracy", "stall_s_total", "tokens_generated")}))
 
 

@@ -13,6 +13,15 @@ the links of that instant and run again (the device's KV is lost: the policy's d
 plan, or the coordinator re-prefills the context); the re-plan happens at the very step during which the link fell.
 A device whose link comes back is used again (its worker kept running; it reloads its shards).
 
+Closed loop (`planner.voltron.feedback`, docs/cluster.md "Closed loop on the cluster"): after every step the runner
+reports what the workers measured to the policy (`Policy.observe`, the simulator's call): the step's wall time without
+plan switches, each device's compute seconds (the workers' own time of their calls, `Span.compute_s`) and each link's
+message seconds (the rest of the calls to that device: latency, transfer, RPC). The policy's corrections per device /
+phase and per link and its planning margin after the step are logged in the step's row. A bridge the policy returns
+(the running plan with communication scaling or pruning, while a re-planned placement would load) runs for that step
+as in the simulator; the cluster loads plans in the foreground, so the re-planned placement loads at the next step the
+policy returns no bridge.
+
 Every row carries the planner's estimate of the step (`predicted_s`, modelled: the fitted latency regression + the
 planner's comm model, for the plan that ran, re-costed for the links and KV length of that step — a plan kept by the
 controller's hysteresis was searched under older links; its estimate at search time is `predicted_plan_s`) and the wall
@@ -33,6 +42,7 @@ from planner.voltron.policy import Decision, Policy, PolicyContext
 from planner.voltron.shard_map import assign_shards
 from quant.bounds import finite, int_in
 
+COMPUTE_CALLS = frozenset({"embed", "head", "run_sublayers", "attn", "ffn"})   # a step's own calls (not loads / KV)
 MIN_RATE_BPS = 1e6         # bit/s: tbf floor for a link that is up (the RSSI table's MCS 0 goodput is above this)
 
 
@@ -228,21 +238,62 @@ class LiveConversation:
             self.coord.replan(plans, maps, lost=tuple(sorted(newly_lost)))
         self.lost = down
 
+    def measured_parts(self) -> tuple[np.ndarray, np.ndarray]:
+        """(D,) compute seconds per device and (D,) message seconds per link (0 for the main device) of the last step
+        the coordinator ran (its calls' spans; a history re-prefill before it is a step of its own)."""
+        D = len(self.handles)
+        busy, link = np.zeros(D), np.zeros(D)
+        for sp in reversed(self.coord.spans):
+            if sp.step != self.coord.step_no:
+                break
+            if sp.method in COMPUTE_CALLS:
+                busy[sp.device] += sp.compute_s
+                link[sp.device] += max(sp.dur_s - sp.compute_s, 0.0)
+        link[0] = 0.0
+        return busy, link
+
+    def corrections(self) -> dict:
+        """The closed loop's state after the last observation (what the next plan uses): factor per device and phase
+        on the latency model, per link on the communication model, margin per phase as a share of QoS, TPOT target.
+        Empty for a policy without a closed loop."""
+        fb = getattr(self.policy, "fb", None)
+        if fb is None:
+            return {}
+        out = {}
+        for p, name in enumerate(("prefill", "decode")):
+            for k, f in enumerate(fb.comp_scale(p)):
+                out[f"corr_{name}_d{k}"] = float(f)
+        for k, f in enumerate(fb.comm_scale(1)[1:], start=1):
+            out[f"corr_link{k}"] = float(f)
+        for p, name in enumerate(("prefill", "decode")):
+            out[f"margin_{name}"] = float(1.0 - np.exp(-fb.margin_log(p)))
+        out["target_tpot_s"] = float(fb.target(1, self.ctx.cfg.qos_tpot_s))
+        return out
+
     def _row(self, turn, tok, phase, d: Decision, plan, measured, trace_s, links, retries, switch_s,
-             n_tokens: int) -> None:
+             n_tokens: int, step_s: float) -> None:
         prec = np.bincount(plan.precision, minlength=3)
         kv_after = len(self.coord.history)
         now = self.policy.estimate(plan, n_tokens, kv_after - n_tokens, links)     # this step's links and KV
+        busy, link = self.measured_parts()
+        # the simulator's call: measured step (no switch stalls), per-device compute, per-link messages
+        self.policy.observe(plan, n_tokens, kv_after - n_tokens, links, step_s, busy, link)
         r = {"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s, "kv_len": kv_after,
              "predicted_s": float(now.est_time_s), "predicted_comm_s": float(now.est_comm_s),
              "predicted_plan_s": float(plan.est_time_s),
              "measured_s": measured, "switch_s": switch_s, "measured_step_s": measured - switch_s,
-             "replanned": bool(d.replanned), "retries": retries, "recomputes": self.coord.recomputes,
+             "observed_step_s": step_s, "replanned": bool(d.replanned), "bridge": plan is d.bridge,
+             "retries": retries, "recomputes": self.coord.recomputes,
              "n_fp16": int(prec[0]), "n_int8": int(prec[1]), "n_int4": int(prec[2]), "n_tp": plan.n_tp,
              "pruned_shards": int(plan.pruned.sum()), "connected": int(links.connected.sum()),
              "accuracy_proxy": float(self.policy.accuracy(plan))}
         for k in range(1, len(links.rssi_dbm)):
             r[f"rssi_{k}"] = float(links.rssi_dbm[k])
+        for k in range(len(busy)):
+            r[f"busy_s_d{k}"] = float(busy[k])
+        for k in range(1, len(link)):
+            r[f"link_s_{k}"] = float(link[k])
+        r.update(self.corrections())
         self.rows.append(r)
 
     # ---- steps -------------------------------------------------------------------------------------------------------
@@ -265,9 +316,11 @@ class LiveConversation:
                 self.replans.append({"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s,
                                      "wall_s": time.monotonic(),
                                      "connected": int(links.connected.sum()), "retry": retries,
+                                     "bridge": d.bridge is not None and decode is d.bridge,
                                      "summary": d.plan.summary()})
             else:
                 self.coord.caps = self._caps(prefill, decode, need)
+            t_run, sw_run = time.monotonic(), self.coord.switch_s
             try:
                 out = run()
             except LinkDown:
@@ -276,9 +329,11 @@ class LiveConversation:
                     raise
                 continue
             t1 = time.monotonic()
-            # measured from the first attempt: re-planning and re-running after a link fell are part of the step
-            self._row(turn, tok, phase, d, d.plan, t1 - t_first, trace_s, links, retries,
-                      self.coord.switch_s - sw_first, n_tokens)
+            ran = decode if phase == "decode" else prefill
+            # measured from the first attempt: re-planning and re-running after a link fell are part of the step;
+            # the closed loop observes the attempt that ran, without its plan switch
+            self._row(turn, tok, phase, d, ran, t1 - t_first, trace_s, links, retries,
+                      self.coord.switch_s - sw_first, n_tokens, (t1 - t_run) - (self.coord.switch_s - sw_run))
             self.rows[-1].update(t_start=t_first, t_end=t1)
             return out
 
@@ -324,7 +379,7 @@ class LiveConversation:
                 for k in range(1, turn.n_out):
                     def decide_decode(links, kv=kv):
                         d = self.policy.step(links, self.budgets, kv)
-                        return d, self.prefill_plan, d.plan
+                        return d, self.prefill_plan, d.bridge if d.bridge is not None else d.plan
 
                     logits = self._step(lambda t=out[-1]: self.coord.decode(t), decide_decode, "decode", ti, k,
                                         driver, kv + 1, 1)
