@@ -13,8 +13,9 @@ the policy plans every step on the links of that instant, the workers run it, th
 Writes `metrics.json` (measured: TTFT / TPOT from wall times, TPOT p99 against the QoS, re-plans, stalls; modelled:
 the planner's predictions, the closed loop's final corrections; errors = (predicted − measured) / measured),
 `steps.csv` (one row per prefill / decode step, predicted and measured side by side, the measured compute per device
-and messages per link the closed loop observed, its corrections and margin after the step), `replans.json`, `links.csv` (every link change applied), `tokens.json`, `profile_accuracy.json`, and
-`trace.json` (one track per device worker and per link).
+and messages per link the closed loop observed, its corrections and margin after the step), `replans.json`,
+`links.csv` (every link change applied), `tokens.json`, `profile_accuracy.json`, and `trace.json` (one track per
+device worker and per link).
 """
 from __future__ import annotations
 
