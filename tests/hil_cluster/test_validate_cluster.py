@@ -45,6 +45,11 @@ def test_live_conversation_with_disconnect_and_rejoin(tmp_path):
     assert len(steps) == 16 and {"predicted_s", "predicted_plan_s", "measured_s", "switch_s",
                                  "connected"} <= set(steps.columns)
     assert steps["connected"].min() == 2 and steps["connected"].max() == 3      # ran without the tablet, then with
+    # the closed loop observed measured steps and logged its corrections per step
+    assert {"observed_step_s", "busy_s_d0", "link_s_1", "corr_decode_d0", "corr_link1", "margin_decode",
+            "target_tpot_s"} <= set(steps.columns)
+    assert (steps["busy_s_d0"] > 0).all() and (steps["link_s_1"] > 0).any()
+    assert "measured_tpot_ms_p99" in m["measured_keys"] and m["corrections_final"]
     trace = json.loads((out / "trace.json").read_text())
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert any("main <-> d1" in n for n in names) and any(n.startswith("d2 ") for n in names)
