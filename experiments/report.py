@@ -18,6 +18,8 @@ Topics (by the app that made the runs):
 - `multidevice` (`experiments.multidevice`): modelled TTFT, TPOT and QoS per planner × cluster.
 - `host-<machine kind>` (`experiments.validate`): predicted vs measured cold TTFT per configuration, one page per
   machine kind (CPU model, family, model number); a new report replaces the page (the latest report only).
+- `peer-<machine kind>` (`experiments.validate peer=llamacpp`): cold TTFT beside perplexity, ours and llama.cpp's
+  (experiments.peer_table); runs with the peer go to this page, not to the host page.
 
 README blocks: `<!-- results: PATTERN -->` … `<!-- /results -->`, where PATTERN names a page (`coldstart`) or a glob
 of pages (`host-*`); the block holds each page's summary and a link to it. `tests/test_report.py` checks that the
@@ -476,7 +478,8 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
         groups: dict[str, list[Run]] = {}
         for r in runs:                   # a protocol set's page apart from the invocations' page (protocol_page)
             set_ = f"protocol-{_slug(str(r.metrics['protocol']))}-" if "protocol" in r.metrics else ""
-            groups.setdefault(f"host-{set_}" + _slug(machine_kind(r.machine)), []).append(r)
+            kind = "peer" if "peer_ttft_s" in r.metrics else "host"      # with llama.cpp: its own page (peer_page)
+            groups.setdefault(f"{kind}-{set_}" + _slug(machine_kind(r.machine)), []).append(r)
     else:
         groups = {apps[0].removeprefix("experiments."): runs}
     if topic is not None:
@@ -484,8 +487,35 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
             raise ReportError(f"--topic: the runs make {len(groups)} pages ({', '.join(sorted(groups))}); "
                               f"give the run dirs of one machine kind")
         groups = {topic: next(iter(groups.values()))}
-    return [protocol_page(t, rs) if "protocol" in rs[0].metrics else build_page(t, rs)
+    return [protocol_page(t, rs) if "protocol" in rs[0].metrics
+            else peer_page(t, rs) if "peer_ttft_s" in rs[0].metrics else build_page(t, rs)
             for t, rs in sorted(groups.items())]
+
+
+def peer_page(topic: str, runs: list[Run]) -> Page:
+    """The llama.cpp peer page of one machine kind (`validate peer=llamacpp`, experiments.peer_table): cold TTFT
+    from the file's open beside perplexity on the same text, ours with and without huge pages, llama.cpp per format;
+    the summary is the like-for-like comparison only."""
+    from experiments.peer_table import COLUMNS, peer_rows, ratio_like_for_like, table_md
+
+    rows = peer_rows([(r.dir.name, r.metrics) for r in sorted(runs, key=lambda x: _natural(x.dir.name))])
+    pairs = ratio_like_for_like(rows)
+    summary = ("No like-for-like pair (ours with huge_pages=false and llama.cpp in Q8_0, Q4_0 or Q4_K_M)." if not pairs
+               else "Like for like (both clocks from the model file's open, no huge pages on either side; measured, "
+                    "same runs): llama.cpp's cold TTFT over ours — " + "; ".join(
+                        f"ours {o} vs {w}: {x:.2f}×" for o, w, x in pairs) + ".")
+    md = "\n".join([
+        HEADER, f"# Cold start and quality beside llama.cpp — {machine_kind(runs[0].machine)}", "",
+        "Both clocks start before the model file is opened: ours includes the index read, compute buffers allocated "
+        "and zero-filled, op compilation and thread start; llama.cpp's includes `Llama()` (GGUF and vocabulary "
+        "parse, context, KV cache) and the prompt eval. Perplexity on the same slices of the evaluation text: "
+        "llama.cpp's from its logits, ours from the native forward on the packed file the runner reads "
+        "(docs/hil.md \"Comparing with a peer\"). Rows with huge pages are not like for like (llama.cpp gets none); "
+        "Q4_1 has no fast x86 prefill kernel in llama.cpp.", "",
+        SUMMARY_BEGIN, summary, "", f"_{_short_provenance(runs)}._", SUMMARY_END, "",
+        table_md(rows), f"The same table as CSV: [{topic}.csv]({topic}.csv).", "",
+        _manifest_md(runs), ""])
+    return Page(topic, md, pd.DataFrame(rows, columns=list(COLUMNS)))
 
 
 def write_page(page: Page, out: Path = RESULTS_DIR) -> tuple[Path, Path]:
