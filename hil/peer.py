@@ -17,6 +17,8 @@ Owns:
   `ggml_quantize_ref(kind, x)` (`quantize_row_<kind>_ref`) to make its input: the real K-quant peer of the unpack
   benchmark (tests/bench/test_unpack_bench.py).
 - `requantize(src, dst, ftype)`: `llama_model_quantize` (e.g. SmolLM2's shipped Q4_1 -> Q8_0), atomic.
+- `llamacpp_perplexity(gguf_path, slices)`: its perplexity on the project's evaluation slices (quality beside speed).
+`llamacpp_cold_ttft` also records llama.cpp's own split (`llama_perf_context`: perf_load_s, perf_prompt_eval_s).
 The extra is optional: without `llama-cpp-python` every entry point raises `PeerUnavailable` with one line saying how
 to install it. Version 0.3.16 is pinned: 0.3.36 built natively segfaults in `llama_decode` on this CPU (docs/hil.md).
 """
@@ -104,7 +106,7 @@ def llamacpp_cold_ttft(gguf_path, tokens, threads: int = 2, repeats: int = 3, ev
 def _cold_runs(llama_cpp, path: Path, ids: list[int], kw: dict, threads: int, repeats: int, evict_cache: bool
                ) -> dict:
     n = len(ids)
-    load, prefill, ttft, first, resident = [], [], [], [], []
+    load, prefill, ttft, first, resident, perf_load, perf_eval = [], [], [], [], [], [], []
     for _ in range(repeats):
         gc.collect()
         resident.append(evict_cold(path) if evict_cache else resident_fraction(path))   # others may read it
@@ -119,6 +121,9 @@ def _cold_runs(llama_cpp, path: Path, ids: list[int], kw: dict, threads: int, re
         logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))   # (vocab,) float32
         tok = int(np.argmax(logits))
         t3 = time.perf_counter()
+        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)    # llama.cpp's own split (ms): context load, prompt eval
+        perf_load.append(perf.t_load_ms / 1e3)
+        perf_eval.append(perf.t_p_eval_ms / 1e3)
         load.append(t1 - t0)
         prefill.append(t2 - t1)
         ttft.append(t3 - t0)
@@ -128,7 +133,8 @@ def _cold_runs(llama_cpp, path: Path, ids: list[int], kw: dict, threads: int, re
     return {"measured": True, "peer": "llama.cpp", "version": peer_version(), "file": str(path),
             "file_bytes": path.stat().st_size, "prompt_tokens": n, "threads": threads, "repeats": repeats,
             "use_mmap": False, "use_mlock": False, "evicted": bool(evict_cache), "resident_before": resident,
-            "load_s": _summary(load), "prefill_s": _summary(prefill), "ttft_s": _summary(ttft), "first_token": first}
+            "load_s": _summary(load), "prefill_s": _summary(prefill), "ttft_s": _summary(ttft), "first_token": first,
+            "perf_load_s": _summary(perf_load), "perf_prompt_eval_s": _summary(perf_eval)}
 
 
 def merge_runs(results: list[dict]) -> dict:
@@ -137,12 +143,42 @@ def merge_runs(results: list[dict]) -> dict:
     if not results:
         raise ValueError("merge_runs: no results")
     out = dict(results[0])
-    for key in ("load_s", "prefill_s", "ttft_s"):
-        out[key] = _summary([x for r in results for x in r[key]["runs"]])
+    for key in ("load_s", "prefill_s", "ttft_s", "perf_load_s", "perf_prompt_eval_s"):
+        if all(key in r for r in results):
+            out[key] = _summary([x for r in results for x in r[key]["runs"]])
     out["first_token"] = [t for r in results for t in r["first_token"]]
     out["resident_before"] = [f for r in results for f in r["resident_before"]]
     out["repeats"] = len(out["ttft_s"]["runs"])
     return out
+
+
+def llamacpp_perplexity(gguf_path, slices, threads: int = 2) -> list[float]:
+    """Perplexity of llama.cpp on `gguf_path` per slice of `slices` (K, L) token ids, from its logits at every
+    position (`logits_all=True`, one batch per slice, the context cleared between slices; quant.evaluate's
+    perplexity_from_logits, as the project's bit widths are scored). Untimed."""
+    from quant.evaluate import perplexity_from_logits
+
+    llama_cpp = _llama_cpp()
+    path = Path(gguf_path)
+    if not path.is_file():
+        raise FileNotFoundError(f"gguf_path: {path} does not exist")
+    sl = np.asarray(slices)
+    if sl.ndim != 2 or sl.shape[1] < 2:
+        raise ValueError(f"slices must be (K, L) token ids with L >= 2 (got shape {sl.shape})")
+    n = int(sl.shape[1])
+    llm = llama_cpp.Llama(model_path=str(path), n_ctx=n, n_batch=n, n_ubatch=n, n_threads=threads,
+                          n_threads_batch=threads, logits_all=True, verbose=False)
+    try:
+        out = []
+        for row in sl:
+            ids = _check_tokens(row, llm.n_vocab())
+            llm.reset()                               # n_tokens = 0: eval clears the KV cache from position 0 on
+            llm.eval(ids)
+            logits = np.array(llm.scores[:n], dtype=np.float32)         # (L, vocab)
+            out.append(perplexity_from_logits(logits, np.asarray(ids)))
+        return out
+    finally:
+        llm.close()
 
 
 def requantize(src, dst, ftype: str = "q8_0", threads: int = 2) -> Path:

@@ -23,6 +23,7 @@ def test_without_extra_one_line(no_extra, tmp_path):
              lambda: peer.ggml_dequant("q4_K", np.zeros(144, np.uint8)),
              lambda: peer.ggml_quantize_ref("q6_K", np.zeros(256, np.float32)),
              lambda: peer.requantize(f, tmp_path / "o.gguf"),
+             lambda: peer.llamacpp_perplexity(f, np.zeros((1, 4), np.int64)),
              peer.peer_version]
     for call in calls:
         with pytest.raises(peer.PeerUnavailable) as e:
@@ -97,8 +98,18 @@ def test_cold_ttft_on_tiny_synthetic_model(tmp_path):
         assert len(r[key]["runs"]) == 2 and r[key]["min"] <= r[key]["median"] <= r[key]["max"]
     assert all(t >= lp for t, lp in zip(r["ttft_s"]["runs"], r["load_s"]["runs"]))
     assert all(0 <= t < 49152 for t in r["first_token"]) and len(set(r["first_token"])) == 1   # deterministic
+    # llama.cpp's own load / prompt-eval split beside our wall-clock one: inside it, not more than it
+    for ours, its in (("load_s", "perf_load_s"), ("ttft_s", "perf_prompt_eval_s")):
+        assert all(0 < b <= a for a, b in zip(r[ours]["runs"], r[its]["runs"]))
     with pytest.raises(ValueError, match="vocabulary"):
         peer.llamacpp_cold_ttft(path, [49152], threads=1, repeats=1)
+    # perplexity from its logits at every position: one finite value > 1 per slice, the same for the same slice
+    toks = np.array([[504, 476, 3391, 18, 504, 476], [18, 3391, 476, 504, 18, 3391]], dtype=np.int64)
+    ppl = peer.llamacpp_perplexity(path, np.concatenate([toks, toks[:1]]), threads=1)
+    assert len(ppl) == 3 and all(np.isfinite(x) and x > 1 for x in ppl)
+    assert ppl[0] == pytest.approx(ppl[2], rel=1e-4) and ppl[0] != ppl[1]       # the context is cleared per slice
+    with pytest.raises(ValueError, match="slices"):
+        peer.llamacpp_perplexity(path, toks[0], threads=1)
 
 
 def test_merge_runs_concatenates_interleaved_single_runs():
