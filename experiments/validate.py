@@ -320,7 +320,10 @@ def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
     if vs is not None:
         m.update(versus_metrics(c.versus, vs, m["predicted_ttft_s"], m["measured_ttft_s"]))
     if peer_runs:
-        m.update(_peer_metrics(peer_runs, run_.token, c.peer_gguf, m.get("measured_ttft_s")))
+        m.update(_peer_metrics(peer_runs, run_.token, c.peer_gguf, m.get("measured_ttft_from_open_s")))
+        from experiments.peer_table import quality
+
+        m.update(quality(c.model, c.quant, gguf, run_.packed_path, dev.cpu_cores))   # perplexities, untimed
     atomic_write_text(out / "plan.json", run_.plan.to_json())
     atomic_write_text(out / "runs.csv", runs_csv(run_.meas_metrics, speeds, peer_runs, pred_runs, run_.warm))
     atomic_write_text(out / "ops.csv", ops_csv(per_op(run_)))
@@ -333,25 +336,33 @@ def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
     modelled = [k for k in m if k.startswith("predicted_")]
     measured = [k for k in m if k not in inputs and k not in modelled and not isinstance(m[k], str)]
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
+    if peer_runs:
+        from experiments.peer_table import write_peer_table
+
+        write_peer_table(out, [(out.name, m)])       # peer_table.md / .csv / .png: TTFT beside perplexity
     _print(m, out, c.diagnostics)
     return m
 
 
-def _peer_metrics(peer_runs: list[dict], token: int, weight_type: str, measured_ttft_s: float | None
+def _peer_metrics(peer_runs: list[dict], token: int, weight_type: str, measured_ttft_from_open_s: float | None
                   ) -> dict[str, Any]:
-    """llama.cpp's measured runs merged (median load / prefill / TTFT, min and max TTFT), whether its first token
-    matched ours, and our speed-up over it."""
+    """llama.cpp's measured runs merged (median load / prefill / TTFT, min and max TTFT, and its own llama_perf
+    load / prompt-eval split), whether its first token matched ours, and our speed-up over it: its TTFT (from before
+    `Llama()` opens the file) over ours from the open (`measured_ttft_from_open_s`: index read, buffers, op
+    compilation and thread start included; hil.runner), the same clock start."""
     from hil.peer import merge_runs
 
     peer = merge_runs(peer_runs)
-    m: dict[str, Any] = {f"peer_{k}": peer[k]["median"] for k in ("load_s", "prefill_s", "ttft_s")}
+    m: dict[str, Any] = {f"peer_{k}": peer[k]["median"]
+                         for k in ("load_s", "prefill_s", "ttft_s", "perf_load_s", "perf_prompt_eval_s") if k in peer}
     m["peer_ttft_min_s"], m["peer_ttft_max_s"] = peer["ttft_s"]["min"], peer["ttft_s"]["max"]
     m["peer_file_bytes"] = peer["file_bytes"]
     m["peer_resident_before_max"] = max(peer["resident_before"])     # its GGUF's cached fraction at t0 (measured)
     m["peer_first_token_matches"] = bool(all(t == token for t in peer["first_token"]))
     m["peer_weight_type"] = weight_type.upper()
-    if m.get("peer_ttft_s") and measured_ttft_s:
-        m["speedup_vs_peer"] = m["peer_ttft_s"] / measured_ttft_s
+    if m.get("peer_ttft_s") and measured_ttft_from_open_s:
+        m["speedup_vs_peer"] = m["peer_ttft_s"] / measured_ttft_from_open_s
+        m["speedup_vs_peer_basis"] = "peer_ttft_s / measured_ttft_from_open_s"
     return m
 
 
@@ -529,8 +540,9 @@ def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], pee
              predicted_at_run_speed: list[float | None] | None = None, warm: list[dict[str, Any]] = ()) -> str:
     """One row per measured run: its TTFT and phases, the fraction of its file cached at its start and whether it
     counted (a run that stayed warm does not: experiments.hostrun.cold_run), the host speed around it, llama.cpp's
-    TTFT in the run after it and its file's cached fraction (when the peer ran) — all measured — and the TTFT
-    predicted at the speed probed right before it (modelled)."""
+    TTFT in the run after it and its file's cached fraction (when the peer ran) — all measured — the TTFT
+    predicted at the speed probed right before it (modelled), and its TTFT from the file's open (the peer's clock,
+    measured)."""
     def f(v) -> str:
         return "" if v is None else f"{v:.9f}"     # ns: the clocks' resolution
 
@@ -538,13 +550,14 @@ def runs_csv(meas_metrics: list[dict[str, Any]], speeds: list[float | None], pee
     slots = sorted([(mm.get("run", k), True, mm) for k, mm in enumerate(meas_metrics)]
                    + [(mm["run"], False, mm) for mm in warm], key=lambda x: x[0])
     rows = ["run,measured_ttft_s,measured_load_s,measured_unpack_s,measured_prefill_s,resident_before,counted,"
-            "host_speed,peer_ttft_s,peer_resident_before,predicted_at_run_speed_ttft_s"]
+            "host_speed,peer_ttft_s,peer_resident_before,predicted_at_run_speed_ttft_s,measured_ttft_from_open_s"]
     for k, counted, mm in slots:
         peer = peer_runs[k]["ttft_s"]["runs"][0] if k < len(peer_runs) else None
         peer_res = peer_runs[k]["resident_before"][0] if k < len(peer_runs) else None
         rows.append(",".join([str(k), f(mm.get("ttft_s")), f(mm.get("load_s")), f(mm.get("unpack_s")),
                               f(mm.get("prefill_s")), f(mm.get("resident_before")), str(counted).lower(),
-                              f(speeds[k] if k < len(speeds) else None), f(peer), f(peer_res), f(pr.get(k))]))
+                              f(speeds[k] if k < len(speeds) else None), f(peer), f(peer_res), f(pr.get(k)),
+                              f(mm.get("ttft_from_open_s"))]))
     return "\n".join(rows) + "\n"
 
 
@@ -642,8 +655,11 @@ def _print(m: dict[str, Any], out: Path, diagnostics: bool = True) -> None:
               f"{'' if mib is None else f', {mib:.0f} MiB reported during the runs (measured)'}; "
               f"{m['host_prefault_bytes'] / 2**30:.2f} GiB prefaulted in {m['host_prefault_s']:.1f} s")
     if "peer_ttft_s" in m:
-        print(f"  llama.cpp ({m['peer_weight_type']}) cold TTFT {m['peer_ttft_s']:.3f} s -> ours "
-              f"{m.get('speedup_vs_peer', float('nan')):.2f}x faster (measured, same run)")
+        ours = m.get("measured_ttft_from_open_s")
+        print(f"  llama.cpp ({m['peer_weight_type']}) cold TTFT {m['peer_ttft_s']:.3f} s (load {m['peer_load_s']:.3f}"
+              f" s + prefill {m['peer_prefill_s']:.3f} s), ours from the open "
+              f"{float('nan') if ours is None else ours:.3f} s (huge pages {'on' if m.get('huge_pages') else 'off'})"
+              f" -> ours {m.get('speedup_vs_peer', float('nan')):.2f}x faster (measured, same run)")
     if "measured_versus_speedup" in m:
         print(f"  {m['versus_framework']} interleaved (one cold run after each of ours): TTFT predicted "
               f"{m['predicted_versus_ttft_s']:.3f} s (modelled), measured {m['measured_versus_ttft_s']:.3f} s "
@@ -653,7 +669,8 @@ def _print(m: dict[str, Any], out: Path, diagnostics: bool = True) -> None:
 
 
 class SpeedupCallback(Callback):
-    """After a `-m` sweep: EdgeFlow's host speed-up over each other framework, predicted and measured (speedups.csv)."""
+    """After a `-m` sweep: EdgeFlow's host speed-up over each other framework, predicted and measured (speedups.csv),
+    and with the peer the TTFT-vs-perplexity table (experiments.peer_table: peer_table.md / .csv / .png)."""
 
     def on_multirun_end(self, config: DictConfig, **kwargs: Any) -> None:
         sweep = Path(config.hydra.sweep.dir)
@@ -662,6 +679,11 @@ class SpeedupCallback(Callback):
         if table:
             atomic_write_text(sweep / "speedups.csv", "\n".join(",".join(map(str, r)) for r in table) + "\n")
             print("\n".join("  ".join(f"{x}" for x in r) for r in table))
+        from experiments.peer_table import write_peer_table
+
+        if write_peer_table(sweep, [(p.parent.name, json.loads(p.read_text()))
+                                    for p in sorted(sweep.glob("*/metrics.json"))]):
+            print((sweep / "peer_table.md").read_text())
 
 
 def speedup_table(rows: list[dict[str, Any]]) -> list[list[Any]]:

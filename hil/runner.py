@@ -3,9 +3,11 @@
 
 `run_plan(plan, packed_path, tokens)` runs the plan of any framework policy on a packed model file and returns the
 measured `Timeline` (source "measured", seconds from t0 = the start of the cold start) plus the logits of the last
-prompt token. Before t0: the file's index is read, the file is evicted from the page cache (hil.pagecache) and its
-resident fraction recorded (0.0 = every weight byte comes from disk), and every compute buffer is allocated (KV cache,
-RoPE tables, chunk activations); the weights are not touched before t0.
+prompt token. Before t0: the file is evicted from the page cache (hil.pagecache) and its resident fraction recorded
+(0.0 = every weight byte comes from disk); then, timed as `info["open_to_t0_s"]` (from the open to t0), its index is
+read, every compute buffer is allocated and zero-filled (KV cache, RoPE tables, chunk activations), the ops are
+compiled into steps and the worker and GEMM helper threads are started; the weights are not touched before t0. TTFT
+from the open (open_to_t0_s + the timeline's end) is the clock a peer runtime's own load is compared with (hil.peer).
 Threads (one OS thread per plan worker, like the simulator's processes in sim.executor): `plan.loader_threads`
 loaders, `plan.unpack_threads` unpackers, `plan.graph_threads` graph threads, one `cpu` worker (its GEMMs split over
 `plan.cpu_threads` threads: native helpers that poll 100 us for the next GEMM and are pinned away from the worker's
@@ -423,7 +425,7 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     spec: the model's shapes (default: conf/model/<plan.model>.yaml). evict: drop the file from the page cache first
     (a cold start); resident_before records what remained. isa: force one native ISA (None: the fastest)."""
     path = Path(packed_path)
-    ix = read_index(path)
+    ix = read_index(path)                             # for the checks below; read again, timed, after the eviction
     # the timed loads read byte ranges without their CRC32 (a CRC of every blob would be timed work a runtime does
     # not do): the whole file is CRC-checked once per version of it before any run (docs/hil.md "Faults and locks")
     verify_file(path)
@@ -440,12 +442,17 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
         raise ValueError(f"tokens: ids must be in 0..{spec.vocab - 1}")
     if isa is not None and isa not in native.COMPUTE_ISAS:
         raise ValueError(f"isa: unknown {isa!r} (one of {', '.join(native.COMPUTE_ISAS)})")
+    if evict:
+        resident = evict_cold(path)                    # evicted up to EVICT_TRIES times until nothing is cached
+    else:
+        resident = resident_fraction(path)
+    # the set-up a runtime does before its first weight read is timed from the open (open_to_t0_s), so that a peer whose
+    # clock includes its own load (hil.peer: llama.cpp's Llama()) is compared from the same point (docs/hil.md
+    # "Comparing with a peer"): index read, compute buffers allocated and zero-filled, ops compiled, threads started
+    t_open = time.perf_counter()
+    ix = read_index(path)
     run = _Run(plan, ix, spec, toks, isa)             # every compute buffer allocated before t0
     try:
-        if evict:
-            resident = evict_cold(path)                # evicted up to EVICT_TRIES times until nothing is cached
-        else:
-            resident = resident_fraction(path)
         switch, collecting = sys.getswitchinterval(), gc.isenabled()
         sys.setswitchinterval(SWITCH_INTERVAL_S)       # threads returning from a read or a native call get the GIL
         gc.disable()                                   # no cyclic garbage collection inside the timed run
@@ -460,6 +467,7 @@ def run_plan(plan: Plan, packed_path: str | Path, tokens, *, spec: ModelSpec | N
     logits = run.rs.logits[0].copy()
     info = {"lazy_unpacked": len(run.ws.lazy_unpacked), "implicit_waits": run.implicit_waits, "faulted": run.faulted,
             "faulted_bytes": run.faulted_bytes, "isa": isa or "best", "staging_reused": run.ws.staging_reused,
+            "open_to_t0_s": run.t0 - t_open,              # s from the file's open to t0 (measured; threads started)
             # for a scheduler trace of the run (hil.diagnostics.schedtrace): t0 (time.perf_counter; CLOCK_MONOTONIC on
             # Linux, the trace's "mono" clock) and the kernel ids of its threads (the caller's thread drove the run)
             "t0_perf_counter": run.t0, "thread_ids": {**run.thread_ids, threading.get_native_id(): "main"}}

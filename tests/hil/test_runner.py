@@ -131,6 +131,15 @@ def test_forced_isa_and_one_chunk(tiny_files):
     assert all(v >= 0 for v in w.values()) and sum(w.values()) >= 1   # the workers waited for each other
 
 
+def test_setup_from_the_open_is_timed(tiny_files):
+    # the peer comparison's clock starts at the open (docs/hil.md "Comparing with a peer"): the index read, buffer
+    # allocation, op compilation and thread start before t0 are measured, not left out
+    spec, files, toks, refs = tiny_files
+    plan = bound_plan("edgeflow", spec, files["weightlet"], PROMPT)
+    r = run_plan(plan, files["weightlet"], toks, spec=spec)
+    assert 0.0 < r.info["open_to_t0_s"] < 60.0
+
+
 def test_huge_page_memory_gives_the_same_logits(tiny_files):
     """The runner's fresh memory on transparent huge pages (hil.runner_state.huge_pages): same bits out."""
     spec, files, toks, _refs = tiny_files

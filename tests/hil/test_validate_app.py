@@ -55,6 +55,9 @@ def test_validate_predicts_runs_and_compares(store, tmp_path, framework):
         assert f"predicted_{ph}" in m["modelled_keys"] and f"measured_{ph}" in m["measured_keys"]
         want = 100 * (m[f"predicted_{ph}"] - m[f"measured_{ph}"]) / m[f"measured_{ph}"]
         assert m[f"{name}_error_pct"] == pytest.approx(want)
+    # the clock a peer is compared with starts at the open: the set-up before t0 is timed and added (hil.runner)
+    assert m["measured_open_to_t0_s"] > 0 and "measured_ttft_from_open_s" in m["measured_keys"]
+    assert m["measured_ttft_from_open_s"] > m["measured_ttft_s"]
     assert m["logits_native_exact"] is True and m["logits_native_max_abs_diff"] == 0.0   # hil.native_forward
     assert m["logits_within_tolerance"] is True
     # same top-1 wherever the reference's own top-1 survives its 1-ulp nudge (docs/hil.md "Logits": static INT8
