@@ -18,7 +18,8 @@ Owns:
   benchmark (tests/bench/test_unpack_bench.py).
 - `requantize(src, dst, ftype)`: `llama_model_quantize` (e.g. SmolLM2's shipped Q4_1 -> Q8_0), atomic.
 - `llamacpp_perplexity(gguf_path, slices)`: its perplexity on the project's evaluation slices (quality beside speed).
-`llamacpp_cold_ttft` also records llama.cpp's own split (`llama_perf_context`: perf_load_s, perf_prompt_eval_s).
+`llamacpp_cold_ttft` also records llama.cpp's own split (`llama_perf_context`): perf_load_s (model load, context,
+KV cache: its t_load less the prompt eval) and perf_prompt_eval_s (t_p_eval).
 The extra is optional: without `llama-cpp-python` every entry point raises `PeerUnavailable` with one line saying how
 to install it. Version 0.3.16 is pinned: 0.3.36 built natively segfaults in `llama_decode` on this CPU (docs/hil.md).
 """
@@ -121,8 +122,10 @@ def _cold_runs(llama_cpp, path: Path, ids: list[int], kw: dict, threads: int, re
         logits = np.ctypeslib.as_array(llm._ctx.get_logits_ith(-1), shape=(llm.n_vocab(),))   # (vocab,) float32
         tok = int(np.argmax(logits))
         t3 = time.perf_counter()
-        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)    # llama.cpp's own split (ms): context load, prompt eval
-        perf_load.append(perf.t_load_ms / 1e3)
+        # llama.cpp's own split: its t_load runs from the model load's start to the end of the first eval, so the
+        # prompt eval (t_p_eval) is taken out of it
+        perf = llama_cpp.llama_perf_context(llm._ctx.ctx)
+        perf_load.append((perf.t_load_ms - perf.t_p_eval_ms) / 1e3)
         perf_eval.append(perf.t_p_eval_ms / 1e3)
         load.append(t1 - t0)
         prefill.append(t2 - t1)
