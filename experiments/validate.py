@@ -262,7 +262,8 @@ def run(cfg: DictConfig) -> dict[str, Any]:
     watch_parent()
     c = settings(cfg)
     out = run_dir()
-    prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "runs.csv", "config.yaml"])
+    prepare_run_dir(out, ["trace.json", "plan.json", "ops.csv", "runs.csv", "config.yaml", "peer_table.csv",
+                          "peer_table.md", "peer_table.png"])
     with timing_lock(f"validate {out}"):              # one timing run on this machine at a time (hil.timing)
         return _run(cfg, c, out)
 
