@@ -82,10 +82,11 @@ def table_csv(rows: list[dict[str, Any]]) -> str:
 
 
 def table_md(rows: list[dict[str, Any]]) -> str:
-    """Markdown: ours TTFT = from the open (load column: open -> t0 set-up; prefill column: t0 -> first token);
-    llama.cpp's load = `Llama()`, prefill = prompt eval. All measured."""
-    head = ["runtime", "weights", "huge pages", "like for like", "TTFT s (from open)", "load / set-up s",
-            "prefill s", "perplexity (± sd)", "file MB"]
+    """Markdown: TTFT from the open and its two parts (ours: open -> t0 set-up, t0 -> first token; llama.cpp:
+    `Llama()`, prompt eval + argmax); perplexity mean ± sd over the slices. All measured."""
+    head = ["runtime", "weights", "huge pages", "like for like", "TTFT s (from open)",
+            "set-up to t0 (ours) / Llama() (llama.cpp) s", "t0 to token (ours) / prompt eval (llama.cpp) s",
+            "perplexity (± sd)", "file MB"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
         ppl = "" if r["ppl"] is None else f"{r['ppl']:.2f} ± {r['ppl_sd'] or 0:.2f}"

@@ -10,7 +10,8 @@ from experiments.peer_table import peer_rows, ratio_like_for_like, write_peer_ta
 
 
 def _m(hp: bool, wt: str, ours: float, peer: float) -> dict:
-    return {"framework": "edgeflow", "bits": 5, "huge_pages": float(hp), "measured_ttft_s": ours - 0.05,
+    return {"framework": "edgeflow", "model": "m", "bits": 5, "prompt_tokens": 16, "huge_pages": float(hp),
+            "predicted_ttft_s": 0.2, "measured_ttft_s": ours - 0.05,
             "measured_open_to_t0_s": 0.05, "measured_ttft_from_open_s": ours, "packed_file_bytes": 90_000_000,
             "ppl_packed": 18.0, "ppl_packed_sd": 1.0, "peer_weight_type": wt, "peer_ttft_s": peer,
             "peer_load_s": peer / 2, "peer_prefill_s": peer / 2, "peer_ppl": 17.5, "peer_ppl_sd": 0.9,
@@ -54,3 +55,20 @@ def test_report_puts_peer_runs_on_their_own_page_with_the_like_for_like_summary(
     assert set(pages) == {"host", "peer"}
     peer = pages["peer"]
     assert len(peer.table) == 3 and "ours 5-bit vs Q8_0: 2.00×" in page_summary(peer.markdown)
+
+
+def test_sweep_callback_writes_the_peer_table_in_the_sweep_dir(tmp_path):
+    import json
+
+    from omegaconf import OmegaConf
+
+    from experiments.validate import SpeedupCallback
+
+    for name, m in (("0_a", _m(False, "Q4_0", 0.25, 0.5)), ("1_b", _m(True, "Q4_0", 0.2, 0.6))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "metrics.json").write_text(json.dumps(m))
+    SpeedupCallback().on_multirun_end(OmegaConf.create({"hydra": {"sweep": {"dir": str(tmp_path)}}}))
+    got = list(csv.DictReader((tmp_path / "peer_table.csv").open()))
+    assert [(g["runtime"], g["huge_pages"]) for g in got] == [("ours (edgeflow)", "no"), ("ours (edgeflow)", "yes"),
+                                                              ("llama.cpp", "no")]
+    assert float(got[2]["ttft_s"]) == pytest.approx(0.55)
