@@ -72,3 +72,30 @@ def test_sweep_callback_writes_the_peer_table_in_the_sweep_dir(tmp_path):
     assert [(g["runtime"], g["huge_pages"]) for g in got] == [("ours (edgeflow)", "no"), ("ours (edgeflow)", "yes"),
                                                               ("llama.cpp", "no")]
     assert float(got[2]["ttft_s"]) == pytest.approx(0.55)
+
+
+@pytest.mark.slow
+def test_validate_with_the_peer_records_both_clocks_and_both_perplexities(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from hil import peer
+    from tests.conftest import REPO
+
+    if not peer.available():
+        pytest.skip(peer.INSTALL_HINT)
+    run = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "experiments.validate", "peer=llamacpp", "peer_gguf=q8_0",
+                        "quick_profile=true", "quant=fast", "prompt_tokens=16", "repeats=1", "warmup=0",
+                        "huge_pages=false", f"device.store={tmp_path / 'store'}", f"hydra.run.dir={run}"],
+                       cwd=REPO, capture_output=True, text=True, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    m = json.loads((run / "metrics.json").read_text())
+    assert m["speedup_vs_peer"] == pytest.approx(m["peer_ttft_s"] / m["measured_ttft_from_open_s"])
+    assert m["measured_ttft_from_open_s"] > m["measured_ttft_s"] and m["huge_pages"] == 0.0
+    assert 0 < m["peer_perf_prompt_eval_s"] and m["peer_perf_load_s"] + m["peer_perf_prompt_eval_s"] <= m["peer_ttft_s"]
+    assert all(1 < m[k] < 1e4 for k in ("peer_ppl", "ppl_packed")) and m["ppl_slices"] >= 1
+    rows = list(csv.DictReader((run / "peer_table.csv").open()))
+    assert [(x["runtime"], x["weights"], x["like_for_like"]) for x in rows] == [
+        ("ours (edgeflow)", f"{m['bits']}-bit", "yes"), ("llama.cpp", "Q8_0", "yes")]
