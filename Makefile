@@ -73,7 +73,7 @@ BLAS_CORE := $(shell grep -qw avx2 /proc/cpuinfo 2>/dev/null && echo Haswell)
 # machine-wide state (network namespaces, cgroups, tracefs) one unit together (tests/conftest.py). TEST_WORKERS=0: serial.
 TEST_WORKERS ?= 2
 test: setup cross-tools
-	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup \
+	OPENBLAS_CORETYPE=$${OPENBLAS_CORETYPE:-$(BLAS_CORE)} $(PY) -m pytest -q -n $(TEST_WORKERS) \
 		-m "not bench and not hil and not slow" $(PYTEST_ARGS)
 
 # Everything `make test` leaves out but benchmarks and hardware beyond this host; a missing launcher extra fails here

@@ -25,22 +25,26 @@ CONF_DIR = REPO / "conf"
 
 
 # Test files that use machine-wide state: network namespaces, cgroups, fixed TCP ports, the kernel's tracefs, or
-# checks that no cluster resources of any process are left (`leftovers(None)`). Under pytest-xdist they share one group,
-# so no two of them run at the same time.
+# checks that no cluster resources of any process are left (`leftovers(None)`). Under pytest-xdist they are one unit of
+# scheduling, so no two of them run at the same time.
 MACHINE_WIDE = ("tests/hil_cluster/", "tests/badinput/test_cluster_cleanup.py", "tests/hil/test_schedtrace.py",
                 "tests/hil/test_validate_app.py")
 
 
-def pytest_collection_modifyitems(config, items):
-    """Under pytest-xdist (`make test` runs `-n 2 --dist loadgroup`) a test file is one unit of scheduling, so its
-    module- and session-scoped fixtures (the real model, packed files, a calibrated store) are built once, not once per
-    worker; the MACHINE_WIDE files are one unit together."""
-    if not getattr(config.option, "numprocesses", None):
-        return
-    for item in items:
-        if item.get_closest_marker("xdist_group") is None:
-            rel = item.path.relative_to(REPO).as_posix()
-            item.add_marker(pytest.mark.xdist_group("machine" if rel.startswith(MACHINE_WIDE) else rel))
+@pytest.hookimpl(optionalhook=True)        # a pytest-xdist hook: `make test` runs `-n 2`
+def pytest_xdist_make_scheduler(config, log):
+    """Each test file is one unit of scheduling, so its module- and session-scoped fixtures (the real model, packed
+    files, a calibrated store) are built once, not once per worker; the MACHINE_WIDE files are one unit together.
+    (A scheduler, not `--dist loadgroup` marks: xdist 3.8 renames grouped items through `Item._nodeid`, which pytest 9
+    no longer reads, so the groups would be silently ignored.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class FileScheduling(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            path = nodeid.split("::", 1)[0]
+            return "machine" if path.startswith(MACHINE_WIDE) else path
+
+    return FileScheduling(config, log)
 
 
 @pytest.fixture
