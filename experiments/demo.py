@@ -15,7 +15,9 @@ Each app runs as its own process with its own run directory under `out_dir`, so 
 """
 from __future__ import annotations
 
+import ctypes
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -109,12 +111,24 @@ class DemoConfig:
 ConfigStore.instance().store(name="demo_schema", node=DemoConfig)
 
 
+PR_SET_PDEATHSIG = 1                          # linux/prctl.h
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: Linux sends it SIGTERM when the demo ends in any way, SIGKILL included, so a
+    killed demo leaves no app running (subprocess.run already kills the child when the demo raises)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):        # not Linux: the parent's exception path still kills the child
+        pass
+
+
 def _app(module: str, run_dir: Path, args: list[str]) -> dict:
     """Run one Hydra app as a subprocess into `run_dir`; return its metrics.json."""
     cmd = [sys.executable, "-m", module, *args, f"hydra.run.dir={run_dir}"]
     print(f"  $ {' '.join(cmd[2:])}", flush=True)
     t0 = time.perf_counter()
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    proc = subprocess.run(cmd, capture_output=True, text=True, preexec_fn=_die_with_parent)
     if proc.returncode != 0:
         raise RuntimeError(f"{module} failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}")
     print(f"    done in {time.perf_counter() - t0:.1f} s", flush=True)
