@@ -208,7 +208,7 @@ def core_metrics(tl: Timeline, dev: SocProfile) -> dict[str, Any]:
     """How busy the cores were until the first token and how often a thread blocked and was woken: modelled (the
     simulator's core occupancy; idle workers woken + interpreter-lock hand-offs) or measured (the process's CPU time
     and voluntary context switches over the run) — where the time of a run goes that per-phase errors do not show
-    (docs/hil.md "What is still off")."""
+    (docs/hil.md "Limits")."""
     busy = None
     if tl.core_busy_s is not None and tl.end_s > 0:
         busy = 100.0 * tl.core_busy_s / (dev.cpu_cores * tl.end_s)

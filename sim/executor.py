@@ -219,7 +219,7 @@ class PlanExecutor:
         that finds the lock held blocks and is handed it later: that costs it a wake-up's CPU (`thread_wake_cpu_s`,
         measured for the same futex hand-off through a Condition) and its latency (`thread_wake_s`, the same
         measurement; the lock stays reserved for it, as CPython's forced switch waits until the waiter took it). The
-        measured runs block more often than this models (docs/hil.md "What is still off")."""
+        measured runs block more often than this models (docs/hil.md "Limits")."""
         held = self._gil_held()
         if held or handoff:
             self.cores.unpack(owner)                        # it blocks: a packed thread is free again

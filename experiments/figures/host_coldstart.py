@@ -152,7 +152,7 @@ def repeatability(roots: list[Path] | None = None) -> list[dict]:
     its measured medians across invocations, minutes apart on the same host. A fixed prediction can be within
     ±10 % of every one of those medians only if max / min ≤ 1.1 / 0.9 (`constant_within_10pct_possible`);
     `within_10pct` counts the invocations whose own error is within ±10 % — the noise ceiling of a per-row error
-    criterion (docs/hil.md "Results on this host")."""
+    criterion (docs/hil.md "Validation protocol")."""
     return _repeat_rows(roots, "predicted_ttft_s", "measured_ttft_s", 0.10, False,
                         {"framework": "framework", "pred": "predicted_ttft_s", "lo": "measured_min_s",
                          "hi": "measured_max_s", "possible": "constant_within_10pct_possible",
