@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
 import pandas as pd
 
 from experiments.results import jobs
@@ -492,6 +493,26 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
             for t, rs in sorted(groups.items())]
 
 
+def _by_pair(pairs: list[tuple[str, str, float]]) -> dict[tuple[str, str], list[float]]:
+    """Ratios grouped by (our weights, llama.cpp format), in first-seen order."""
+    out: dict[tuple[str, str], list[float]] = {}
+    for o, w, x in pairs:
+        out.setdefault((o, w), []).append(x)
+    return out
+
+
+def _peer_pair_md(ours: str, fmt: str, ratios: list[float], rows: list[dict]) -> str:
+    """`ours 5-bit vs Q8_0: 1.53× (1.41–1.55), perplexity 17.53 / 14.98` for the page's summary."""
+    def ppl(pick) -> str:
+        vals = [r["ppl"] for r in rows if pick(r) and r.get("ppl") is not None]
+        return f"{float(np.median(vals)):.2f}" if vals else "n/a"
+
+    p_ours = ppl(lambda r: r["runtime"].startswith("ours") and r["weights"] == ours)
+    p_peer = ppl(lambda r: r["runtime"] == "llama.cpp" and r["weights"] == fmt)
+    return (f"ours {ours} vs {fmt}: {float(np.median(ratios)):.2f}× ({min(ratios):.2f}–{max(ratios):.2f}), "
+            f"perplexity {p_ours} / {p_peer}")
+
+
 def peer_page(topic: str, runs: list[Run]) -> Page:
     """The llama.cpp peer page of one machine kind (`validate peer=llamacpp`, experiments.peer_table): cold TTFT
     from the file's open beside perplexity on the same text, ours with and without huge pages, llama.cpp per format;
@@ -502,8 +523,9 @@ def peer_page(topic: str, runs: list[Run]) -> Page:
     pairs = ratio_like_for_like(rows)
     summary = ("No like-for-like pair (ours with huge_pages=false and llama.cpp in Q8_0, Q4_0 or Q4_K_M)." if not pairs
                else "Like for like (both clocks from the model file's open, no huge pages on either side; measured, "
-                    "same runs): llama.cpp's cold TTFT over ours — " + "; ".join(
-                        f"ours {o} vs {w}: {x:.2f}×" for o, w, x in pairs) + ".")
+                    "same runs): llama.cpp's cold TTFT over ours, median (min–max) over the pairs of runs, with "
+                    "perplexity on the same text (ours / llama.cpp) — " + "; ".join(
+                        _peer_pair_md(o, w, xs, rows) for (o, w), xs in _by_pair(pairs).items()) + ".")
     md = "\n".join([
         HEADER, f"# Cold start and quality beside llama.cpp — {machine_kind(runs[0].machine)}", "",
         "Both clocks start before the model file is opened: ours includes the index read, compute buffers allocated "
