@@ -42,6 +42,7 @@ from experiments.common import (
 )
 from experiments.multidevice import check_trace_links, register
 from experiments.resume import resumable
+from hil.timing import timing_lock
 
 OUTPUTS = ["steps.csv", "replans.json", "links.csv", "tokens.json", "profile_accuracy.json", "trace.json",
            "config.yaml"]
@@ -271,6 +272,13 @@ register()
 GROUPS = {"cluster": None, "model": None, "planner": None, "trace": None}
 
 
+def timed_run(inp: Inputs, out) -> dict:
+    """`run` under the machine's timing lock: the workers' measured steps must not share the cores with another
+    timing run (validate, calibrate, llama.cpp; hil.timing)."""
+    with timing_lock(f"validate cluster={inp.cluster.name} {out}"):
+        return run(inp, out)
+
+
 @hydra.main(config_path="../conf", config_name="validate_cluster", version_base="1.3")
 @resumable(expected=("measured_ttft_s",), files=profile_files)
 @one_line_errors
@@ -282,7 +290,7 @@ def main(cfg: DictConfig) -> None:
     from hil.cluster.transport import LinkDown
 
     try:
-        m = run(inp, out)
+        m = timed_run(inp, out)
     except LinkDown as e:                       # retries exhausted: the trace and settings leave no working plan
         raise ConfigError(f"live.max_retries: a step failed {inp.live.max_retries + 1} times, its links falling "
                           f"during it each time ({' '.join(str(e).split())[:120]}); raise live.max_retries or lower "

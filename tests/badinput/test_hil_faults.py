@@ -387,3 +387,18 @@ def test_too_few_cluster_profile_points_are_refused_before_profiling(capsys):
     least = int(err.rsplit(">= ", 1)[1])
     assert fit_short(3, least, 0) is None and fit_short(3, least - 1, 0) is not None     # the least that fits
     assert fit_short(3, 48, 0) is None                                                    # the default fits
+
+
+def test_cluster_validate_holds_the_timing_lock_while_it_runs(tmp_path, monkeypatch):
+    """The emulated cluster's measured steps take the same machine-wide turn as validate and calibrate."""
+    from types import SimpleNamespace
+
+    import hil.timing
+    from experiments import validate_cluster
+
+    monkeypatch.setattr(hil.timing, "lock_path", lambda: tmp_path / "timing.lock")
+    monkeypatch.setattr(validate_cluster, "run", lambda inp, out: {"depth": hil.timing._depth})
+    inp = SimpleNamespace(cluster=SimpleNamespace(name="office_emu"))
+    assert validate_cluster.timed_run(inp, tmp_path)["depth"] == 1
+    assert hil.timing._depth == 0
+    assert (tmp_path / "timing.lock").is_file()
