@@ -195,7 +195,11 @@ def test_exhausted_link_retries_are_one_line(capsys, monkeypatch, tmp_path):
     def fail_run(inp, out):
         raise LinkDown("device 1: link down")
 
-    monkeypatch.setattr(vc, "inputs", lambda cfg: SimpleNamespace(live=SimpleNamespace(max_retries=3)))
+    import hil.timing
+
+    monkeypatch.setattr(vc, "inputs", lambda cfg: SimpleNamespace(live=SimpleNamespace(max_retries=3),
+                                                                   cluster=SimpleNamespace(name="office_emu")))
+    monkeypatch.setattr(hil.timing, "lock_path", lambda: tmp_path / "timing.lock")
     monkeypatch.setattr(vc, "run_dir", lambda: tmp_path)
     monkeypatch.setattr(vc, "run", fail_run)
     inner = vc.main.__wrapped__.__wrapped__                  # below Hydra and resume: one_line_errors(main)
