@@ -152,18 +152,25 @@ class ModelSpec:
         return sum(o for o, _ in self.linear_shapes().values())
 
 
-CONF_MODEL_DIR = Path(__file__).resolve().parents[1] / "conf" / "model"
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+def conf_yaml(group: str, name: str, conf_dir: str | Path | None = None) -> dict:
+    """conf/<group>/<name>.yaml as a plain dict without its Hydra `defaults` list: the one reader of a config file
+    outside Hydra (scripts, tests, cluster workers, reports)."""
+    from omegaconf import OmegaConf  # only this reader needs it: the rest of the module is the standard library
+
+    path = Path(conf_dir or CONF_DIR) / group / f"{name}.yaml"
+    if not path.is_file():
+        raise FileNotFoundError(f"{group}={name}: no {path}")
+    d = OmegaConf.to_container(OmegaConf.load(path))
+    d.pop("defaults", None)
+    return d
 
 
 def model_spec(name: str) -> ModelSpec:
     """ModelSpec of conf/model/<name>.yaml without Hydra (for scripts, tests and `python -m quant.twin_fit`)."""
-    from omegaconf import OmegaConf  # only this reader needs it: the rest of the module is the standard library
-
-    path = CONF_MODEL_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"model={name}: no {path}")
-    d = OmegaConf.to_container(OmegaConf.load(path))
-    d.pop("defaults", None)
+    d = conf_yaml("model", name)
     d["weights"] = WeightSource(d.get("weights", "twin"))
     return ModelSpec(**d)
 

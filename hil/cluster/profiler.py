@@ -30,7 +30,7 @@ from hil.cluster.shard_exec import ShardWorker
 from planner.voltron.devices import PRECISIONS
 from planner.voltron.latency import Profile, feature_row
 from planner.voltron.layers import FFN_DENSE, HEAD, LayerTable
-from quant.arch import ModelSpec
+from quant.arch import ModelSpec, conf_yaml
 
 MIN_WINDOW_S = 0.03          # s: a variant is timed over at least this much wall time …
 MIN_WINDOW_PERIODS = 3       # … and at least this many CFS periods (throttled windows are part of the device speed)
@@ -40,16 +40,7 @@ ROTATE_BYTES = 32 << 20      # B: a variant's weights are cycled over blocks unt
 
 def load_spec(model: str) -> ModelSpec:
     """conf/model/<model>.yaml as a ModelSpec (the worker builds its own)."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    path = Path(__file__).resolve().parents[2] / "conf" / "model" / f"{model}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"model: conf/model/{model}.yaml not found")
-    doc = OmegaConf.to_container(OmegaConf.load(path))
-    doc.pop("defaults", None)
-    return ModelSpec(**doc)
+    return ModelSpec(**conf_yaml("model", model))
 
 
 class ProfilingWorker(ShardWorker, Invokable):

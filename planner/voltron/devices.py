@@ -23,6 +23,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from quant.arch import conf_yaml
+
 PRECISIONS = ("fp16", "int8", "int4")            # weight precisions, index = precision id (0 = highest)
 # Bytes per weight by precision id: FP16 = 2; INT8 = llama.cpp Q8_0 (8.5 bits/weight: 32 int8 + 1 fp16 scale);
 # INT4 = llama.cpp Q4_K (4.5 bits/weight: 256-weight super-blocks with 6-bit sub-block scales). Source: ggml k-quants.
@@ -164,17 +166,7 @@ class Cluster:
 
 def _load_yaml(group: str, name: str, conf_dir=None) -> dict:
     """conf/<group>/<name>.yaml as a plain dict without its `defaults` list (outside Hydra: tests, reports)."""
-    from pathlib import Path
-
-    from omegaconf import OmegaConf
-
-    conf_dir = Path(conf_dir) if conf_dir else Path(__file__).resolve().parents[2] / "conf"
-    path = conf_dir / group / f"{name}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{group} conf/{group}/{name}.yaml not found")
-    doc = OmegaConf.to_container(OmegaConf.load(path))
-    doc.pop("defaults", None)
-    return doc
+    return conf_yaml(group, name, conf_dir)
 
 
 def load_device(name: str, conf_dir=None) -> EdgeDevice:

@@ -17,6 +17,7 @@ from pathlib import Path
 import numpy as np
 
 from planner.voltron.comm import LinkState
+from quant.arch import conf_yaml
 from sim.wireless import TRACE_DIR, TraceConfig
 
 COLUMNS = ("time_s", "device", "compute", "goodput")
@@ -24,14 +25,7 @@ COLUMNS = ("time_s", "device", "compute", "goodput")
 
 def trace_config(name: str) -> TraceConfig:
     """conf/trace/<name>.yaml as a TraceConfig (its RSSI csv and optional squeeze_csv), outside Hydra."""
-    from omegaconf import OmegaConf
-
-    path = TRACE_DIR / f"{name}.yaml"
-    if not path.is_file():
-        raise FileNotFoundError(f"{path} not found (trace={name})")
-    y = OmegaConf.to_container(OmegaConf.load(path))
-    y.pop("defaults", None)
-    return TraceConfig(**y)
+    return TraceConfig(**conf_yaml("trace", name, TRACE_DIR.parent))
 
 
 class Squeeze:
