@@ -446,6 +446,7 @@ def protocol_page(topic: str, runs: list[Run]) -> Page:
     the newest run's set summary, per-configuration and speed-up tables (its protocol.csv, speedups.csv); the table
     is its protocol.csv."""
     from experiments.protocol import about_md, summary_md, tables_md
+    from experiments.protocol_verdict import verdicts, verdicts_md
 
     r = max(runs, key=lambda x: (x.finished_utc or "", x.dir.name))
     try:
@@ -460,7 +461,8 @@ def protocol_page(topic: str, runs: list[Run]) -> Page:
         HEADER, f"# Validation protocol, set `{m['protocol']}`{held} — {machine_kind(r.machine)}", "",
         about_md(m) + " docs/hil.md \"Validation protocol\" defines the protocol; the set is "
         f"conf/protocol/{m['protocol']}.yaml.", "",
-        SUMMARY_BEGIN, summary_md(m), "", f"_{_short_provenance([r])}._", SUMMARY_END, "",
+        SUMMARY_BEGIN, summary_md(m), verdicts_md(verdicts(m, recs(df), recs(sp))), "",
+        f"_{_short_provenance([r])}._", SUMMARY_END, "",
         tables_md(recs(df), recs(sp), m["protocol_level"]),
         f"The per-configuration table as CSV: [{topic}.csv]({topic}.csv).", "",
         _manifest_md([r]), ""])
