@@ -5,7 +5,10 @@
     python -m experiments.coldstart -m framework=llamacpp,mnn,llmnpu_plus,edgeflow workload=lambada,hellaswag bits=4,5
 
 Writes `metrics.json` (every number modelled, except `prompt_tokens` and `bits`: inputs echoed, `input_keys`) and
-`trace.json` (Chrome/Perfetto) into the Hydra run directory.
+`trace.json` (Chrome/Perfetto) into the Hydra run directory. `metrics.json`'s `critical_path` says which resource
+bounds each phase (`planner.critical_path`): per phase `load` / `prefill` / `total`, the window, the seconds and share
+of the critical path in flash, unpack, sharing, npu, cpu, graph and idle, and the bounding one (docs/coldstart.md
+"Critical path").
 """
 from __future__ import annotations
 
@@ -108,6 +111,12 @@ def validate(cfg: DictConfig) -> Estimate:
                     f"prompt_tokens={tokens}")
 
 
+def _bounds(cp: dict) -> str:
+    """"graph (load), npu 82 % (prefill)": each phase's bounding resource and its share of the phase's critical path."""
+    return ", ".join(f"{cp[p]['bound'] or '-'} {100 * cp[p]['share'].get(cp[p]['bound'], 0.0):.0f} % ({p})"
+                     for p in ("load", "prefill"))
+
+
 @resumable(expected=("ttft_s",))
 @one_line_errors
 def run(cfg: DictConfig) -> dict:
@@ -125,8 +134,8 @@ def run(cfg: DictConfig) -> dict:
         atomic_write_json(out / "trace.json", trace)
     write_run_outputs(out, cfg, metrics, measured=[], modelled=modelled_keys(metrics), inputs=input_keys(metrics))
     print(f"{metrics['framework']} {metrics['model']} {metrics['workload']} bits={metrics['bits']}: "
-          f"TTFT {metrics['ttft_s']:.2f} s (load {metrics['load_s']:.2f} s, prefill {metrics['prefill_s']:.2f} s) "
-          f"-> {out}")
+          f"TTFT {metrics['ttft_s']:.2f} s (load {metrics['load_s']:.2f} s, prefill {metrics['prefill_s']:.2f} s), "
+          f"bound by {_bounds(metrics['critical_path'])} -> {out}")
     return metrics
 
 

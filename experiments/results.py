@@ -9,7 +9,9 @@ Columns (prefixes keep the labels in the column names, so they survive the CSV):
 - `sweep.<key>`: every override of the job's command line, typed as YAML reads it (`bits=5` -> 5.0 stays a float if
   written `5.0`); keys of the `hydra` namespace are left out;
 - `measured.<key>` / `modelled.<key>` / `input.<key>`: numbers as labelled by the job's `measured_keys` /
-  `modelled_keys` / `input_keys`; `info.<key>`: unlabelled values (names, strings); nested values as JSON text.
+  `modelled_keys` / `input_keys`; `info.<key>`: unlabelled values (names, strings); nested values as JSON text;
+- `<label>.critical_path.<phase>.bound`: the resource bounding each cold-start phase (`planner.critical_path`), beside
+  the whole attribution's JSON text in `<label>.critical_path`.
 A key labelled differently by different jobs keeps each job's label (two columns). Jobs without a `metrics.json`
 (unfinished, failed) are counted and left out. Load with `pandas.read_parquet(<dir>/results.parquet)`.
 
@@ -92,6 +94,10 @@ def row(job: str, app: str, sweep: dict[str, Any], doc: dict) -> dict[str, Any]:
     for k, v in doc.items():
         if k in META:
             continue
+        if k == "critical_path" and isinstance(v, dict):      # the bound of each phase, a column to filter on
+            for phase, a in v.items():
+                if isinstance(a, dict) and "bound" in a:
+                    out[f"{label.get(k, 'info')}.critical_path.{phase}.bound"] = a["bound"]
         if isinstance(v, (dict, list)):
             v = json.dumps(v, sort_keys=True)
         out[f"{label.get(k, 'info')}.{k}"] = v

@@ -173,3 +173,12 @@ def test_sweep_progress_silenced(tmp_path):
     cb.on_multirun_start(OmegaConf.create({"progress": False, "hydra": {"sweep": {"dir": str(tmp_path)},
                                                                         "overrides": {"task": []}}}))
     assert cb.bar is None
+
+
+def test_critical_path_bound_per_phase_is_a_column():
+    doc = {"ttft_s": 1.0, "modelled_keys": ["ttft_s", "critical_path"],
+           "critical_path": {"load": {"bound": "graph", "seconds": {"graph": 0.4}},
+                             "prefill": {"bound": "npu", "seconds": {"npu": 0.6}}, "path_tasks": 3}}
+    r = results.row("j", "coldstart", {}, doc)
+    assert r["modelled.critical_path.load.bound"] == "graph" and r["modelled.critical_path.prefill.bound"] == "npu"
+    assert json.loads(r["modelled.critical_path"])["path_tasks"] == 3

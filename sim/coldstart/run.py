@@ -7,6 +7,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from planner.cost import make_cost_model
+from planner.critical_path import critical_path
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
 from planner.workload import WorkloadSpec
@@ -21,7 +22,7 @@ MAX_SEED = 2**32 - 1
 # settings echoed next to them (the prompt length, from prompt_tokens or the workload, and the bit budget)
 MODELLED = ("ttft_s", "setup_s", "load_s", "unpack_s", "graph_s", "prefill_s", "cpu_busy_s", "npu_busy_s",
             "cpu_bubble_rate", "npu_bubble_rate", "stolen_ops", "peak_mem_gb", "mem_headroom_gb", "energy_j",
-            "bytes_read", "n_tasks", "flash_bytes", "steal_threshold")
+            "bytes_read", "n_tasks", "flash_bytes", "steal_threshold", "critical_path")
 INPUTS = ("prompt_tokens", "bits")
 
 
@@ -78,6 +79,7 @@ def run_one(model: ModelSpec, device: SocProfile, framework: FrameworkSpec, work
     info = plan.info
     out["flash_bytes"] = int(info.get("flash_bytes", m["bytes_read"]))
     out["steal_threshold"] = int(info.get("steal_threshold", plan.schedule.steal_threshold))
+    out["critical_path"] = critical_path(tl).to_json()     # per phase: seconds / share per resource, the bound
     if "bits_source" in info:
         out["bits_source"] = info["bits_source"]
         for k, v in info["bits_hist"].items():
