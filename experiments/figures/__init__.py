@@ -16,7 +16,7 @@ from experiments.figures.base import Figure
 NAMES = (
     "edgeflow_fig01", "edgeflow_fig02", "edgeflow_fig04", "edgeflow_fig05", "edgeflow_fig10", "edgeflow_fig11",
     "edgeflow_fig12_table4", "edgeflow_fig13", "edgeflow_fig14", "edgeflow_fig15", "edgeflow_fig16",
-    "edgeflow_sensitivity",
+    "edgeflow_critical_path", "edgeflow_sensitivity",
     "host_coldstart",
     "voltron_fig02", "voltron_fig03_04", "voltron_fig05_06", "voltron_fig07", "voltron_fig08", "voltron_fig10",
     "voltron_fig11", "voltron_fig12", "voltron_fig13",

@@ -104,6 +104,14 @@ NAMES: dict[str, str] = {
     "load": "load",
     "unpack": "unpack",
     "prefill": "prefill",
+    "total": "whole cold start",
+    # resources of a critical path (planner.critical_path.CATEGORIES)
+    "flash": "flash read",
+    "sharing": "core / DRAM wait",
+    "npu": "NPU",
+    "cpu": "CPU",
+    "graph": "graph set-up / restore",
+    "idle": "idle (dispatch)",
 }
 
 
