@@ -8,7 +8,8 @@ SIMD-friendly format) and `kquant` (compact bit-split with per-group minimums). 
   (offset to INT8, store). With the Fig. 4a allocation this is 0.48 instructions per weight, the paper's figure.
 - `mixed`: only the INT4 channels are expanded; `kquant`: device `kquant_unpack_cycles_per_weight` (scalar-heavy,
   fitted to Fig. 4b); `int8`: nothing.
-- `ggml`: llama.cpp's own K-quant types for a uniform budget (bits per weight from ggml's block layouts).
+- `ggml`: llama.cpp's own block types (bits per weight from ggml's block layouts), per tensor as llama.cpp's quantizer
+  writes a file type (`ggml_tensor_types`), and the types ggml-cpu repacks at load on x86 (`GGML_REPACK_X86`).
 
 Bit allocations come from the quantizer's statistical twin (`quant.twin.twin_bits`) for models without weights here
 and from the quantizer on the real weights otherwise; a uniform allocation at the budget (floor/ceil mix with the
@@ -33,8 +34,22 @@ STRIPE = 16                # weights per stripe (R/8 with R = 128-bit NEON regis
 INSTR_PER_BLOCK_STRIPE = 3  # mask, shift, or (Fig. 8)
 INSTR_FIXED_PER_STRIPE = 2  # offset/sign-extend to INT8 + store; fitted so the Fig. 4a allocation gives 0.48 instr/w
 
-# llama.cpp block formats: bits per weight including block scales (ggml-common.h block sizes / 256 or 32 weights).
-GGML_BPW = {"Q2_K": 2.625, "Q3_K": 3.4375, "Q4_K": 4.5, "Q5_K": 5.5, "Q6_K": 6.5625, "Q8_0": 8.5}
+# llama.cpp block formats: bits per weight including block scales (ggml-common.h: block bytes x 8 / 32 weights for
+# Q4_0 18 B, Q4_1 20 B, Q5_0 22 B, Q5_1 24 B, Q8_0 34 B; / 256 weights for the K-quants).
+GGML_BPW = {"Q2_K": 2.625, "Q3_K": 3.4375, "Q4_K": 4.5, "Q5_K": 5.5, "Q6_K": 6.5625, "Q8_0": 8.5,
+            "Q4_0": 4.5, "Q4_1": 5.0, "Q5_0": 5.5, "Q5_1": 6.0}
+# llama.cpp file types (`llama_model_quantize` ftype): a file type names one tensor type per linear weight, or a mix
+# (Q4_K_M); `ggml_tensor_types` gives the per-tensor types llama.cpp writes for it.
+GGML_FTYPES = (*GGML_BPW, "Q4_K_M", "Q5_K_M")
+QK_K = 256                 # weights per K-quant super-block: a row of another length cannot hold a K-quant
+# llama.cpp's fallback for a tensor whose row length is not a multiple of QK_K (llama-quant.cpp, tensor_type
+# fallback): the K-quant becomes the legacy block type of about the same size.
+K_FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+# ggml-cpu's repacking on x86 with AVX2 / AVX-512 (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type, the
+# version llama-cpp-python 0.3.16 vendors): these tensor types are re-laid out at load into interleaved 8x8 blocks
+# (the CPU_REPACK buffer: llama.cpp's log names q4_0_8x8 and q4_K_8x8 on this host) when their row count is a
+# multiple of 8; Q8_0, Q5_0, Q6_K stay as read. The token embedding (a row gather, not a matmul) is never repacked.
+GGML_REPACK_X86 = {"Q4_0": "q4_0_8x8", "Q4_K": "q4_K_8x8"}
 
 
 def ggml_type_for_budget(bits: float) -> str:
@@ -45,6 +60,43 @@ def ggml_type_for_budget(bits: float) -> str:
         if bits <= nominal:
             return name
     return "Q8_0"
+
+
+def _use_more_bits(i: int, n: int) -> bool:
+    """llama-quant.cpp's use_more_bits: the first and last eighth of the layers and every third one between."""
+    return i < n // 8 or i >= 7 * n // 8 or (i - n // 8) % 3 == 2
+
+
+def _fit_row(gtype: str, d_in: int) -> str:
+    return K_FALLBACK.get(gtype, gtype) if gtype.endswith("_K") and d_in % QK_K else gtype
+
+
+def ggml_tensor_types(spec: ModelSpec, ftype: str) -> dict[str, list[str]]:
+    """Per linear tensor kind (`spec.linear_shapes()`): the ggml type of each layer's tensor in a llama.cpp file of
+    type `ftype`, plus "output" (the LM head; the token embedding when tied) as a one-entry list. From
+    llama-quant.cpp's llama_tensor_get_type: the output takes Q6_K unless the file is Q8_0; Q4_K_M / Q5_K_M give
+    attn_v and ffn_down Q6_K in the layers `_use_more_bits` picks, the file's K-quant elsewhere; a K-quant tensor
+    whose rows are not a multiple of QK_K takes K_FALLBACK's type (SmolLM2's 576-wide rows)."""
+    if ftype not in GGML_FTYPES:
+        raise ValueError(f"ftype must be one of {', '.join(GGML_FTYPES)} (got {ftype!r})")
+    base = {"Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K"}.get(ftype, ftype)
+    out: dict[str, list[str]] = {}
+    n = spec.n_layers
+    for kind, (_c, d) in spec.linear_shapes().items():
+        types = []
+        for i in range(n):
+            t = base
+            if ftype in ("Q4_K_M", "Q5_K_M") and kind in ("attn_v", "ffn_down") and _use_more_bits(i, n):
+                t = "Q6_K"
+            types.append(_fit_row(t, d))
+        out[kind] = types
+    out["output"] = [_fit_row("Q8_0" if ftype == "Q8_0" else "Q6_K", spec.d_model)]
+    return out
+
+
+def ggml_tensor_nbytes(n_weights: int, gtype: str) -> int:
+    """Bytes of `n_weights` weights (whole blocks) of ggml type `gtype`."""
+    return int(round(n_weights * GGML_BPW[gtype] / 8))
 
 
 def weightlets(bits: np.ndarray) -> np.ndarray:
@@ -60,10 +112,6 @@ def tensor_nbytes(bits: np.ndarray, d_in: int, fmt: str) -> int:
     if fmt not in FORMATS:
         raise ValueError(f"unknown weight format {fmt!r} (one of {FORMATS})")
     return int(packed_nbytes(np.asarray(bits), d_in, fmt))
-
-
-def ggml_nbytes(n_weights: int, ggml_type: str) -> int:
-    return int(math.ceil(n_weights * GGML_BPW[ggml_type] / 8))
 
 
 def unpack_work(bits: np.ndarray, d_in: int, fmt: str) -> tuple[float, int]:

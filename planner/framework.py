@@ -24,6 +24,8 @@ class FrameworkSpec:
     graph_threads: int = 1         # threads restoring per-layer NPU graphs (granular pipeline only)
     weight_type: str = ""          # llama.cpp only: GGUF weight type (Q8_0 as in the papers' set-up; Q2_K..Q6_K
     #                                selectable; "budget" = the K-quant nearest EdgeFlow's `bits`); "" for the others
+    use_mmap: bool = True          # llama.cpp only: map the file (its default; weights paged in as compute first
+    #                                touches them) or read it into its buffers before the first eval (use_mmap=false)
     source: str = ""               # where the knob values come from
 
     def __post_init__(self) -> None:
@@ -34,10 +36,10 @@ class FrameworkSpec:
                 raise ValueError(f"framework.{key} must be an integer (got {v!r})")
         if self.policy not in POLICIES:
             raise ValueError(f"framework.policy must be one of {', '.join(POLICIES)} (got {self.policy!r})")
-        from planner.formats import GGML_BPW
+        from planner.formats import GGML_FTYPES
 
-        if self.weight_type not in ("", "budget", *GGML_BPW):
-            raise ValueError(f"framework.weight_type must be budget or one of {', '.join(GGML_BPW)} "
+        if self.weight_type not in ("", "budget", *GGML_FTYPES):
+            raise ValueError(f"framework.weight_type must be budget or one of {', '.join(GGML_FTYPES)} "
                              f"(got {self.weight_type!r})")
         if not 0 <= self.chunk_tokens <= 32_768:
             raise ValueError(f"framework.chunk_tokens must be in 0..32768 (got {self.chunk_tokens})")

@@ -1,5 +1,4 @@
-"""`python -m experiments.figures figure=<name>|all|index size=full|toy out=figures progress=true workers=0
-missing=run|skip`.
+"""`python -m experiments.figures figure=<name>|all|index size=full|toy out=figures progress=true workers=0`.
 
 Thin Hydra app: resolves the figure names, writes each figure's CSV / PNG / PDF through `experiments.figures.base`
 and the index page; a tqdm bar with an ETA over the figures unless `progress=false`. Figures are independent, so
@@ -9,15 +8,9 @@ share most go to the same worker. The files are those of a serial run: each figu
 configuration only, and every file is written atomically. Errors in the arguments stop
 before any work with one line `error: <key>: ...` (exit 2); so does a figure asked for by name whose results are
 not on disk. `all` leaves such a figure out and prints why.
-
-A figure drawn from an experiment's runs that the app can start itself (its module defines `missing()` and
-`run_missing()`: the real quantization of `edgeflow_fig12_table4`, `python -m experiments.quantize`) is not left
-out: with `missing=run` (default) the app prints one line with the runs' modelled duration and the figure's worker
-runs the experiment first; with `missing=skip` it is treated like a figure whose results are not on disk.
 """
 from __future__ import annotations
 
-import importlib
 import os
 import sys
 import time
@@ -42,26 +35,14 @@ class FiguresConfig:
     out: str = "figures"       # output directory (relative to the working directory)
     progress: bool = True      # tqdm progress bar with ETA on stderr
     workers: int = 0           # processes building figures in parallel; 0: one per core; 1: in this process
-    missing: str = "run"       # a figure whose experiment runs are not on disk: run (them, then the figure) | skip
 
 
 ConfigStore.instance().store(name="figures_schema", node=FiguresConfig)
 
 
-MISSING = ("run", "skip")
-
-
-def pending(name: str) -> str | None:
-    """What experiment runs figure `name` needs that are not on disk (with the commands that make them), or None;
-    only figures whose module can run them (`missing()` / `run_missing()`)."""
-    check = getattr(importlib.import_module(f"experiments.figures.{name}"), "missing", None)
-    return check() if check else None
-
-
-def left_out(missing: str = "run") -> dict[str, str]:
-    """Figures `all` leaves out because the results they need are not on disk: name -> why (with `missing=skip`,
-    also those whose experiment the app could run)."""
-    return {n: why for n in available() if (why := unavailable(n) or (pending(n) if missing == "skip" else None))}
+def left_out() -> dict[str, str]:
+    """Figures `all` leaves out because the results they need are not on disk: name -> why."""
+    return {n: why for n in available() if (why := unavailable(n))}
 
 
 def resolve(cfg: FiguresConfig) -> list[str]:
@@ -69,13 +50,11 @@ def resolve(cfg: FiguresConfig) -> list[str]:
     figures of `left_out`."""
     if cfg.size not in SIZES:
         raise ValueError(f"size: must be one of {', '.join(SIZES)} (got {cfg.size!r})")
-    if cfg.missing not in MISSING:
-        raise ValueError(f"missing: must be one of {', '.join(MISSING)} (got {cfg.missing!r})")
     names = [n.strip() for n in str(cfg.figure).split(",") if n.strip()]
     if not names:
         raise ValueError("figure: give a figure name, all or index")
     if names == ["all"]:
-        skip = left_out(cfg.missing if cfg.size == "full" else "run")
+        skip = left_out()
         return [n for n in available() if n not in skip]
     if names == ["index"]:
         return []
@@ -83,7 +62,7 @@ def resolve(cfg: FiguresConfig) -> list[str]:
     if unknown:
         raise ValueError(f"figure: unknown figure {unknown[0]!r}; one of: all, index, {', '.join(available())}")
     for n in names:
-        if why := unavailable(n) or (pending(n) if cfg.missing == "skip" and cfg.size == "full" else None):
+        if why := unavailable(n):
             raise ValueError(f"figure: {n}: {why}")
     return names
 
@@ -121,17 +100,14 @@ def tasks(names: list[str]) -> list[list[str]]:
     return sorted(groups, key=lambda g: not any(n in HEAVY for n in g))
 
 
-def _build_group(group: list[str], size: str, out: Path, progress: bool, runs: tuple[str, ...] = ()) -> list[dict]:
-    """Write the figures of one task (in a worker process, or in this one); one summary row per figure. The figures
-    in `runs` first run their missing experiment runs (`run_missing`; counted in their wall time)."""
+def _build_group(group: list[str], size: str, out: Path, progress: bool) -> list[dict]:
+    """Write the figures of one task (in a worker process, or in this one); one summary row per figure."""
     from experiments.figures import data, voltron_data
 
     set_progress(progress)
     rows = []
     for name in group:
         t0 = time.perf_counter()
-        if name in runs:
-            importlib.import_module(f"experiments.figures.{name}").run_missing()
         before = {k: data.COUNTS[k] + voltron_data.COUNTS[k] for k in data.COUNTS}
         paths = write_figure(load(name), size, out)
         runs = {k: data.COUNTS[k] + voltron_data.COUNTS[k] - before[k] for k in before}
@@ -140,11 +116,9 @@ def _build_group(group: list[str], size: str, out: Path, progress: bool, runs: t
     return rows
 
 
-def build(names: list[str], size: str, out: Path, progress: bool = True, workers: int = 1,
-          runs: tuple[str, ...] = ()) -> list[dict]:
-    """Write every figure in `names` and the index with `workers` processes (0: one per core, 1: this process),
-    the figures in `runs` after running their missing experiment runs; returns one summary row per figure, in the
-    order of `names` (name, seconds, simulations run / reused, files)."""
+def build(names: list[str], size: str, out: Path, progress: bool = True, workers: int = 1) -> list[dict]:
+    """Write every figure in `names` and the index with `workers` processes (0: one per core, 1: this process);
+    returns one summary row per figure, in the order of `names` (name, seconds, simulations run / reused, files)."""
     from concurrent.futures import ProcessPoolExecutor, as_completed
     from multiprocessing import get_context
 
@@ -159,11 +133,11 @@ def build(names: list[str], size: str, out: Path, progress: bool = True, workers
         if workers == 1:
             for group in groups:
                 bar.set_postfix_str(",".join(group))
-                rows += _build_group(group, size, out, progress, runs)
+                rows += _build_group(group, size, out, progress)
                 bar.update(len(group))
         else:           # spawn: a clean interpreter per worker (no forked matplotlib / thread state)
             with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
-                futures = {pool.submit(_build_group, g, size, out, False, runs): g for g in groups}
+                futures = {pool.submit(_build_group, g, size, out, False): g for g in groups}
                 for f in as_completed(futures):
                     rows += f.result()
                     bar.set_postfix_str(",".join(futures[f]))
@@ -184,14 +158,9 @@ def run(cfg: DictConfig) -> list[dict]:
         raise SystemExit(2) from None
     out = Path(c.out)
     if c.figure == "all":
-        for n, why in left_out(c.missing if c.size == "full" else "run").items():
+        for n, why in left_out().items():
             print(f"{n}: left out: {why}", file=sys.stderr)
-    runs = tuple(n for n in names if c.size == "full" and pending(n))
-    for n in runs:
-        mod = importlib.import_module(f"experiments.figures.{n}")
-        print(f"{n}: {pending(n)}: running them first, about {mod.estimate_s() / 60:.0f} min "
-              f"(modelled; missing=skip leaves the figure out)", file=sys.stderr)
-    rows = build(names, c.size, out, c.progress, c.workers, runs)
+    rows = build(names, c.size, out, c.progress, c.workers)
     for r in rows:
         print(f"{r['figure']:24s} {r['wall_s']:7.1f} s (measured)  simulations {r['simulated']:3d} run, "
               f"{r['reused']:3d} reused  {r['png']}")

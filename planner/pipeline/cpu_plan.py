@@ -1,48 +1,152 @@
-"""CPU-only cold-start plans: llama.cpp (mmap + on-demand paging) and MNN (sequential load, then compute);
-docs/design.md §4.4.
+"""CPU-only cold-start plans: llama.cpp and MNN (sequential load, then compute); docs/design.md §4.4, docs/hil.md
+"The llama.cpp policy".
 
-llama.cpp: the GGUF file is mmap'ed; the first ubatch touching a layer's weights faults them in (readahead-sized
-requests, issued by all compute threads at once), so loading interleaves with compute layer by layer and never runs
-ahead of it. Ubatches (`chunk_tokens`, llama.cpp's n_ubatch) run through all layers one after the other. Matmuls use
-the K-quant (or Q8_0) dot-product kernels with dequantization inside (`cpu_kquant_gemm_slowdown`).
+llama.cpp (what llama-cpp-python 0.3.16's vendored llama.cpp does on a CPU; every step from its source, every cost a
+device parameter measured by hil.calibrate_peer on the host):
+1. model open: GGUF metadata and the vocabulary parse (`llamacpp_open_s`), before any weight is read;
+2. weights: with `use_mmap` (its default) the file is mapped and a layer's pages fault in when the first ubatch
+   touches them (readahead-sized requests from all compute threads), interleaved with compute; without it, one
+   thread reads every tensor in turn into its buffers (`read()`), all before the first eval. Either way the tensor
+   types ggml-cpu repacks (planner.formats.GGML_REPACK_X86 on x86: Q4_0, Q4_K) are read and re-laid out at load, on
+   the loading thread, before the context exists (`llamacpp_repack_gbps`);
+3. context: KV cache, output buffer, compute-graph reserve (`llamacpp_context_s`);
+4. one prompt eval of all tokens (n_ubatch = `chunk_tokens`): a fixed part (`llamacpp_eval_s`: graph build and
+   allocation, the LM head of the last token) then the layers in order, each ubatch through all layers before the
+   next, on `compute_threads`. A matmul runs at llama.cpp's measured rate for the file type
+   (`llamacpp_gemm_gops_per_ghz["<type>@<d_model>"]`, nearest d_model measured; the eval's other ops are inside that
+   rate, so compute tasks carry only their matmuls); without a measured rate, Q8_0 at the device's INT8 GEMM rate and
+   the K-quants slowed down (`cpu_kquant_gemm_slowdown`), every op costed.
+Per-tensor types and bytes: planner.formats.ggml_tensor_types (llama.cpp's quantizer rules for a file type).
 MNN: all INT8 per-channel weights are read by one loader thread, then the whole prompt is computed on the CPU with
 INT8 GEMMs and dynamic activation quantization.
 """
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass
+
 from planner.device import SocProfile
-from planner.formats import GGML_BPW, ggml_type_for_budget
+from planner.formats import GGML_BPW, GGML_REPACK_X86, ggml_tensor_nbytes, ggml_tensor_types, ggml_type_for_budget
 from planner.framework import FrameworkSpec
 from planner.pipeline.builder import add_prefill
 from planner.pipeline.dag import place_cpu
 from planner.pipeline.npu_plan import add_embedding
-from planner.pipeline.weights import SCALE_BYTES, ggml_layer_bytes, layer_refs
+from planner.pipeline.weights import NORM_BYTES, SCALE_BYTES, layer_refs
 from planner.plan import Plan, PlanBuilder, SchedulePolicy
 from quant.arch import ModelSpec
 
 
+@dataclass
+class GgmlLayer:
+    nbytes: int             # B of the layer's tensors in the GGUF file (norms included)
+    repack_bytes: int       # B of them ggml-cpu repacks at load (0 where the device repacks nothing)
+
+
+def ggml_layers(spec: ModelSpec, ftype: str, dev: SocProfile, embedding: bool = False) -> list[GgmlLayer]:
+    """n_layers + 1 entries (last: final norm + LM head, and with `embedding` an untied token embedding: read whole
+    when the file is not mapped) of a llama.cpp file of type `ftype`; repacked bytes only on a device with a measured
+    repack rate (x86: GGML_REPACK_X86)."""
+    types = ggml_tensor_types(spec, ftype)
+    shapes = spec.linear_shapes()
+    repacks = dev.llamacpp_repack_gbps > 0
+    out = []
+    for i in range(spec.n_layers):
+        nb = NORM_BYTES * 2 * spec.d_model
+        rp = 0
+        for kind, (c, d) in shapes.items():
+            t = types[kind][i]
+            b = ggml_tensor_nbytes(c * d, t)
+            nb += b
+            if repacks and t in GGML_REPACK_X86 and c % 8 == 0:
+                rp += b
+        out.append(GgmlLayer(nb, rp))
+    head = ggml_tensor_nbytes(spec.vocab * spec.d_model, types["output"][0]) + NORM_BYTES * spec.d_model
+    if embedding and not spec.tied_embeddings:      # the token embedding: the file type's base type (never repacked)
+        base = {"Q4_K_M": "Q4_K", "Q5_K_M": "Q5_K"}.get(ftype, ftype)
+        base = "Q5_0" if base.endswith("_K") and spec.d_model % 256 else base
+        head += ggml_tensor_nbytes(spec.vocab * spec.d_model, base)
+    out.append(GgmlLayer(head, 0))
+    return out
+
+
+def llamacpp_rate_key(dev: SocProfile, ftype: str, d_model: int) -> str:
+    """The matmul weight format llama.cpp's tasks carry: the device's measured rate for `ftype` at the nearest
+    measured d_model ("<type>@<d>"), else int8 (Q8_0) / kquant."""
+    have = [k for k in dev.llamacpp_gemm_gops_per_ghz if k.split("@")[0] == ftype]
+    if have:
+        return min(have, key=lambda k: (abs(math.log(int(k.split("@")[1]) / d_model)), k))
+    return "int8" if ftype == "Q8_0" else "kquant"
+
+
 def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, bits: float) -> Plan:
-    gtype = ggml_type_for_budget(bits) if fw.weight_type in ("", "budget") else fw.weight_type
-    per_layer = ggml_layer_bytes(spec, gtype)
+    ftype = ggml_type_for_budget(bits) if fw.weight_type in ("", "budget") else fw.weight_type
+    layers = ggml_layers(spec, ftype, dev, embedding=not fw.use_mmap)
+    wfmt = llamacpp_rate_key(dev, ftype, spec.d_model)
     b = PlanBuilder()
-    emb = add_embedding(b, spec, tokens)
+
+    def fixed(name: str, seconds: float, after: list[int]) -> int:
+        """A fixed stretch of llama.cpp's own CPU work on its main thread (a device constant, 0 = not modelled)."""
+        return b.add(name, "load", after, duration_s=seconds, phase="setup") if seconds > 0 else \
+            (after[0] if after else -1)
+
+    opened = fixed("llamacpp.open", dev.llamacpp_open_s, [])
     readers = fw.loader_threads
+    repack_ids: list[int] = []
+    if fw.use_mmap:
+        prev = opened
+        for i, ly in enumerate(layers):          # repacked tensors are copied out of the mapping at load
+            if ly.repack_bytes:
+                prev = b.add(f"repack.L{i}", "load", [prev], layer=i, read_bytes=ly.repack_bytes,
+                             request_bytes=dev.mmap_readahead_bytes, mem_alloc=ly.repack_bytes, phase="load",
+                             duration_s=ly.repack_bytes / (dev.llamacpp_repack_gbps * 1e9))
+                repack_ids.append(prev)
+        ctx = fixed("llamacpp.context", dev.llamacpp_context_s, [prev])
+        start = fixed("llamacpp.eval", dev.llamacpp_eval_s, [ctx])
+        emb = add_embedding(b, spec, tokens, [start])
 
-    def fault_in(layer: int, after: int) -> int:
-        nbytes = per_layer[layer]
-        parts = [nbytes // readers + (1 if r < nbytes % readers else 0) for r in range(readers)]
-        ids = [b.add(f"fault.L{layer}.t{r}", "load", [after, emb], layer=layer, read_bytes=p,
-                     tensors=layer_refs(spec, layer),
-                     request_bytes=dev.mmap_readahead_bytes, mem_alloc=p, phase="load")
-               for r, p in enumerate(parts)]
-        return b.add(f"paged.L{layer}", "join", ids, layer=layer)
+        def fault_in(layer: int, after: int) -> int:
+            nbytes = layers[layer].nbytes - layers[layer].repack_bytes
+            parts = [nbytes // readers + (1 if r < nbytes % readers else 0) for r in range(readers)]
+            ids = [b.add(f"fault.L{layer}.t{r}", "load", [after, emb], layer=layer, read_bytes=p,
+                         tensors=layer_refs(spec, layer),
+                         request_bytes=dev.mmap_readahead_bytes, mem_alloc=p, phase="load")
+                   for r, p in enumerate(parts) if p > 0]
+            return b.add(f"paged.L{layer}", "join", ids or [after], layer=layer)
 
-    wfmt = "int8" if gtype == "Q8_0" else "kquant"
-    add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, fault_in, start=emb, cpu_wfmt=wfmt, layer_serial=True)
+        add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, fault_in, start=emb, cpu_wfmt=wfmt,
+                    layer_serial=True)
+    else:
+        readers = 1                               # llama_model_loader::load_all_data: one thread, tensor by tensor
+        prev = opened
+        loaded = []
+        for i, ly in enumerate(layers):
+            prev = b.add(f"read.L{i}", "load", [prev], layer=i, read_bytes=ly.nbytes, tensors=layer_refs(spec, i),
+                         request_bytes=dev.flash_bulk_request_bytes, mem_alloc=ly.nbytes, phase="load",
+                         duration_s=ly.repack_bytes / (dev.llamacpp_repack_gbps * 1e9) if ly.repack_bytes else 0.0)
+            loaded.append(prev)
+        ctx = fixed("llamacpp.context", dev.llamacpp_context_s, [prev])
+        start = fixed("llamacpp.eval", dev.llamacpp_eval_s, [ctx])
+        emb = add_embedding(b, spec, tokens, [start])
+        add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, loaded, start=emb, cpu_wfmt=wfmt, layer_serial=True)
+    if wfmt not in ("int8", "kquant"):
+        _matmuls_only(b, spec)
+    flash = sum(ly.nbytes for ly in layers)
+    bpw = GGML_BPW.get(ftype, 8.0 * flash / max(1, spec.total_params()))
     return Plan(framework="llamacpp", model=spec.name, device=dev.name, prompt_tokens=tokens,
                 chunk_tokens=fw.chunk_tokens, tasks=b.tasks, loader_threads=readers, unpack_threads=1,
                 cpu_threads=fw.compute_threads, schedule=SchedulePolicy(),
-                info=dict(ggml_type=gtype, bits_per_weight=GGML_BPW[gtype], flash_bytes=sum(per_layer)))
+                info=dict(ggml_type=ftype, bits_per_weight=bpw,
+                          flash_bytes=flash, repack_bytes=sum(ly.repack_bytes for ly in layers),
+                          use_mmap=fw.use_mmap, gemm_rate=wfmt))
+
+
+def _matmuls_only(b: PlanBuilder, spec: ModelSpec) -> None:
+    """With llama.cpp's measured per-file-type rate, a compute task's cost is its layer matmuls at that rate (the
+    graph's other ops are inside it; the LM head of the last token is inside llamacpp_eval_s): other works go.
+    The ops stay, so the host runner still runs every op of the plan."""
+    for t in b.tasks:
+        if t.resource == "cpu":
+            t.works = [w for w in t.works if w.kind == "matmul"]
 
 
 def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int) -> Plan:

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from planner.device import SocProfile
-from planner.formats import ggml_nbytes, tensor_nbytes, unpack_work
+from planner.formats import tensor_nbytes, unpack_work
 from planner.pipeline.dag import head_tensor_names, layer_tensor_names
 from planner.plan import OpWork, TensorRef
 from quant.arch import ModelSpec
@@ -77,9 +77,3 @@ def bits_weights(bits_per_kind: list[np.ndarray], d_ins: list[int]) -> list[int]
     for b, d in zip(bits_per_kind, d_ins):
         out += np.bincount(np.asarray(b, dtype=np.int64), minlength=9)[:9] * d
     return [int(v) for v in out]
-
-
-def ggml_layer_bytes(spec: ModelSpec, ggml_type: str) -> list[int]:
-    """llama.cpp GGUF bytes per layer (+ output head) for one K-quant/Q8_0 type."""
-    per_layer = ggml_nbytes(spec.layer_params() - 2 * spec.d_model, ggml_type) + NORM_BYTES * 2 * spec.d_model
-    return [per_layer] * spec.n_layers + [ggml_nbytes(spec.vocab * spec.d_model, ggml_type)]
