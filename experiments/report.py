@@ -16,6 +16,8 @@ command is rebuilt from Hydra's `.hydra/overrides.yaml` and the rest is reported
 Topics (by the app that made the runs):
 - `coldstart` (`experiments.coldstart`): modelled TTFT per framework × workload, one table per model/device/bits.
 - `multidevice` (`experiments.multidevice`): modelled TTFT, TPOT and QoS per planner × cluster.
+- `multidevice-report` (`experiments.multidevice_report`): the cluster × model family × planner tables of
+  docs/multidevice.md "Results" (each section from the newest run directory that has it).
 - `host-<machine kind>` (`experiments.validate`): predicted vs measured cold TTFT per configuration, one page per
   machine kind (CPU model, family, model number); a new report replaces the page (the latest report only).
 - `peer-<machine kind>` (`experiments.validate peer=llamacpp`): cold TTFT beside perplexity, ours and llama.cpp's
@@ -477,6 +479,8 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
     apps = sorted({r.app for r in runs})
     if len(apps) != 1:
         raise ReportError(f"run dirs: one app per page (found {', '.join(a or '?' for a in apps)})")
+    if apps[0] == "experiments.multidevice_report":               # one page, every section
+        return [multidevice_report_page(topic or "multidevice-report", runs)]
     if apps[0] == "experiments.validate":
         groups: dict[str, list[Run]] = {}
         for r in runs:                   # a protocol set's page apart from the invocations' page (protocol_page)
@@ -540,6 +544,121 @@ def peer_page(topic: str, runs: list[Run]) -> Page:
         table_md(rows), f"The same table as CSV: [{topic}.csv]({topic}.csv).", "",
         _manifest_md(runs), ""])
     return Page(topic, md, pd.DataFrame(rows, columns=list(COLUMNS)))
+
+
+MD_REPORT_SECTIONS = {      # section of experiments.multidevice_report -> (heading, what it shows)
+    "qos": ("Best model each planner runs within QoS (rule `qos`)",
+            "Each planner runs the most accurate model of the family for which it meets QoS (every TTFT ≤ 10 s, ≤ 5 % "
+            "of tokens above 400 ms; models tried by descending published MMLU), else the largest model it can run "
+            "(the paper's objective). `single` = the fastest device of the cluster alone; `mp` / `tp` = the "
+            "heterogeneity-aware baselines with the best uniform precision that meets QoS; `precision` = what the "
+            "planner ran (uniform, or Voltron's mix as FP16 / INT8 / INT4 shares of sublayer-steps)."),
+    "largest": ("Largest model each planner runs (rule `largest`)",
+                "The largest model each planner runs without OOM, regardless of QoS (paper: \"the largest model that "
+                "fits\")."),
+    "equal_split": ("Naive equal split vs heterogeneity-aware vs Voltron on the Office cluster (paper Fig. 4b)",
+                    "The largest model of every family, each planner with an equal or a heterogeneity-aware split."),
+    "pred_err": ("Planner prediction error against the simulated cluster",
+                 "Per run of the `qos` and equal-split tables: the planner's estimate against the simulated cluster "
+                 "(Voltron's are those of its closed-loop corrected estimates)."),
+    "latency": ("Latency-regression accuracy",
+                "Held-out 20 % of the profiling runs of the simulated devices (5 % profile noise); the regression is "
+                "fitted per (device, precision, phase) on single-sublayer runs."),
+    "energy": ("Energy mode against the single device",
+               "Decode energy per token (mJ), Voltron with energy mode off and on against the single device, each "
+               "running the model the `qos` rule chose for it (Voltron: ≤ {max_violation:g} % of tokens over 400 ms); "
+               "a configuration that misses QoS saves nothing. Trace `{energy_trace}`."),
+    "gains": ("Voltron − single accuracy by INT4 loss scale",
+              "The accuracy proxy's gain (MMLU points) of Voltron over the single device under the `qos` rule, with "
+              "the INT4 loss of every model scaled by `accuracy.int4_scale` (docs/multidevice.md \"Accuracy "
+              "model\")."),
+}
+MD_REPORT_ROW_KEYS = ("cluster", "family", "planner", "model", "precision", "ttft_s", "ttft_s_max", "qos_ttft_ok",
+                      "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate", "accuracy_proxy", "oom", "qos_met",
+                      "energy_mj_per_token", "pred_err_ttft_bias", "pred_err_ttft_mape", "pred_err_tpot_bias",
+                      "pred_err_tpot_mape", "plan_ms_p50_search")
+
+
+def multidevice_report_summary(m: dict[str, Any]) -> str:
+    """QoS met per planner and Voltron's accuracy gain over the single device, from the `qos` section."""
+    rows = m["sections"].get("qos")
+    if not rows:
+        return "No `qos` section in these runs (`experiments.multidevice_report --only qos,...`)."
+    from sim.multidevice.report import gains
+
+    planners = list(dict.fromkeys(r["planner"] for r in rows))
+    met = {p: [bool(r["qos_met"]) for r in rows if r["planner"] == p] for p in planners}
+    g = sorted(gains(rows).values())
+    gain = ("" if not g else f"; Voltron's accuracy proxy minus the single device's: {g[0]:+.2f} to {g[-1]:+.2f} "
+            f"MMLU points (median {float(np.median(g)):+.2f})")
+    return (f"Modelled (simulated cluster), trace `{m['trace']}`, {m['turns']} turns, seed {m['seed']}, rule `qos`: "
+            "cluster × family cells where the planner met QoS — "
+            + ", ".join(f"{p} {sum(v)}/{len(v)}" for p, v in met.items()) + gain + ".")
+
+
+def multidevice_report_page(topic: str, runs: list[Run]) -> Page:
+    """The page of `experiments.multidevice_report` runs: every section from the newest run that has it (sections'
+    tables formatted by `sim.multidevice.report`); the CSV holds every section's rows."""
+    from sim.multidevice import report as md
+
+    newest = sorted(runs, key=lambda x: (x.finished_utc or "", x.dir.name), reverse=True)
+    src: dict[str, Run] = {}
+    for r in newest:
+        if not isinstance(r.metrics.get("sections"), dict):
+            raise ReportError(f"{r.dir / 'metrics.json'}: no sections (not an experiments.multidevice_report run)")
+        for k in r.metrics["sections"]:
+            src.setdefault(k, r)
+    used = sorted({id(r): r for r in src.values()}.values(), key=lambda x: _natural(x.dir.name))
+    sec = {k: r.metrics["sections"][k] for k, r in src.items()}
+    meta = {k: r.metrics for k, r in src.items()}
+    parts, csv_rows = [], []
+
+    def add(key: str, body: str, m: dict[str, Any], run: Run) -> None:
+        head, about = MD_REPORT_SECTIONS[key]
+        about = about.format(max_violation=100 * m.get("energy_max_violation", 0.01),
+                             energy_trace=m.get("energy_trace", "?"))
+        parts.extend([f"## {head}", "", f"{about} Run `{run.dir.name}`.", "", body.rstrip(), ""])
+
+    def rows_csv(name: str, rows: list[dict], run: Run) -> None:
+        csv_rows.extend({"table": name, **{k: r.get(k) for k in MD_REPORT_ROW_KEYS}, "run": run.dir.name}
+                        for r in rows)
+
+    for key in ("qos", "largest", "equal_split"):
+        if key in sec:
+            m = meta[key]
+            add(key, md.markdown(sec[key], m["trace"], m["turns"]), m, src[key])
+            rows_csv(key, sec[key], src[key])
+    if "qos" in sec or "equal_split" in sec:
+        run = src.get("qos") or src["equal_split"]
+        add("pred_err", md.pred_err_markdown(sec.get("qos", []) + sec.get("equal_split", [])), run.metrics, run)
+    if "latency" in sec:
+        add("latency", md.latency_markdown(sec["latency"]), meta["latency"], src["latency"])
+        csv_rows.extend({"table": "latency", **r, "run": src["latency"].dir.name} for r in sec["latency"])
+    if "energy" in sec:
+        m, e = meta["energy"], sec["energy"]
+        add("energy", md.energy_markdown(e["normal"], e["energy_mode"], m.get("energy_max_violation", 0.01)), m,
+            src["energy"])
+        rows_csv("energy", e["normal"], src["energy"])
+        rows_csv("energy_mode", e["energy_mode"], src["energy"])
+    if "gains" in sec:
+        by = {float(s): rows for s, rows in sec["gains"].items()}
+        add("gains", md.gain_markdown(by), meta["gains"], src["gains"])
+        for s, rows in sec["gains"].items():
+            rows_csv(f"gains int4_scale={s}", rows, src["gains"])
+    if not parts:
+        raise ReportError("run dirs: no section of experiments.multidevice_report in them")
+    summary_m = (src.get("qos") or used[-1]).metrics
+    md_text = "\n".join([
+        HEADER, "# Simulated multi-device execution: cluster × model family × planner", "",
+        "The cluster × model family × planner tables of docs/multidevice.md \"Results\" (Voltron §5 setting): every "
+        "run executes on the simulated cluster (`sim/multidevice/device_model.py`), not on the planner's cost model. "
+        "All numbers are modelled except the planner's search times (`search ms p50`, measured on the machine in the "
+        "manifest, shared with other jobs).", "",
+        SUMMARY_BEGIN, multidevice_report_summary(summary_m), "", f"_{_short_provenance(used)}._", SUMMARY_END, "",
+        *parts,
+        f"Every section's rows as CSV: [{topic}.csv]({topic}.csv).", "",
+        _manifest_md(used), ""])
+    return Page(topic, md_text, pd.DataFrame(csv_rows))
 
 
 def write_page(page: Page, out: Path = RESULTS_DIR) -> tuple[Path, Path]:

@@ -97,6 +97,33 @@ def test_multidevice_page_from_a_toy_run(tmp_path):
     assert f"| home | qwen2_5_3b | voltron | {m['precision']} | {m['ttft_s']:.2f} / " in summary
 
 
+def test_multidevice_report_page_from_a_toy_run(tmp_path):
+    _app(tmp_path, "experiments.multidevice_report", "--out", str(tmp_path / "md"), "--turns", "1",
+         "--clusters", "office", "--families", "qwen2_5", "--only", "qos,equal_split,latency")
+    (page,) = report.pages_for(report.load_runs([tmp_path / "md"]))
+    assert page.topic == "multidevice-report"
+    m = json.loads((tmp_path / "md" / "metrics.json").read_text())["sections"]
+    assert sorted(m) == ["equal_split", "latency", "qos"] and len(m["qos"]) == 4 and len(m["equal_split"]) == 5
+    v = next(r for r in m["qos"] if r["planner"] == "voltron")
+    row = next(ln for ln in page.markdown.splitlines() if ln.startswith("| office | qwen2_5 | voltron |"))
+    assert f"| {v['model']} |" in row and f"| {v['ttft_s']:.2f} / {v['ttft_s_max']:.2f} |" in row
+    met = sum(bool(r["qos_met"]) for r in m["qos"] if r["planner"] == "voltron")
+    assert f"voltron {met}/1" in report.page_summary(page.markdown)
+    assert "## Planner prediction error" in page.markdown and "## Latency-regression accuracy" in page.markdown
+    assert "## Energy mode" not in page.markdown                    # a section the run did not make
+    assert list(page.table["table"]).count("qos") == 4 and list(page.table["table"]).count("latency") == 3
+    man = json.loads((tmp_path / "md" / "manifest.json").read_text())
+    assert man["app"] == "experiments.multidevice_report" and _is_a_commit_of_this_history(man["commit"])
+    assert man["command"].endswith("--families qwen2_5 --only qos,equal_split,latency")
+    assert f"`{man['command']}`" in page.markdown and man["machine"]["id_hash"] in page.markdown
+
+
+def test_multidevice_report_bad_argument_is_one_line_exit_2(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "experiments.multidevice_report", "--out", str(tmp_path / "x"),
+                        "--only", "qos,nope"], capture_output=True, text=True, env=ENV, cwd=tmp_path)
+    assert r.returncode == 2 and "--only: unknown nope" in r.stderr and not (tmp_path / "x").exists()
+
+
 def _fake_validate_run(root, name, kind_sig, framework, predicted, runs):
     """A validate run directory as the app writes it (metrics.json keys and runs.csv of experiments.validate). The
     app itself is not run here: it times the host (its own tests run it); this checks the page generator on its

@@ -8,11 +8,11 @@ within QoS and ≤ 5 % of tokens above the TPOT QoS; if none does, the largest m
 "the largest model that fits"): the first that completes without OOM. If nothing runs, the smallest model's failed run
 is reported. Every run is the same simulated conversation (`turns`, seed) under one RSSI trace.
 
-    python -m sim.multidevice.report --trace walk_away --turns 3 --out outputs/multidevice
+`experiments.multidevice_report` runs these tables into a run directory; `python -m experiments.report <run dir>`
+makes the results page docs/results/multidevice-report.md from it (docs/multidevice.md "Results").
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
@@ -37,17 +37,18 @@ def _meets_qos(m: dict, max_violation: float) -> bool:
 
 def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: str = "qos",
           max_violation: float = 0.05, planners=PLANNERS, accuracy: AccuracyConfig | None = None,
-          energy_mode: bool = False) -> list[dict]:
+          energy_mode: bool = False, clusters=CLUSTERS, families=None) -> list[dict]:
     """Rows of the table; `planners` a subset of the registry's names, `accuracy` the accuracy-proxy config (None =
-    default), `energy_mode` for the policies that have one (`planner.energy_mode`)."""
+    default), `energy_mode` for the policies that have one (`planner.energy_mode`), `clusters` / `families` subsets
+    (None = every family)."""
     acc_cfg = accuracy or AccuracyConfig()
     tr = RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv"))
     rows = []
     ctx_cache: dict = {}
     t0 = time.time()
-    for cl in CLUSTERS:
+    for cl in clusters:
         cluster = load_cluster(cl)
-        for fam, models in FAMILIES.items():
+        for fam, models in _families(families).items():
             ordered = sorted(models, key=lambda m: -BASE_MMLU[m])
             for pname in planners:
                 last, first_running = None, None
@@ -75,6 +76,16 @@ def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: st
                     print(f"[{time.time() - t0:5.0f} s] {cl:6s} {fam:8s} {pname:8s} {r['model']:18s} "
                           f"TTFT {r['ttft_s']} TPOT p50 {r['tpot_ms_p50']} oom {r['oom']}", file=sys.stderr, flush=True)
     return rows
+
+
+def _families(names=None) -> dict[str, list[str]]:
+    """FAMILIES, or the named subset of it (in FAMILIES' order); an unknown name is a one-line error."""
+    if names is None:
+        return dict(FAMILIES)
+    bad = sorted(set(names) - set(FAMILIES))
+    if bad:
+        raise ValueError(f"families: unknown {', '.join(bad)} (known: {', '.join(FAMILIES)})")
+    return {f: m for f, m in FAMILIES.items() if f in names}
 
 
 def gains(rows: list[dict]) -> dict[tuple[str, str], float]:
@@ -133,12 +144,13 @@ def energy_markdown(normal: list[dict], energy: list[dict], max_violation: float
     return "\n".join(out) + "\n"
 
 
-def equal_split(trace: str, turns: int, cluster: str = "office", seed: int = 0) -> list[dict]:
-    """Paper Fig. 4b: the naive equal MP / TP split vs Voltron, for the largest model of every family."""
+def equal_split(trace: str, turns: int, cluster: str = "office", seed: int = 0, families=None) -> list[dict]:
+    """Paper Fig. 4b: the naive equal MP / TP split vs Voltron, for the largest model of every family (or of
+    `families`)."""
     tr = RssiTrace.load(TraceConfig(name=trace, csv=f"{trace}.csv"))
     cl = load_cluster(cluster)
     rows = []
-    for fam, models in FAMILIES.items():
+    for fam, models in _families(families).items():
         m = max(models, key=lambda x: BASE_MMLU[x])
         base, _ = build_run_context(model_spec(m), cl, PlannerConfig(), seed)
         for pname, bal in (("mp", "equal"), ("tp", "equal"), ("mp", "hetero"), ("tp", "hetero"), ("voltron", "hetero")):
@@ -204,18 +216,29 @@ def pred_err_markdown(rows: list[dict]) -> str:
     return "\n".join(out) + "\n"
 
 
-def latency_accuracy(seed: int = 0) -> str:
-    """Held-out accuracy of the planner's latency regression, fitted on profiling runs of the simulated devices."""
+LATENCY_KEYS = ("n_points", "mape", "r2", "accuracy", "mape_prefill", "mape_decode")
+
+
+def latency_rows(seed: int = 0, clusters=CLUSTERS, families=None) -> list[dict]:
+    """Held-out accuracy of the planner's latency regression, fitted on profiling runs of the simulated devices: one
+    row per model (by family, ascending published score) and cluster."""
+    rows = []
+    for fam, models in _families(families).items():
+        for m in sorted(models, key=lambda x: BASE_MMLU[x]):
+            for cl in clusters:
+                _, a = build_run_context(model_spec(m), load_cluster(cl), PlannerConfig(), seed)
+                rows.append({"model": m, "cluster": cl, **{k: a[k] for k in LATENCY_KEYS}})
+    return rows
+
+
+def latency_markdown(rows: list[dict]) -> str:
+    """The latency-regression accuracy table of `latency_rows`."""
     out = ["| model | cluster | held-out points | MAPE | R² | accuracy (1 − MAPE) | MAPE prefill | MAPE decode |",
            "|---|---|---|---|---|---|---|---|"]
-    for fam, models in FAMILIES.items():
-        for m in sorted(models, key=lambda x: BASE_MMLU[x]):
-            for cl in CLUSTERS:
-                cluster = load_cluster(cl)
-                _, a = build_run_context(model_spec(m), cluster, PlannerConfig(), seed)
-                out.append(f"| {m} | {cl} | {a['n_points']} | {100 * a['mape']:.1f} % | {a['r2']:.4f} | "
-                           f"{100 * a['accuracy']:.1f} % | {100 * a['mape_prefill']:.1f} % | "
-                           f"{100 * a['mape_decode']:.1f} % |")
+    for a in rows:
+        out.append(f"| {a['model']} | {a['cluster']} | {a['n_points']} | {100 * a['mape']:.1f} % | {a['r2']:.4f} | "
+                   f"{100 * a['accuracy']:.1f} % | {100 * a['mape_prefill']:.1f} % | "
+                   f"{100 * a['mape_decode']:.1f} % |")
     return "\n".join(out) + "\n"
 
 
@@ -262,54 +285,3 @@ def figure(trace: str, cluster: str, model: str, turns: int, out, seed: int = 0,
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return {"figure": str(path), **{k: v for k, v in summary.items()}}
-
-
-def main(argv=None) -> None:
-    from pathlib import Path
-
-    from quant.atomic import atomic_write_json, atomic_write_text
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--trace", default="walk_away")
-    ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--rule", choices=("qos", "largest"), default="qos",
-                    help="qos: best model meeting both QoS targets (TPOT violations <= 5 %%), else the largest that "
-                         "runs; largest: the largest model that runs without OOM")
-    ap.add_argument("--out", default="outputs/multidevice")
-    ap.add_argument("--figure", action="store_true", help="also plot TPOT/RSSI over time (office, qwen2_5_14b)")
-    ap.add_argument("--latency", action="store_true", help="only print the latency-regression accuracy table")
-    ap.add_argument("--energy", action="store_true", help="only Voltron's energy per token (energy mode off / on) "
-                    "against the single device's, with the QoS outcome beside each")
-    ap.add_argument("--gains", default="", help="only the Voltron-vs-single accuracy gain per cluster and family, for "
-                    "these comma-separated accuracy.int4_scale values (e.g. 0.5,1,2)")
-    a = ap.parse_args(argv)
-    if a.latency:
-        print(latency_accuracy(a.seed))
-        return
-    if a.energy:
-        kw = dict(rule=a.rule, planners=("voltron", "single"), max_violation=0.01)
-        print(energy_markdown(table(a.trace, a.turns, a.seed, **kw),
-                              table(a.trace, a.turns, a.seed, energy_mode=True, **kw)))
-        return
-    if a.gains:
-        by = {float(x): table(a.trace, a.turns, a.seed, rule=a.rule, planners=("voltron", "single"),
-                              accuracy=AccuracyConfig(int4_scale=float(x))) for x in a.gains.split(",")}
-        print(gain_markdown(by))
-        return
-    if a.figure:
-        from pathlib import Path as _P
-
-        print(figure(a.trace, "office", "qwen2_5_14b", max(a.turns, 5), _P(a.out))["figure"])
-    rows = table(a.trace, a.turns, a.seed, rule=a.rule)
-    rows_eq = equal_split(a.trace, a.turns, seed=a.seed)
-    out = Path(a.out)
-    atomic_write_text(out / f"equal_split_{a.trace}.md", markdown(rows_eq, a.trace, a.turns))
-    atomic_write_json(out / f"table_{a.trace}_{a.rule}.json", rows)
-    atomic_write_text(out / f"table_{a.trace}_{a.rule}.md", markdown(rows, a.trace, a.turns))
-    atomic_write_text(out / f"pred_err_{a.trace}_{a.rule}.md", pred_err_markdown(rows + rows_eq))
-    print(markdown(rows, a.trace, a.turns))
-
-
-if __name__ == "__main__":
-    main()
