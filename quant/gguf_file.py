@@ -5,7 +5,10 @@ tensors, building its tokenizer. Everything here takes a file path or a `weights
 by `quant.synth`, which reads SmolLM2's file through this module); this module sits below both so that neither imports
 the other's user.
 
-Design: loading takes ~5 s, so `read_tensors` caches the dequantized float32 arrays per file within a process. The
+Design: parsing a file's header (SmolLM2's 49152-token vocabulary and its merges) takes seconds, so `open_gguf` keeps
+the parsed reader per version of a file (path, size, mtime, inode) within a process, and `tokenizer_of` and
+`read_tensors` (loading takes ~5 s) cache their results per version the same way: a rewritten file is parsed again.
+A kept reader keeps its file mapped (hil.peer.private_copy says why a cold-start measurement reads a copy). The
 cached arrays are made read-only; callers that want to modify weights (e.g. prune channels) copy the arrays they
 change (`w = dict(load_weights(spec)); w[k] = w[k].copy()`). Linear weights are shaped (out_channels, in_channels),
 i.e. GGUF's `reversed(t.shape)`; keys are the GGUF tensor names (`blk.{i}.attn_q.weight`, `token_embd.weight`, ...).
@@ -91,38 +94,52 @@ def check_sha256(path: Path, want: str, fix: str) -> None:
     verified_once(path, f"sha256-{want}", check)
 
 
-def open_gguf(path: str, key: str = "model.gguf_file"):
-    """gguf.GGUFReader of `path`; an empty, truncated or corrupt file -> GGUFError (one line naming `key`)."""
-    import gguf
-
+def file_version(path: str, key: str = "model.gguf_file") -> tuple[str, int, int, int]:
+    """(resolved path, size, mtime ns, inode) of a GGUF file: the key of the per-process caches here. A missing or
+    too short file -> GGUFError (one line naming `key`)."""
     p = Path(path)
     try:
-        size = p.stat().st_size
+        st = p.stat()
+        real = str(p.resolve())
     except OSError as e:
         raise GGUFError(f"{key}: cannot read {p} ({e.strerror})") from None
-    if size < 24:
-        raise GGUFError(f"{key}: {p} is not a GGUF file ({size} bytes)")
+    if st.st_size < 24:
+        raise GGUFError(f"{key}: {p} is not a GGUF file ({st.st_size} bytes)")
+    return real, st.st_size, st.st_mtime_ns, st.st_ino
+
+
+def open_gguf(path: str, key: str = "model.gguf_file"):
+    """gguf.GGUFReader of `path`, parsed once per version of the file (shared: read it, do not change it); an empty,
+    truncated or corrupt file -> GGUFError (one line naming `key`)."""
     try:
-        reader = gguf.GGUFReader(path)
-        for t in reader.tensors:                 # every tensor's data must lie inside the file
-            if t.data.nbytes != int(t.n_bytes) or int(t.data_offset) + int(t.n_bytes) > size:
-                raise ValueError(f"tensor {t.name} runs past the end of the file")
+        return _parsed(*file_version(path, key))
     except GGUFError:
         raise
     except Exception as e:                       # the gguf package raises ValueError, struct/numpy errors, ...
         msg = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        raise GGUFError(f"{key}: {p.name} is not a valid GGUF file ({msg})") from None
+        raise GGUFError(f"{key}: {Path(path).name} is not a valid GGUF file ({msg})") from None
+
+
+@lru_cache(maxsize=4)
+def _parsed(path: str, size: int, mtime_ns: int, inode: int):
+    """The parsed, checked reader of one version of a file (a failed parse is not cached: it raises)."""
+    import gguf
+
+    reader = gguf.GGUFReader(path)
+    for t in reader.tensors:                     # every tensor's data must lie inside the file
+        if t.data.nbytes != int(t.n_bytes) or int(t.data_offset) + int(t.n_bytes) > size:
+            raise ValueError(f"tensor {t.name} runs past the end of the file")
     return reader
 
 
 def read_tensors(path: str) -> dict[str, np.ndarray]:
     """Every tensor of the file dequantized to float32 (read-only arrays, cached per file: a new dict each call)."""
     with _LOCK:
-        return dict(_read_cached(path))
+        return dict(_read_cached(*file_version(path)))
 
 
 @lru_cache(maxsize=2)
-def _read_cached(path: str) -> dict[str, np.ndarray]:
+def _read_cached(path: str, size: int, mtime_ns: int, inode: int) -> dict[str, np.ndarray]:
     import gguf
 
     reader = open_gguf(path)
@@ -152,9 +169,14 @@ def check_shapes(spec: ModelSpec, w: dict[str, np.ndarray]) -> None:
             raise ValueError(f"GGUF tensor {k} has shape {w[k].shape}, model.{spec.name} says {shape}")
 
 
-@lru_cache(maxsize=2)
 def tokenizer_of(path: str):
-    """`tokenizers.Tokenizer` built from the file's vocabulary and merges (gpt2 BPE with SmolLM2's pre-tokenizer)."""
+    """`tokenizers.Tokenizer` built from the file's vocabulary and merges (gpt2 BPE with SmolLM2's pre-tokenizer),
+    built once per version of the file (shared: do not change its settings)."""
+    return _tokenizer(*file_version(path))
+
+
+@lru_cache(maxsize=4)
+def _tokenizer(path: str, size: int, mtime_ns: int, inode: int):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 
     reader = open_gguf(path)

@@ -42,7 +42,7 @@ import numpy as np
 
 from quant.arch import ModelSpec, WeightSource, model_spec
 from quant.atomic import atomic_open, atomic_write_json
-from quant.gguf_file import package_gguf
+from quant.gguf_file import open_gguf, package_gguf
 from quant.twin import DEPTH_BINS, load_twin, twin_channel_stats, twin_path
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ def _source() -> tuple[SourceStats, list]:
     import gguf
 
     src = model_spec(SOURCE_MODEL)
-    reader = gguf.GGUFReader(str(source_path()))
+    reader = open_gguf(str(source_path()))          # shared with the tokenizer and weight loads
     kv = []
     for key, f in reader.fields.items():                         # tokenizer: vocabulary, merges, ids, template
         if key.startswith("tokenizer."):

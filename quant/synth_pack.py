@@ -88,9 +88,9 @@ class GGUFWeights(Mapping):
     dict it expects while at most a few tensors exist in float32 (1B model: ~1 GB instead of 4.3 GB)."""
 
     def __init__(self, path: Path, keep: int = 8) -> None:
-        import gguf
+        from quant.gguf_file import open_gguf
 
-        self._tensors = {t.name: t for t in gguf.GGUFReader(str(path)).tensors}
+        self._tensors = {t.name: t for t in open_gguf(str(path)).tensors}
         self._cache: OrderedDict[str, np.ndarray] = OrderedDict()
         self._keep = keep
 

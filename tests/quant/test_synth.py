@@ -35,11 +35,12 @@ def files(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def readers(files):
-    """gguf.GGUFReader of both files (parsing the 49152-token vocabulary takes seconds: once per module)."""
-    import gguf
+    """The parsed readers of both files (quant.gguf_file.open_gguf: parsed once per process, shared with the
+    tokenizer and weight loads)."""
+    from quant.gguf_file import open_gguf
 
     _, paths = files
-    return {"q8_0": gguf.GGUFReader(str(paths.q8_0)), "q4_1": gguf.GGUFReader(str(paths.q4_1))}
+    return {"q8_0": open_gguf(str(paths.q8_0)), "q4_1": open_gguf(str(paths.q4_1))}
 
 
 def test_gguf_readable_shapes_and_types(files, readers):
