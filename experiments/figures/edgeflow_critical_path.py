@@ -23,8 +23,9 @@ FRAMEWORKS = ("llamacpp", "mnn", "llmnpu_plus", "ef_mixed", "ef_pack", "ef_pipe"
 GRID = {"full": (FRAMEWORKS, ("lambada", "mmlu", "hellaswag")),
         "toy": (("llamacpp", "llmnpu_plus", "edgeflow"), ("lambada",))}
 PHASES = ("load", "prefill")
-COLORS = {"flash": "tab:blue", "unpack": "tab:orange", "sharing": "tab:brown", "npu": "tab:green", "cpu": "tab:red",
-          "graph": "tab:purple", "idle": "0.75"}
+# hues apart from the first five of tab10, which the figures' framework bars use (grouped_bars, line plots)
+COLORS = {"flash": "tab:cyan", "unpack": "tab:olive", "sharing": "tab:brown", "npu": "tab:pink", "cpu": "0.3",
+          "graph": "#e6ab02", "idle": "0.8"}
 
 SPEC = FigureSpec(
     name="edgeflow_critical_path", paper="EdgeFlow", figure="",
@@ -51,6 +52,28 @@ def attribution_rows(run: dict, phases: Iterable[str] = PHASES) -> list[dict]:
     return rows
 
 
+def path_frame(frameworks: Iterable[str], workloads: Iterable[str], bits: Iterable[float] = (5.0,),
+               phase: str = "total") -> list[dict]:
+    """Long rows in `data.sweep_frame`'s shape (metric `critical_path.<resource>_s`, value in s) of the cold starts'
+    critical path in `phase`, Llama3-8B; the runs are those `sweep_frame` simulates (shared in a process)."""
+    rows = []
+    for fw in frameworks:
+        for w in workloads:
+            for b in bits:
+                r = coldstart("llama3_8b", fw, w, bits=b)
+                rows += [{"model": "llama3_8b", "framework": fw, "workload": r["workload"],
+                          "prompt_tokens": r["prompt_tokens"], "bits": b, "metric": f"critical_path.{a['resource']}_s",
+                          "value": a["seconds"], "source": "modelled"} for a in attribution_rows(r, (phase,))]
+    return rows
+
+
+def path_of(df: pd.DataFrame) -> pd.DataFrame:
+    """The `path_frame` rows of a figure's long data, with a `resource` column (`stacked` draws them)."""
+    cp = df[df.metric.str.startswith("critical_path.")].copy()
+    cp["resource"] = cp.metric.str.slice(len("critical_path."), -len("_s"))
+    return cp
+
+
 def data(size: str) -> pd.DataFrame:
     fws, wls = GRID[size]
     rows = []
@@ -74,6 +97,18 @@ def stacked(ax, df: pd.DataFrame, bar: str, value: str = "seconds", rotate: bool
             ax.bar(range(len(bars)), h, 0.7, bottom=bottom, label=label(c), color=COLORS[c])
             bottom = [b + v for b, v in zip(bottom, h)]
     ax.set_xticks(range(len(bars)), [label(b) for b in bars], rotation=90 if rotate else 0, fontsize=7)
+
+
+def path_legend(axes, anchor_ax, **kw) -> None:
+    """One legend of the resources drawn in any of `axes`, right of `anchor_ax` (outside the axes)."""
+    seen: dict[str, object] = {}
+    for ax in axes:
+        for h, lab in zip(*ax.get_legend_handles_labels()):
+            seen.setdefault(lab, h)
+    order = [label(c) for c in CATEGORIES if label(c) in seen]
+    kw = {"fontsize": 7, "loc": "upper left", "bbox_to_anchor": (1.02, 1.0), "title": "critical path in",
+          "title_fontsize": 7, **kw}
+    anchor_ax.legend([seen[o] for o in order], order, **kw)
 
 
 def plot(df: pd.DataFrame, fig) -> None:
