@@ -143,6 +143,11 @@ def metrics_of(device_doc: dict, runtime_doc: dict, meas: dict, store: Path, tab
             if isinstance(v, str):
                 continue
             key = f"{prefix}.{k}"
+            if isinstance(v, dict):              # per-key rates (llamacpp_gemm_gops_per_ghz): one metric each
+                m |= {f"{key}.{kk}": vv for kk, vv in v.items()}
+                src = doc["sources"].get(k, "")
+                (measured if src.startswith("measured") else inputs).extend(f"{key}.{kk}" for kk in v)
+                continue
             m[key] = float(v) if isinstance(v, bool) else v
             src = doc["sources"].get(k, "")
             (measured if src.startswith("measured") else inputs).append(key)
@@ -206,6 +211,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(str(e)) from None
     prof, table = host.device, host.cost_table
     store = table.parent
+    from hil.calibrate_peer import peer_step  # llama.cpp's own costs (only with the peer extra)
+
+    peer_step(store, strict_bool(cfg.remeasure, "remeasure"), strict_bool(cfg.quick, "quick"),
+              log=lambda msg: print(msg, file=sys.stderr))
     device_doc = json.loads((store / "device.json").read_text())
     runtime_doc = json.loads((store / "runtime.json").read_text())
     meas = json.loads((store / "measurements.json").read_text())

@@ -45,11 +45,14 @@ from quant.arch import ModelSpec, WeightSource, model_spec
 LOAD_BUSY = 3.0             # 1-min load average above which a set's runs shared the 2 vCPUs with other work (the
 #                             runs themselves keep ~2 threads runnable)
 PAIR_WITH = "edgeflow"      # the framework whose paired speed-up over each other member of its group is reported
+PEER_TYPES = ("q8_0", "q4_0", "q4_k_m", "q4_1")    # llama.cpp file types a peer set runs (hil.peer.peer_gguf_file)
 PROMPT_RANGE = (8, 256)     # tokens: prompt lengths a set may hold (the held-out draw's range)
 BITS_RANGE = (3, 8)
 SEC_PER_PARAM_RUN = 1 / 1e9  # s per parameter of one cold run with its set-up, rounded up from two sets measured on
 #                              a 2-vCPU AMD EPYC VM (4 rounds x 3: the development set's 273 runs in 73 s, the held-out
 #                              set's 260 in 102 s; 1/1.2e9 and 1/1.15e9); experiments.validate's estimate uses it too
+PEER_SEC_PER_PARAM_RUN = 1 / 4e8   # s per parameter of one llama.cpp cold run (a peer set; SmolLM2 Q8_0 ~0.37 s, the
+#                                   1B 1.1-2.3 s measured on this host: docs/hil.md "The llama.cpp policy")
 
 
 @dataclass
@@ -58,8 +61,11 @@ class Configuration:
     model: str = MISSING
     bits: int = 5
     prompt_tokens: int = 128
+    weight_type: str = ""     # a peer set's llama.cpp file type (PEER_TYPES); "" in the host sets
 
     def __post_init__(self) -> None:
+        if self.weight_type not in ("", *PEER_TYPES):
+            raise ValueError(f"weight_type must be one of {', '.join(PEER_TYPES)} (got {self.weight_type!r})")
         if not 1 <= self.bits <= 8:
             raise ValueError(f"bits must be in 1..8 (got {self.bits})")
         if not 2 <= self.prompt_tokens <= 1024:
@@ -67,6 +73,8 @@ class Configuration:
 
     @property
     def key(self) -> str:
+        if self.weight_type:
+            return f"{self.framework}/{self.model}/{self.weight_type}/p{self.prompt_tokens}"
         return f"{self.framework}/{self.model}/b{self.bits}/p{self.prompt_tokens}"
 
     @property
@@ -94,6 +102,8 @@ class ProtocolSpec:
     level: float = ps.LEVEL
     bootstrap: int = ps.N_BOOT
     heldout: bool = False             # true: a judging set, never used to choose or tune a mechanism
+    peer: bool = False                # true: measured = llama.cpp itself (hil.peer), predicted = the simulator's
+    #                                   llama.cpp policy for its file (experiments.protocol_peer)
     draw: list[Draw] = field(default_factory=list)       # non-empty: `configurations` must equal the draw
     configurations: list[Configuration] = field(default_factory=list)
 
@@ -148,7 +158,12 @@ def draw_configurations(draws: list[Draw], seed: int) -> list[Configuration]:
 
 def check_spec(p: ProtocolSpec) -> None:
     """Every configuration runnable here and within the set's ranges; a drawn set equal to its draw."""
+    if p.peer:                  # experiments.protocol_peer.check_peer_spec (validate runs it)
+        return
     for c in p.configurations:
+        if c.weight_type:
+            raise ConfigError(f"protocol.configurations[{c.key}].weight_type: only a peer set (peer: true) names a "
+                              f"llama.cpp file type")
         framework_spec(c.framework, f"protocol.configurations[{c.key}].framework")
         try:
             spec = model_spec(c.model)
@@ -177,7 +192,8 @@ def _method(framework: str) -> str:
 def estimate_s(p: ProtocolSpec) -> float:
     """Modelled wall time of the rounds and warm-ups (SEC_PER_PARAM_RUN; file generation not included)."""
     runs = p.warmup + p.rounds * p.runs_per_round
-    return sum(runs * model_spec(c.model).total_params() * SEC_PER_PARAM_RUN for c in p.configurations)
+    per = PEER_SEC_PER_PARAM_RUN if p.peer else SEC_PER_PARAM_RUN
+    return sum(runs * model_spec(c.model).total_params() * per for c in p.configurations)
 
 
 # ================================================ the schedule ======================================================
@@ -367,7 +383,8 @@ def runs_csv(recs: list[RunRecord]) -> str:
 
 def metrics(p: ProtocolSpec, judged: dict[str, Any], recs: list[RunRecord], wall_s: float) -> dict[str, Any]:
     """metrics.json's flat keys: the set's summary (measured against modelled), the runs, the speed-ups."""
-    m: dict[str, Any] = {"protocol": p.name, "protocol_heldout": p.heldout, "protocol_seed": p.seed,
+    m: dict[str, Any] = {"protocol": p.name, "protocol_heldout": p.heldout, "protocol_peer": p.peer,
+                         "protocol_seed": p.seed,
                          "protocol_rounds": p.rounds, "protocol_runs_per_round": p.runs_per_round,
                          "protocol_warmup": p.warmup, "protocol_level": p.level,
                          "protocol_configurations": len(p.configurations), "protocol_stored_set": is_stored(p)}
@@ -392,8 +409,8 @@ def metrics(p: ProtocolSpec, judged: dict[str, Any], recs: list[RunRecord], wall
     return m
 
 
-INPUT_KEYS = ("protocol_heldout", "protocol_seed", "protocol_rounds", "protocol_runs_per_round", "protocol_warmup",
-              "protocol_level", "protocol_configurations", "protocol_stored_set")
+INPUT_KEYS = ("protocol_heldout", "protocol_peer", "protocol_seed", "protocol_rounds", "protocol_runs_per_round",
+              "protocol_warmup", "protocol_level", "protocol_configurations", "protocol_stored_set")
 
 
 def is_stored(p: ProtocolSpec) -> bool:
@@ -453,6 +470,8 @@ def summary_md(m: dict[str, Any]) -> str:
            f"- Mean |error|: {m['protocol_mean_abs_pct']:.1f} %; host noise floor (median spread of round medians): "
            f"{m['protocol_median_noise_pct']:.1f} %",
            f"- Predictions inside their configuration's interval: {m['protocol_inside']} of {m['protocol_n']}"]
+    if m.get("protocol_peer_criterion"):
+        out.append(m["protocol_peer_criterion"])
     if m.get("protocol_speedups"):
         out.append(f"- {PAIR_WITH} speed-ups (paired): mean error {_pc(m['protocol_speedup_bias_pct'])}, mean "
                    f"|error| {m['protocol_speedup_mean_abs_pct']:.1f} %, inside {m['protocol_speedups_inside']} of "
@@ -477,10 +496,10 @@ def tables_md(rows: list[dict[str, Any]], speedups: list[dict[str, Any]], level:
     """Per configuration and per paired speed-up (rows of protocol.csv / speedups.csv)."""
     lvl = f"{100 * level:g} %"
     yes = lambda v: "yes" if v is True or str(v).lower() == "true" else "no"  # noqa: E731 (CSV gives strings)
-    out = ["| framework | model | bits | prompt | predicted s | measured s [interval] | round medians s | noise | "
-           "error [at interval ends] | inside | left out |", "|" + "---|" * 11]
+    out = ["| framework | model | bits or file type | prompt | predicted s | measured s [interval] | round medians s "
+           "| noise | error [at interval ends] | inside | left out |", "|" + "---|" * 11]
     for r in rows:
-        out.append(f"| {r['framework']} | {r['model']} | {r['bits']} | {r['prompt_tokens']} | "
+        out.append(f"| {r['framework']} | {r['model']} | {r.get('weight_type') or r['bits']} | {r['prompt_tokens']} | "
                    f"{_f(r['predicted_ttft_s'])} | {_f(r.get('measured'))} [{_f(r.get('measured_lo'))}–"
                    f"{_f(r.get('measured_hi'))}] | {_f(r.get('round_min'))}–{_f(r.get('round_max'))} | "
                    f"{_f(r.get('noise_pct'), 1)} % | {_pc(r.get('error_pct'))} [{_pc(r.get('error_lo_pct'))} … "
@@ -560,9 +579,13 @@ def protocol_spec(node: Any) -> ProtocolSpec:
 
 
 def run_set(p: ProtocolSpec, host_fn: Callable[[], Any], quant, out: Path, host_memory: str = "hold",
-            huge: bool = True, check_logits: bool = True) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
+            huge: bool = True, check_logits: bool = True, peer: Any = None
+            ) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
     """Prepare, run and judge the set `p` on this host; write the run directory's files (module doc). `host_fn()`:
-    the calibrated host profile, called inside the memory hold. Returns (metrics, measured, modelled, input keys)."""
+    the calibrated host profile, called inside the memory hold. `peer`: for a peer set, the module that prepares
+    and runs it (experiments.protocol_peer: `prepare(p, host, progress)`, `execute(p, prepared, host, progress)`,
+    `criterion_md(metrics)`); its runs are llama.cpp's, so no logits check. Returns (metrics, measured, modelled,
+    input keys)."""
     from hil.hostmem import footprint_bytes, hold
     from hil.runner_state import huge_pages
     from quant.atomic import atomic_write_text
@@ -571,24 +594,27 @@ def run_set(p: ProtocolSpec, host_fn: Callable[[], Any], quant, out: Path, host_
     foot = max(footprint_bytes(model_spec(c.model).total_params(), c.bits) for c in p.configurations)
     with hold(host_memory, foot) as mem, huge_pages(huge):
         host = host_fn()
-        prepared = prepare(p, host, quant, say)
+        prepared = peer.prepare(p, host, say) if peer else prepare(p, host, quant, say)
         say(f"  {len(schedule([x.config for x in prepared], p.rounds, p.runs_per_round, p.warmup, p.seed))} cold "
             f"runs in a seeded interleaved order (modelled {estimate_s(p) / 60:.1f} min)")
         t0 = time.perf_counter()
-        recs, logits = execute(p, prepared, host.device,
-                       lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True))
+        tick = lambda k, n: print(f"\r  cold run {k}/{n}", end="", file=sys.stderr, flush=True)  # noqa: E731
+        recs, logits = peer.execute(p, prepared, host, tick) if peer else execute(p, prepared, host.device, tick)
         wall = time.perf_counter() - t0
         print(file=sys.stderr)
         memory = mem.metrics()
     judged = judge_set(p, prepared, recs)
     m = metrics(p, judged, recs, wall)
-    say("  logits: the native forward op by op against every configuration's runner"
-        + (", the NumPy reference over the check prompts once per model" if check_logits else ""))
-    m |= logits_checks(prepared, logits, judged["rows"], check_logits)
+    if peer is None:
+        say("  logits: the native forward op by op against every configuration's runner"
+            + (", the NumPy reference over the check prompts once per model" if check_logits else ""))
+        m |= logits_checks(prepared, logits, judged["rows"], check_logits)
     m |= {k: v for k, v in memory.items()}
     atomic_write_text(out / "runs.csv", runs_csv(recs))
     atomic_write_text(out / "protocol.csv", _csv(judged["rows"]))
     atomic_write_text(out / "speedups.csv", _csv(judged["speedups"]))
+    if peer is not None:
+        m["protocol_peer_criterion"] = peer.criterion_md(m)
     atomic_write_text(out / "protocol.md", report_md(m, judged["rows"], judged["speedups"]))
     figure(judged["rows"], out / "protocol.png", f"set {p.name}: predicted vs measured cold TTFT")
     inputs = [k for k in INPUT_KEYS if k in m] + [k for k in memory if k.startswith("host_prefault")]
@@ -647,7 +673,8 @@ def main(argv: list[str]) -> int:
     cfgs = p.configurations
     print("configurations:")
     for c in cfgs:
-        print(f"  - {{framework: {c.framework}, model: {c.model}, bits: {c.bits}, prompt_tokens: {c.prompt_tokens}}}")
+        size = f"weight_type: {c.weight_type}" if c.weight_type else f"bits: {c.bits}"
+        print(f"  - {{framework: {c.framework}, model: {c.model}, {size}, prompt_tokens: {c.prompt_tokens}}}")
     print(f"# modelled wall time of the rounds: {estimate_s(p) / 60:.1f} min", file=sys.stderr)
     return 0
 

@@ -173,19 +173,10 @@ def versus_framework(name: str) -> FrameworkSpec:
 
 
 def peer_gguf(spec: ModelSpec, kind: str):
-    """The GGUF file llama.cpp reads: SmolLM2's shipped Q4_1 (the other formats requantized from it by llama.cpp,
-    cached: a second rounding, so report their perplexity beside), or the synthetic model's generated Q4_1 / Q8_0
-    (Q4_0 and Q4_K_M requantized from its Q8_0)."""
-    from hil.peer import ensure_requantized, private_copy
-    from quant.gguf_model import gguf_path
+    """The GGUF file llama.cpp reads (hil.peer.peer_gguf_file)."""
+    from hil.peer import peer_gguf_file
 
-    if spec.weights == WeightSource.synthetic:
-        from quant.synth import QTYPES, ensure_gguf
-
-        return ensure_gguf(spec, kind) if kind in QTYPES else ensure_requantized(ensure_gguf(spec, "q8_0"), kind)
-
-    src = private_copy(gguf_path(spec))        # a copy nobody else maps, so eviction really empties the page cache
-    return src if kind == "q4_1" else ensure_requantized(src, kind)
+    return peer_gguf_file(spec, kind)
 
 
 def validate(cfg: DictConfig) -> Estimate:
@@ -707,12 +698,20 @@ def run_protocol(cfg: DictConfig) -> dict[str, Any]:
 
     watch_parent()
     c, p = settings(cfg), protocol_spec(cfg.protocol)
+    peer = None
+    if p.peer:                                  # measured: llama.cpp itself (experiments.protocol_peer)
+        from experiments import protocol_peer as peer
+        from hil.peer import INSTALL_HINT, available
+
+        if not available():
+            raise ConfigError(f"protocol={p.name}: {INSTALL_HINT}")
+        peer.check_peer_spec(p)
     out = run_dir()
     prepare_run_dir(out, FILES)
     with timing_lock(f"validate protocol={p.name} {out}"):    # one timing run on this machine at a time (hil.timing)
         m, measured, modelled, inputs = run_set(
             p, lambda: _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages), c.quant, out,
-            c.host_memory, c.huge_pages, c.check_logits)
+            c.host_memory, c.huge_pages, c.check_logits, peer)
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
     print((out / "protocol.md").read_text())
     return m

@@ -16,7 +16,8 @@ Owns:
 - `ggml_dequant(kind, blocks, n)`: ggml's own `dequantize_row_<kind>` through ctypes on the extra's libggml, and
   `ggml_quantize_ref(kind, x)` (`quantize_row_<kind>_ref`) to make its input: the real K-quant peer of the unpack
   benchmark (tests/bench/test_unpack_bench.py).
-- `requantize(src, dst, ftype)`: `llama_model_quantize` (e.g. SmolLM2's shipped Q4_1 -> Q8_0), atomic.
+- `requantize(src, dst, ftype)`: `llama_model_quantize` (e.g. SmolLM2's shipped Q4_1 -> Q8_0), atomic;
+  `peer_gguf_file(spec, kind)`: the peer's file of a model in a weight kind, made and cached on first use.
 - `llamacpp_perplexity(gguf_path, slices)`: its perplexity on the project's evaluation slices (quality beside speed).
 `llamacpp_cold_ttft` also records llama.cpp's own split (`llama_perf_context`): perf_load_s (model load, context,
 KV cache: its t_load less the prompt eval) and perf_prompt_eval_s (t_p_eval).
@@ -228,6 +229,22 @@ def ensure_requantized(src, ftype: str = "q8_0", out_dir=None) -> Path:
     except OSError:
         pass
     return requantize(src, dst, ftype)
+
+
+def peer_gguf_file(spec, kind: str) -> Path:
+    """The GGUF file llama.cpp reads for model `spec` (quant.arch.ModelSpec) in `kind` (q4_1 | q8_0 | q4_0 |
+    q4_k_m): SmolLM2's shipped Q4_1 (a private copy) and the other kinds requantized from it by llama.cpp, cached (a
+    second rounding, so report their perplexity beside); a synthetic model's generated Q4_1 / Q8_0
+    (quant.synth.ensure_gguf) and the other kinds requantized from its Q8_0."""
+    from quant.arch import WeightSource
+    from quant.gguf_model import gguf_path
+
+    if spec.weights == WeightSource.synthetic:
+        from quant.synth import QTYPES, ensure_gguf
+
+        return ensure_gguf(spec, kind) if kind in QTYPES else ensure_requantized(ensure_gguf(spec, "q8_0"), kind)
+    src = private_copy(gguf_path(spec))        # a copy nobody else maps, so eviction really empties the page cache
+    return src if kind == "q4_1" else ensure_requantized(src, kind)
 
 
 def private_copy(src, out_dir=None) -> Path:

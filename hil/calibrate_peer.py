@@ -1,0 +1,265 @@
+"""llama.cpp's own costs on this host, for the simulator's llama.cpp policy (planner/pipeline/cpu_plan.py; docs/hil.md
+"The llama.cpp policy"): timed through the `peer` extra's library on warm files (every byte in the page cache, so
+no I/O enters a figure), each by llama.cpp's own phase boundaries (its C API, llama-cpp-python's low-level binding):
+
+- `llamacpp_open_s`: `llama_model_load_from_file` with vocab_only (GGUF metadata and the vocabulary parse);
+- weights (warm): the full `llama_model_load_from_file` (use_mmap=false, as hil.peer runs it) less the open: copies out
+  of the page cache, plus for the repacked types (planner.formats.GGML_REPACK_X86) ggml's repack. With a Q8_0 file
+  (nothing repacked) and a Q4_0 file (all linear weights repacked) of one model: copy s/B = Q8_0's time / its bytes;
+  `llamacpp_repack_gbps` = Q4_0's repacked bytes / (Q4_0's time - its bytes x copy s/B);
+- `llamacpp_context_s`: `llama_init_from_model` (KV cache, output buffer, graph reserve);
+- per file type and model width: the first `llama_decode` of a fresh context for each prompt length (n_batch =
+  n_ubatch = the prompt, `threads` threads, as hil.peer runs it); a line t = a + b x tokens through the medians:
+  `llamacpp_gemm_gops_per_ghz["<type>@<d_model>"]` = the layers' matmul FLOPs per token / b / the threads' GHz
+  (SocProfile.thread_ghz), `llamacpp_eval_s` = the median intercept a over the files.
+`calibrate_into_store(store)` writes them into a stored host profile (device.json, its sources, the manifest re-sealed)
+where the simulator reads them. Without the extra it raises hil.peer.PeerUnavailable (one line).
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from planner.device import SocProfile
+from quant.arch import ModelSpec
+
+PROMPTS = (32, 128, 256)        # tokens per timed eval: the protocol's range (16..256)
+FTYPES = ("q8_0", "q4_0", "q4_k_m")
+MODELS = ("smollm2_135m", "llama3_2_1b_synth")
+FIELDS = ("llamacpp_open_s", "llamacpp_context_s", "llamacpp_eval_s", "llamacpp_repack_gbps",
+          "llamacpp_gemm_gops_per_ghz")
+
+
+@dataclass
+class FileTimes:
+    model: str
+    ftype: str                  # upper case, as planner.formats names file types
+    d_model: int
+    file_bytes: int
+    open_s: float               # median, s
+    weights_s: float            # median full load less the open, s
+    context_s: float            # median, s
+    eval_s: dict[int, float]    # prompt tokens -> median first-eval s
+    resident: float             # the file's page-cache fraction before the timed loads (1 = warm)
+
+
+def layer_matmul_flops_per_token(spec: ModelSpec) -> float:
+    """FLOPs of every layer's weight matmuls for one prompt token (2 x the linear weights)."""
+    return 2.0 * spec.n_layers * sum(c * d for c, d in spec.linear_shapes().values())
+
+
+def _warm(path: Path) -> float:
+    from hil.pagecache import resident_fraction
+
+    with open(path, "rb") as f:
+        while f.read(1 << 24):
+            pass
+    return resident_fraction(path)
+
+
+def time_file(spec: ModelSpec, ftype: str, path: Path, prompts=PROMPTS, threads: int = 2, repeats: int = 3
+              ) -> FileTimes:
+    """llama.cpp's phases on warm `path` (module doc): medians over `repeats`."""
+    import llama_cpp as L
+
+    from hil.peer import _llama_cpp, bench_prompt
+    _llama_cpp()                                  # PeerUnavailable (one line) without the extra
+    resident = _warm(path)
+    name = str(path).encode()
+    opens, weights, ctxs = [], [], []
+    evals: dict[int, list[float]] = {p: [] for p in prompts}
+    ids = {p: [int(t) for t in bench_prompt(p)] for p in prompts}
+    with L._utils.suppress_stdout_stderr(disable=False):
+        L.llama_backend_init()
+        for _ in range(repeats):
+            mp = L.llama_model_default_params()
+            mp.use_mmap, mp.vocab_only = False, True
+            t0 = time.perf_counter()
+            m = L.llama_model_load_from_file(name, mp)
+            t1 = time.perf_counter()
+            if not m:
+                raise RuntimeError(f"llama.cpp could not open {path}")
+            L.llama_model_free(m)
+            mp = L.llama_model_default_params()
+            mp.use_mmap = False
+            t2 = time.perf_counter()
+            m = L.llama_model_load_from_file(name, mp)
+            t3 = time.perf_counter()
+            opens.append(t1 - t0)
+            weights.append(max(0.0, (t3 - t2) - (t1 - t0)))
+            try:
+                for p in prompts:
+                    cp = L.llama_context_default_params()
+                    cp.n_ctx, cp.n_batch, cp.n_ubatch = p + 1, p, p
+                    cp.n_threads = cp.n_threads_batch = threads
+                    t4 = time.perf_counter()
+                    ctx = L.llama_init_from_model(m, cp)
+                    t5 = time.perf_counter()
+                    toks = (L.llama_token * p)(*ids[p])
+                    t6 = time.perf_counter()
+                    rc = L.llama_decode(ctx, L.llama_batch_get_one(toks, p))
+                    t7 = time.perf_counter()
+                    L.llama_free(ctx)
+                    if rc != 0:
+                        raise RuntimeError(f"llama_decode of {p} tokens on {path} returned {rc}")
+                    ctxs.append(t5 - t4)
+                    evals[p].append(t7 - t6)
+            finally:
+                L.llama_model_free(m)
+    med = statistics.median
+    return FileTimes(spec.name, ftype.upper(), spec.d_model, path.stat().st_size, med(opens), med(weights),
+                     med(ctxs), {p: med(v) for p, v in evals.items()}, resident)
+
+
+def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
+    """(intercept, slope) of the least-squares line; the slope must be positive (more tokens, more time)."""
+    if len(xs) < 2:
+        raise ValueError("a line needs two prompt lengths or more")
+    b, a = np.polyfit(np.asarray(xs, float), np.asarray(ys, float), 1)
+    if b <= 0:
+        raise ValueError(f"prompt eval time does not grow with the prompt ({dict(zip(xs, ys))}): a noisy host?")
+    return float(a), float(b)
+
+
+def derive(times: list[FileTimes], specs: dict[str, ModelSpec], dev: SocProfile, threads: int
+           ) -> tuple[dict, dict[str, str]]:
+    """The SocProfile fields (FIELDS) and a source line per field from per-file times."""
+    from planner.pipeline.cpu_plan import ggml_layers
+
+    ghz = dev.thread_ghz(threads)
+    rates, icpts = {}, []
+    for t in times:
+        a, b = fit_line(list(t.eval_s), list(t.eval_s.values()))
+        rates[f"{t.ftype}@{t.d_model}"] = layer_matmul_flops_per_token(specs[t.model]) / b / 1e9 / ghz
+        icpts.append(max(0.0, a))
+    repack = []
+    probe = replace(dev, llamacpp_repack_gbps=1.0)            # which bytes a repacking CPU repacks
+    for model in {t.model for t in times}:
+        by = {t.ftype: t for t in times if t.model == model}
+        if "Q8_0" in by and "Q4_0" in by:
+            copy = by["Q8_0"].weights_s / by["Q8_0"].file_bytes
+            rb = sum(ly.repack_bytes for ly in ggml_layers(specs[model], "Q4_0", probe, embedding=True))
+            left = by["Q4_0"].weights_s - by["Q4_0"].file_bytes * copy
+            if rb > 0 and left > 0:
+                repack.append(rb / left / 1e9)
+    med = statistics.median
+    fields = {"llamacpp_open_s": med(t.open_s for t in times), "llamacpp_context_s": med(t.context_s for t in times),
+              "llamacpp_eval_s": med(icpts), "llamacpp_repack_gbps": med(repack) if repack else 0.0,
+              "llamacpp_gemm_gops_per_ghz": rates}
+    how = f"measured (hil.calibrate_peer, llama.cpp {_version()}, warm files, {threads} threads)"
+    src = {"llamacpp_open_s": f"{how}: vocab_only model load, median over {len(times)} files",
+           "llamacpp_context_s": f"{how}: llama_init_from_model, median",
+           "llamacpp_eval_s": f"{how}: intercept of first-eval time vs prompt tokens, median over files",
+           "llamacpp_repack_gbps": (f"{how}: Q4_0 load less its bytes at Q8_0's copy rate, per repacked byte"
+                                    if repack else "not measured: no Q8_0 + Q4_0 pair of one model"),
+           "llamacpp_gemm_gops_per_ghz": f"{how}: layer matmul FLOPs per token / slope of first-eval time vs "
+                                         f"prompt tokens ({', '.join(map(str, times[0].eval_s))}) / {ghz:.2f} GHz"}
+    return fields, src
+
+
+def _version() -> str:
+    from hil.peer import peer_version
+
+    return peer_version()
+
+
+def default_files(models=MODELS, ftypes=FTYPES) -> list[tuple[ModelSpec, str, Path]]:
+    """(spec, file type, GGUF) of the peer's files (hil.peer.peer_gguf_file: made and cached on first use)."""
+    from hil.peer import peer_gguf_file
+    from quant.arch import model_spec
+
+    return [(model_spec(m), f, peer_gguf_file(model_spec(m), f)) for m in models for f in ftypes]
+
+
+def calibrate(dev: SocProfile, files: list[tuple[ModelSpec, str, Path]], prompts=PROMPTS, threads: int | None = None,
+              repeats: int = 3, log: Callable[[str], None] = lambda m: None) -> tuple[dict, dict, list[FileTimes]]:
+    """(fields, sources, per-file times) on this host; `threads` defaults to the device's cores (hil.peer's)."""
+    thr = threads or dev.cpu_cores
+    times = []
+    for spec, ftype, path in files:
+        log(f"  llama.cpp {spec.name} {ftype.upper()}: warm load, context and prompt evals at {list(prompts)} tokens")
+        times.append(time_file(spec, ftype, path, prompts, thr, repeats))
+    fields, src = derive(times, {s.name: s for s, _f, _p in files}, dev, thr)
+    return fields, src, times
+
+
+def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] | None = None, prompts=PROMPTS,
+                         repeats: int = 3, log: Callable[[str], None] = print) -> dict:
+    """Measure (module doc) and write the fields into `store`'s device.json (profile + sources, manifest re-sealed,
+    atomically); returns the fields."""
+    from hil.host import load_device_json, seal
+    from quant.atomic import atomic_write_text
+
+    dev = load_device_json(store / "device.json")
+    fields, src, times = calibrate(dev, files if files is not None else default_files(), prompts, repeats=repeats,
+                                   log=log)
+    doc = json.loads((store / "device.json").read_text())
+    doc["profile"].update(fields)
+    doc.setdefault("sources", {}).update(src)
+    doc["llamacpp_calibration"] = [{"model": t.model, "ftype": t.ftype, "file_bytes": t.file_bytes,
+                                    "open_s": t.open_s, "weights_s": t.weights_s, "context_s": t.context_s,
+                                    "eval_s": {str(k): v for k, v in t.eval_s.items()}, "resident": t.resident}
+                                   for t in times]
+    SocProfile(**doc["profile"])                  # still a valid profile
+    atomic_write_text(store / "device.json", json.dumps(doc, indent=1) + "\n")
+    seal(store)
+    return fields
+
+
+def has_fields(store: Path) -> bool:
+    """Whether `store`'s device.json already holds measured llama.cpp fields."""
+    try:
+        doc = json.loads((store / "device.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return bool(doc.get("profile", {}).get("llamacpp_gemm_gops_per_ghz"))
+
+
+def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Callable[[str], None] = print) -> str:
+    """The host calibration's llama.cpp step (experiments.calibrate): measure into `store` unless the extra is
+    missing, the calibration is a quick one, or the store already has the fields (and `remeasure` is false); returns
+    (and logs) one line saying which."""
+    from hil.peer import INSTALL_HINT, available
+
+    if not available():
+        msg = f"llama.cpp step skipped ({INSTALL_HINT}); the llama.cpp policy keeps the device's INT8/K-quant rates"
+    elif quick:
+        msg = "llama.cpp step skipped in a quick calibration (it needs the peer's model files and ~4 min)"
+    elif has_fields(store) and not remeasure:
+        msg = f"llama.cpp step: kept the measured fields in {store / 'device.json'} (remeasure=true re-measures)"
+    else:
+        fields = calibrate_into_store(store, log=log)
+        rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fields["llamacpp_gemm_gops_per_ghz"].items()))
+        msg = (f"llama.cpp step (measured, warm files): open {fields['llamacpp_open_s'] * 1e3:.0f} ms, context "
+               f"{fields['llamacpp_context_s'] * 1e3:.1f} ms, eval fixed {fields['llamacpp_eval_s'] * 1e3:.0f} ms, "
+               f"repack {fields['llamacpp_repack_gbps']:.2f} GB/s, GOP/s per core-GHz: {rates}")
+    log(msg)
+    return msg
+
+
+def main(argv: list[str]) -> int:
+    """python -m hil.calibrate_peer [--remeasure]: the llama.cpp step alone, into this machine's stored full host
+    profile (python -m experiments.calibrate device=host makes it and runs this step too)."""
+    import sys
+
+    from hil.host import DEFAULT_ROOT, host_identity, load_stored
+
+    if any(a not in ("--remeasure",) for a in argv):
+        print("usage: python -m hil.calibrate_peer [--remeasure]", file=sys.stderr)
+        return 2
+    prof, d, why = load_stored(Path(DEFAULT_ROOT), host_identity(), quick=False)
+    if prof is None:
+        print(f"no usable host profile ({why}): run python -m experiments.calibrate device=host first", file=sys.stderr)
+        return 1
+    peer_step(d, remeasure="--remeasure" in argv, log=lambda m: print(m, file=sys.stderr, flush=True))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(__import__("sys").argv[1:]))
