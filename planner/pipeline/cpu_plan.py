@@ -23,7 +23,7 @@ INT8 GEMMs and dynamic activation quantization.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from planner.device import SocProfile
 from planner.formats import GGML_BPW, GGML_REPACK_X86, ggml_tensor_nbytes, ggml_tensor_types, ggml_type_for_budget
@@ -138,6 +138,13 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
                 info=dict(ggml_type=ftype, bits_per_weight=bpw,
                           flash_bytes=flash, repack_bytes=sum(ly.repack_bytes for ly in layers),
                           use_mmap=fw.use_mmap, gemm_rate=wfmt))
+
+
+def runner_device(dev: SocProfile) -> SocProfile:
+    """`dev` without llama.cpp's own measured costs: for a llama.cpp-style plan that the project's runner executes
+    with its own kernels (hil.runner: no vocabulary parse, no repack, its INT8 GEMMs), not llama.cpp itself."""
+    return replace(dev, llamacpp_open_s=0.0, llamacpp_context_s=0.0, llamacpp_eval_s=0.0, llamacpp_repack_gbps=0.0,
+                   llamacpp_gemm_gops_per_ghz={})
 
 
 def _matmuls_only(b: PlanBuilder, spec: ModelSpec) -> None:

@@ -135,3 +135,14 @@ def test_mapped_file_on_a_repacking_cpu_reads_repacked_tensors_before_the_contex
     ctx = next(t for t in plan.tasks if t.name == "llamacpp.context")
     assert len(rp) == spec.n_layers and ctx.deps == [rp[-1].id]
     assert sum(t.read_bytes for t in rp + faults) == plan.info["flash_bytes"]
+
+
+def test_the_runner_builds_llamacpps_schedule_without_llamacpps_own_costs():
+    """The project's runner executes a llama.cpp-style plan with its own kernels (experiments.hostrun): no fixed
+    stretches of llama.cpp's code, no repack, the device's INT8 rates."""
+    from planner.pipeline.cpu_plan import runner_device
+
+    spec = model_spec("smollm2_135m")
+    plan = build_llamacpp_plan(spec, runner_device(_measured(_phone())), _fw(weight_type="Q8_0"), 64, 5)
+    assert not [t for t in plan.tasks if t.name.startswith(("llamacpp.", "repack."))]
+    assert plan.info["gemm_rate"] == "int8" and plan.info["repack_bytes"] == 0
