@@ -2,7 +2,8 @@
 "The llama.cpp policy"): timed through the `peer` extra's library on warm files (every byte in the page cache, so
 no I/O enters a figure), each by llama.cpp's own phase boundaries (its C API, llama-cpp-python's low-level binding):
 
-- `llamacpp_open_s`: `llama_model_load_from_file` with vocab_only (GGUF metadata and the vocabulary parse);
+- `llamacpp_open_s`: `llama_model_load_from_file` with vocab_only (GGUF metadata and the vocabulary parse), plus
+  llama-cpp-python's own set-up inside `Llama()` (a warm `Llama()` less the open, weights and context below);
 - weights (warm): the full `llama_model_load_from_file` (use_mmap=false, as hil.peer runs it) less the open: copies out
   of the page cache, plus for the repacked types (planner.formats.GGML_REPACK_X86) ggml's repack. With a Q8_0 file
   (nothing repacked) and a Q4_0 file (all linear weights repacked) of one model: copy s/B = Q8_0's time / its bytes;
@@ -45,6 +46,8 @@ class FileTimes:
     open_s: float               # median, s
     weights_s: float            # median full load less the open, s
     context_s: float            # median, s
+    binding_s: float            # median warm `Llama()` less the open, weights and context: llama-cpp-python's own
+    #                             set-up (hil.peer times `Llama()`), s
     eval_s: dict[int, float]    # prompt tokens -> median first-eval s
     resident: float             # the file's page-cache fraction before the timed loads (1 = warm)
 
@@ -72,7 +75,7 @@ def time_file(spec: ModelSpec, ftype: str, path: Path, prompts=PROMPTS, threads:
     _llama_cpp()                                  # PeerUnavailable (one line) without the extra
     resident = _warm(path)
     name = str(path).encode()
-    opens, weights, ctxs = [], [], []
+    opens, weights, ctxs, whole = [], [], [], []
     evals: dict[int, list[float]] = {p: [] for p in prompts}
     ids = {p: [int(t) for t in bench_prompt(p)] for p in prompts}
     with L._utils.suppress_stdout_stderr(disable=False):
@@ -112,9 +115,17 @@ def time_file(spec: ModelSpec, ftype: str, path: Path, prompts=PROMPTS, threads:
                     evals[p].append(t7 - t6)
             finally:
                 L.llama_model_free(m)
+            p = max(prompts)
+            t8 = time.perf_counter()
+            llm = L.Llama(model_path=str(path), n_ctx=p + 1, n_batch=p, n_ubatch=p, n_threads=threads,
+                          n_threads_batch=threads, use_mmap=False, use_mlock=False, verbose=False)
+            t9 = time.perf_counter()
+            llm.close()
+            whole.append(t9 - t8)
     med = statistics.median
+    binding = max(0.0, med(whole) - med(opens) - med(weights) - med(ctxs))
     return FileTimes(spec.name, ftype.upper(), spec.d_model, path.stat().st_size, med(opens), med(weights),
-                     med(ctxs), {p: med(v) for p, v in evals.items()}, resident)
+                     med(ctxs), binding, {p: med(v) for p, v in evals.items()}, resident)
 
 
 def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
@@ -149,11 +160,13 @@ def derive(times: list[FileTimes], specs: dict[str, ModelSpec], dev: SocProfile,
             if rb > 0 and left > 0:
                 repack.append(rb / left / 1e9)
     med = statistics.median
-    fields = {"llamacpp_open_s": med(t.open_s for t in times), "llamacpp_context_s": med(t.context_s for t in times),
+    fields = {"llamacpp_open_s": med(t.open_s + t.binding_s for t in times),
+              "llamacpp_context_s": med(t.context_s for t in times),
               "llamacpp_eval_s": med(icpts), "llamacpp_repack_gbps": med(repack) if repack else 0.0,
               "llamacpp_gemm_gops_per_ghz": rates}
     how = f"measured (hil.calibrate_peer, llama.cpp {_version()}, warm files, {threads} threads)"
-    src = {"llamacpp_open_s": f"{how}: vocab_only model load, median over {len(times)} files",
+    src = {"llamacpp_open_s": f"{how}: vocab_only model load plus llama-cpp-python's own set-up in Llama(), median "
+                              f"over {len(times)} files",
            "llamacpp_context_s": f"{how}: llama_init_from_model, median",
            "llamacpp_eval_s": f"{how}: intercept of first-eval time vs prompt tokens, median over files",
            "llamacpp_repack_gbps": (f"{how}: Q4_0 load less its bytes at Q8_0's copy rate, per repacked byte"
@@ -204,6 +217,7 @@ def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] |
     doc.setdefault("sources", {}).update(src)
     doc["llamacpp_calibration"] = [{"model": t.model, "ftype": t.ftype, "file_bytes": t.file_bytes,
                                     "open_s": t.open_s, "weights_s": t.weights_s, "context_s": t.context_s,
+                                    "binding_s": t.binding_s,
                                     "eval_s": {str(k): v for k, v in t.eval_s.items()}, "resident": t.resident}
                                    for t in times]
     SocProfile(**doc["profile"])                  # still a valid profile

@@ -113,7 +113,7 @@ def test_criterion_line():
 
 # ---- hil.calibrate_peer -------------------------------------------------------------------------------------------
 def _times(model: str, ftype: str, d: int, nbytes: int, weights_s: float, slope: float) -> cp.FileTimes:
-    return cp.FileTimes(model, ftype, d, nbytes, 0.1, weights_s, 0.002,
+    return cp.FileTimes(model, ftype, d, nbytes, 0.1, weights_s, 0.002, 0.01,
                         {32: 0.02 + 32 * slope, 128: 0.02 + 128 * slope, 256: 0.02 + 256 * slope}, 1.0)
 
 
@@ -127,7 +127,7 @@ def test_derive_takes_rates_from_slopes_and_repack_from_the_q4_0_excess(tmp_path
     per_tok = cp.layer_matmul_flops_per_token(spec)
     assert fields["llamacpp_gemm_gops_per_ghz"]["Q8_0@576"] == pytest.approx(per_tok / 1e-3 / 1e9 / ghz)
     assert fields["llamacpp_gemm_gops_per_ghz"]["Q4_0@576"] == pytest.approx(per_tok / 5e-4 / 1e9 / ghz)
-    assert fields["llamacpp_eval_s"] == pytest.approx(0.02) and fields["llamacpp_open_s"] == 0.1
+    assert fields["llamacpp_eval_s"] == pytest.approx(0.02) and fields["llamacpp_open_s"] == pytest.approx(0.11)
     from planner.pipeline.cpu_plan import ggml_layers
     rb = sum(ly.repack_bytes for ly in ggml_layers(spec, "Q4_0", dataclasses.replace(dev, llamacpp_repack_gbps=1),
                                                     embedding=True))
@@ -169,7 +169,7 @@ def test_time_file_measures_each_phase_of_a_real_llamacpp_load():
     spec = model_spec("smollm2_135m")
     t = cp.time_file(spec, "q8_0", peer.peer_gguf_file(spec, "q8_0"), prompts=(4, 8), threads=2, repeats=1)
     assert t.ftype == "Q8_0" and t.d_model == 576 and t.resident > 0.99
-    assert t.open_s > 0 and t.weights_s > 0 and t.context_s > 0 and set(t.eval_s) == {4, 8}
+    assert t.open_s > 0 and t.weights_s > 0 and t.context_s > 0 and t.binding_s >= 0 and set(t.eval_s) == {4, 8}
     assert all(v > 0 for v in t.eval_s.values())
 
 
