@@ -15,6 +15,9 @@ command is rebuilt from Hydra's `.hydra/overrides.yaml` and the rest is reported
 
 Topics (by the app that made the runs):
 - `coldstart` (`experiments.coldstart`): modelled TTFT per framework × workload, one table per model/device/bits.
+- `coldstart-ablation` (`experiments.coldstart` runs of EdgeFlow's ablation steps, `--topic coldstart-ablation`): per
+  step and prompt length, the TTFT, its change from the step before and the resource that bounds the cold start
+  (`planner.critical_path`); its summary is the step table of docs/coldstart.md "Ablation steps".
 - `multidevice` (`experiments.multidevice`): modelled TTFT, TPOT and QoS per planner × cluster.
 - `multidevice-report` (`experiments.multidevice_report`): the cluster × model family × planner tables of
   docs/multidevice.md "Results" (each section from the newest run directory that has it).
@@ -25,7 +28,8 @@ Topics (by the app that made the runs):
 
 README blocks: `<!-- results: PATTERN -->` … `<!-- /results -->`, where PATTERN names a page (`coldstart`) or a glob
 of pages (`host-*`); the block holds each page's summary and a link to it. `tests/test_report.py` checks that the
-committed README equals what `--readme` makes of the committed pages.
+committed README equals what `--readme` makes of the committed pages. `--readme` refreshes the same blocks in the
+docs pages of `DOC_BLOCKS` (docs/coldstart.md's ablation table).
 """
 from __future__ import annotations
 
@@ -240,6 +244,100 @@ def coldstart_summary(df: pd.DataFrame) -> str:
                               **{labels[w]: [_num(v, 2) for v in pivot[w]] for w in pivot.columns}})
         out.append(f"TTFT in s (modelled), {model} on {device}, {bits:g} bits:\n\n{md_table(table)}")
     return "\n\n".join(out)
+
+
+ABLATION_TOPIC = "coldstart-ablation"
+
+
+def ablation_table(runs: list[Run]) -> pd.DataFrame:
+    """One row per ablation run: TTFT, its change from the previous step at the same prompt length (s and %), and
+    the bounding resource of each critical-path phase with its share. Steps in `sim.coldstart.sweep.ALL_FRAMEWORKS`
+    order (llm.npu+ first, EdgeFlow last)."""
+    from sim.coldstart.sweep import ALL_FRAMEWORKS
+
+    order = {f: i for i, f in enumerate(ALL_FRAMEWORKS)}
+    rows = []
+    for r in runs:
+        fw, cp = _m(r, "framework"), _m(r, "critical_path")
+        if fw not in order or not isinstance(cp, dict):
+            raise ReportError(f"{r.dir}: not a cold-start run with a critical path (framework {fw!r})")
+        rows.append({"model": _m(r, "model"), "device": _m(r, "device"), "bits": _m(r, "bits"), "framework": fw,
+                     "workload": _m(r, "workload"), "prompt_tokens": _m(r, "prompt_tokens"), "ttft_s": _m(r, "ttft_s"),
+                     **{f"bound_{p}": cp[p]["bound"] for p in ("load", "prefill", "total")},
+                     "bound_share": cp["total"]["share"].get(cp["total"]["bound"], 0.0), "run": r.dir.name})
+    df = pd.DataFrame(rows)
+    df["step"] = df.framework.map(order)
+    df = df.sort_values(["model", "device", "bits", "prompt_tokens", "step", "run"], kind="stable",
+                        ignore_index=True)
+    prev = df.groupby(["model", "device", "bits", "prompt_tokens"], sort=False).ttft_s.shift()
+    df["change_s"] = df.ttft_s - prev
+    df["change_pct"] = 100 * df.change_s / prev
+    return df.drop(columns="step")
+
+
+def _recipe_change(prev: str | None, step: str) -> str:
+    """The `Recipe` fields (planner/pipeline/npu_plan.py) in which a step differs from the one before it."""
+    from dataclasses import asdict
+
+    from sim.coldstart import POLICIES
+
+    b = getattr(POLICIES.get(step), "recipe", None)
+    a = getattr(POLICIES.get(prev), "recipe", None) if prev else None
+    if a is None or b is None:
+        return "–"
+    a, b = asdict(a), asdict(b)
+    return ", ".join(f"`{k}`" for k in a if a[k] != b[k]) or "none"
+
+
+def _signed(v: float, nd: int) -> str:
+    """`+1.23` / `-0.5` / `0` (no sign on what rounds to zero)."""
+    t = f"{v:+.{nd}f}"
+    return t[1:] if float(t) == 0 else t
+
+
+def ablation_summary(df: pd.DataFrame) -> str:
+    """Per model/device/bits: one row per step; per prompt length the TTFT, its change from the step before and
+    the resource bounding the cold start after the step (its share of the critical path)."""
+    out = []
+    for (model, device, bits), g in df.groupby(["model", "device", "bits"], sort=True):
+        cols = g[["workload", "prompt_tokens"]].drop_duplicates().sort_values("prompt_tokens", kind="stable")
+        steps = list(dict.fromkeys(g.framework))
+        cell = {(r.framework, r.workload): r for r in g.itertuples(index=False)}
+        lines = []
+        for i, f in enumerate(steps):
+            row = {"step": f, "changes (Recipe fields)": _recipe_change(steps[i - 1] if i else None, f)}
+            for w, t in cols.itertuples(index=False):
+                r = cell.get((f, w))
+                if r is None:
+                    row[f"{w} ({t} tok)"] = "–"
+                    continue
+                change = ("" if r.change_s != r.change_s          # the first step: nothing before it
+                          else f" ({_signed(r.change_s, 2)} s, {_signed(r.change_pct, 0)} %)")
+                row[f"{w} ({t} tok)"] = f"{_num(r.ttft_s, 2)}{change}; {r.bound_total} {100 * r.bound_share:.0f} %"
+            lines.append(row)
+        out.append(f"TTFT in s after each step, its change from the step before, and the resource bounding the cold "
+                   f"start with its share of the critical path (modelled), {model} on {device}, {bits:g} bits:\n\n"
+                   + md_table(pd.DataFrame(lines)))
+    return "\n\n".join(out)
+
+
+ABLATION_ABOUT = (
+    "EdgeFlow's ablation (docs/coldstart.md \"Ablation steps\"): each step adds one technique to the one before it "
+    "(its `Recipe` fields differ in exactly that technique's, `tests/sim/test_ablation.py`). Every number is "
+    "modelled by the cold-start simulator; the bound is the resource with the most seconds on the cold start's "
+    "critical path (`planner.critical_path`: flash, unpack, sharing = waiting for a core or DRAM, npu, cpu, graph = "
+    "QNN set-up and graph restore, idle), walked back from the LM head.")
+
+
+def ablation_page(topic: str, runs: list[Run]) -> Page:
+    df = ablation_table(runs)
+    rows_md = df.map(_cell)
+    md = "\n".join([
+        HEADER, "# Cold-start ablation: TTFT and critical resource per step", "", ABLATION_ABOUT, "",
+        SUMMARY_BEGIN, ablation_summary(df), "", f"_{_short_provenance(runs)}._", SUMMARY_END, "",
+        "## Runs", "", f"One row per run directory; the same table as CSV: [{topic}.csv]({topic}.csv).", "",
+        md_table(rows_md), "", _manifest_md(runs), ""])
+    return Page(topic, md, df)
 
 
 def multidevice_table(runs: list[Run]) -> pd.DataFrame:
@@ -495,7 +593,9 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
                               f"give the run dirs of one machine kind")
         groups = {topic: next(iter(groups.values()))}
     return [protocol_page(t, rs) if "protocol" in rs[0].metrics
-            else peer_page(t, rs) if "peer_ttft_s" in rs[0].metrics else build_page(t, rs)
+            else peer_page(t, rs) if "peer_ttft_s" in rs[0].metrics
+            else ablation_page(t, rs) if t == ABLATION_TOPIC and apps[0] == "experiments.coldstart"
+            else build_page(t, rs)
             for t, rs in sorted(groups.items())]
 
 
@@ -676,6 +776,9 @@ def page_summary(text: str) -> str:
     return text.split(SUMMARY_BEGIN, 1)[1].split(SUMMARY_END, 1)[0].strip()
 
 
+DOC_BLOCKS = (REPO / "docs" / "coldstart.md",)    # docs pages with results blocks (links relative to docs/)
+
+
 def readme_block(pattern: str, results: Path = RESULTS_DIR, link_root: str = "docs/results") -> str:
     """The body of one README block: each matching page's summary and a link to the page."""
     names = sorted(p.stem for p in results.glob("*.md") if fnmatch.fnmatchcase(p.stem, pattern))
@@ -689,9 +792,10 @@ def readme_block(pattern: str, results: Path = RESULTS_DIR, link_root: str = "do
     return "\n".join(parts)
 
 
-def refresh_readme(text: str, results: Path = RESULTS_DIR) -> str:
+def refresh_readme(text: str, results: Path = RESULTS_DIR, link_root: str = "docs/results") -> str:
     """`text` with every `<!-- results: PATTERN -->` block replaced by `readme_block(PATTERN)`."""
-    return BLOCK_RE.sub(lambda m: m.group(1) + readme_block(m.group("pattern"), results) + m.group(4), text)
+    return BLOCK_RE.sub(lambda m: m.group(1) + readme_block(m.group("pattern"), results, link_root) + m.group(4),
+                        text)
 
 
 # ================================================ CLI ================================================================
@@ -717,6 +821,12 @@ def main(argv: list[str] | None = None) -> int:
             if new != text:
                 atomic_write_text(README, new)
             print(f"{README}: {'refreshed' if new != text else 'already up to date'}")
+            for doc in DOC_BLOCKS:
+                text = doc.read_text()
+                new = refresh_readme(text, Path(a.out), "results")
+                if new != text:
+                    atomic_write_text(doc, new)
+                print(f"{doc}: {'refreshed' if new != text else 'already up to date'}")
     except ReportError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
