@@ -15,6 +15,7 @@ of a sweep run one after the other (timing runs must not share the cores).
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import statistics
@@ -706,6 +707,10 @@ def run_protocol(cfg: DictConfig) -> dict[str, Any]:
         if not available():
             raise ConfigError(f"protocol={p.name}: {INSTALL_HINT}")
         peer.check_peer_spec(p)
+        if c.huge_pages:                        # llama.cpp's buffers get none here: its first touch is 4 KiB pages'
+            print("protocol=peer: huge_pages=false (llama.cpp's buffers get no transparent huge pages; the profile "
+                  "calibrated so is used: calibrate huge_pages=false)", file=sys.stderr)
+            c = dataclasses.replace(c, huge_pages=False)
     out = run_dir()
     prepare_run_dir(out, FILES)
     with timing_lock(f"validate protocol={p.name} {out}"):    # one timing run on this machine at a time (hil.timing)
