@@ -95,9 +95,11 @@ register()
 # Modelled resource estimate, from runs measured on this 2-core host (SmolLM2-135M, method=int8): eval_tokens=256
 # 33 s / 1.88 GB peak RSS, eval_tokens=1024 60 s / 3.36 GB. The logits of the evaluation slice (T x vocab, float32
 # + float64 temporaries) dominate memory; EdgeFlow's α search adds time on top (not in the estimate). The K evaluation
-# slices (quant.eval_slices) run one after the other: time scales with K, peak memory does not.
+# slices (quant.eval_slices) run one after the other: time scales with K; peak memory grows with K only in a `-m`
+# sweep, whose jobs keep the K reference logits (float32) for each other (`shared_inputs`).
 EST_BASE_B = 1.4e9             # bytes: weights (dequantized fp32 + quantized copies), tokenizer, Python
 EST_B_PER_LOGIT = 40.0         # bytes per (token, vocab entry) of the evaluation slice
+EST_B_SHARED_LOGIT = 4.0       # bytes per (token, vocab entry) of each slice's reference logits a sweep keeps
 EST_BASE_S, EST_S_PER_TOKEN = 25.0, 0.035
 
 
@@ -124,8 +126,34 @@ def validate(cfg: DictConfig) -> Estimate:
         raise ConfigError(f"quant.{e}") from None
     vocab = qc.model.vocab
     return Estimate(EST_BASE_S + EST_S_PER_TOKEN * q.eval_tokens * q.eval_slices,
-                    EST_BASE_B + EST_B_PER_LOGIT * q.eval_tokens * vocab, "quant.eval_tokens",
+                    EST_BASE_B + (EST_B_PER_LOGIT + EST_B_SHARED_LOGIT * q.eval_slices) * q.eval_tokens * vocab,
+                    "quant.eval_tokens",
                     f"quant.eval_tokens={q.eval_tokens}")
+
+
+_INPUTS: dict[tuple, Any] = {}      # inputs_key -> quant.pipeline.QuantInputs: the last sweep setting's, one kept
+
+
+def shared_inputs(qc: QuantizeConfig):
+    """The inputs every job of a `-m` sweep shares (weights, calibration, evaluation slices and their reference
+    logits), computed by its first job and reused by the others that run in the same process (Hydra's basic launcher
+    runs them one after another); None for a single run, which streams the reference logits slice by slice."""
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from quant.pipeline import inputs_key, quant_inputs
+
+    try:
+        multirun = HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:                  # called outside a Hydra app
+        multirun = False
+    if not multirun:
+        return None
+    key = inputs_key(qc.model, qc.quant)
+    if key not in _INPUTS:
+        _INPUTS.clear()
+        _INPUTS[key] = quant_inputs(qc.model, qc.quant)
+    return _INPUTS[key]
 
 
 def main_task(cfg: DictConfig) -> dict[str, Any]:
@@ -138,7 +166,8 @@ def main_task(cfg: DictConfig) -> dict[str, Any]:
         if done == total or done % 5 == 0:
             log.info("%s: quantized %d/%d layers", qc.method, done, total)
 
-    res = run_quantization(qc.model, qc.method, qc.bits, qc.effective_budget, qc.quant, progress)
+    res = run_quantization(qc.model, qc.method, qc.bits, qc.effective_budget, qc.quant, progress,
+                           shared_inputs(qc))
     out = run_dir()
     measured, modelled = list(MEASURED_KEYS), list(MODELLED_KEYS)
     if qc.pack:

@@ -40,18 +40,55 @@ def check_method(method: str) -> None:
         raise ValueError(f"method must be one of {sorted(METHODS)} (got {method!r})")
 
 
-def run_quantization(spec: ModelSpec, method: str, bits: int, budget: float, settings: QuantSettings,
-                     progress=None) -> QuantResult:
-    check_method(method)
+@dataclass(frozen=True)
+class QuantInputs:
+    """What every method and bit budget of one model and settings share: the reference weights, the calibration
+    activations, the K evaluation slices and their reference logits, with the measured seconds each took, so a run
+    that reuses them still reports the time its numbers cost."""
+    weights: dict[str, np.ndarray]
+    calib_tokens: np.ndarray
+    calib: object                      # quant.calibrate.calibrate's result
+    slices: np.ndarray                 # (K, L) token ids
+    refs: list[np.ndarray] | None      # K reference logits, (L, vocab) each; None: computed slice by slice
+    calib_s: float                     # measured: calibration forward
+    ref_s: float                       # measured: the K reference forwards (0 when `refs` is None)
+
+
+def quant_inputs(spec: ModelSpec, settings: QuantSettings, refs: bool = True) -> QuantInputs:
+    """The shared inputs of `run_quantization` (depend on the model and the calibration / evaluation slices only).
+    `refs=False` leaves the reference logits to the evaluation, one slice at a time: peak memory then does not grow
+    with the number of slices (one run); `True` keeps all K for runs that share them."""
+    from quant.llama import forward_logits
+
     weights = load_weights(spec)
     calib_toks = eval_text_tokens(spec, settings.calib_tokens, settings.calib_offset)
     slices = settings_slices(spec, settings)                         # (K, L) disjoint evaluation slices
     t0 = time.perf_counter()
     calib = calibrate(weights, spec, calib_toks)
-    m = METHODS[method](settings)
-    qm = m.build(weights, spec, calib, bits, budget, progress)
     t1 = time.perf_counter()
-    ev = evaluate_slices(weights, spec, slices, qm)
+    logits = [forward_logits(weights, spec, t) for t in slices] if refs else None
+    return QuantInputs(weights, calib_toks, calib, slices, logits, t1 - t0, time.perf_counter() - t1)
+
+
+def inputs_key(spec: ModelSpec, settings: QuantSettings) -> tuple:
+    """What `quant_inputs` depends on: equal keys, equal inputs (a caller may keep one per key)."""
+    return (repr(spec), settings.calib_tokens, settings.calib_offset, settings.eval_tokens, settings.eval_offset,
+            settings.eval_slices, settings.eval_stride)
+
+
+def run_quantization(spec: ModelSpec, method: str, bits: int, budget: float, settings: QuantSettings,
+                     progress=None, inputs: QuantInputs | None = None) -> QuantResult:
+    """One method at one budget, evaluated; `inputs` (from `quant_inputs` of the same model and settings) skips
+    recomputing what every method shares. `quantize_s` / `eval_s` include the calibration / reference forwards
+    either way."""
+    check_method(method)
+    x = inputs or quant_inputs(spec, settings, refs=False)
+    weights, calib_toks, slices = x.weights, x.calib_tokens, x.slices
+    t0 = time.perf_counter()
+    m = METHODS[method](settings)
+    qm = m.build(weights, spec, x.calib, bits, budget, progress)
+    t1 = time.perf_counter()
+    ev = evaluate_slices(weights, spec, slices, qm, x.refs)
     t2 = time.perf_counter()
     b, d = qm.all_bits()
     lin_bytes = sum(l.weight_bytes() for l in qm.layers.values())
@@ -73,8 +110,8 @@ def run_quantization(spec: ModelSpec, method: str, bits: int, budget: float, set
         "n_linear_weights": int(d.sum()),
         "stored_bits_per_weight": float(lin_bytes * 8 / d.sum()),   # incl. scales, widths, shadow FP16 columns
         "compression_vs_fp16": float(spec.total_params() * 2 / total),
-        "quantize_s": t1 - t0,
-        "eval_s": t2 - t1,
+        "quantize_s": x.calib_s + t1 - t0,
+        "eval_s": x.ref_s + t2 - t1,
         "eval_tokens": int(slices.shape[1]),
         "eval_slices": int(slices.shape[0]),
         "eval_offsets": [settings.eval_offset + k * settings.eval_stride for k in range(slices.shape[0])],

@@ -1,14 +1,12 @@
 """Shared data helpers of the figure modules: typed configs by name, in-process cold-start runs (one simulation per
-configuration per process: `figure=all` shares them between figures), measured results found on disk and the on-disk
-cache of measurements (`measured_cache`). Library functions only (`sim/`, `planner/`, `quant/`); nothing here is
-fitted or hard-coded."""
+configuration per process: `figure=all` shares them between figures) and measured results found on disk. Library
+functions only (`sim/`, `planner/`, `quant/`); nothing here is fitted or hard-coded."""
 from __future__ import annotations
 
 import copy
-import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Iterable
 
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
@@ -59,46 +57,6 @@ def coldstart(model_name: str, fw: str, wl: str | None = None, dev: str = PHONE,
     """One simulated cold start (modelled metrics of `sim.coldstart.run.run_one`), no trace."""
     return run_coldstart(model(model_name), device(dev), framework(fw), workload(wl) if wl else None,
                          ColdStartSettings(write_trace=False, **settings))
-
-
-CACHE = ROOT / "outputs" / "cache"      # on-disk cache of measurements (`measured_cache`)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
-def sha256_code(*packages: str) -> str:
-    """Hash of the Python sources of `packages` (directories under the repository): a cached measurement is reused
-    only by the code that made it."""
-    h = hashlib.sha256()
-    for pkg in packages:
-        for p in sorted((ROOT / pkg).rglob("*.py")):
-            h.update(str(p.relative_to(ROOT)).encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def measured_cache(kind: str, key: dict, measure: Callable[[], dict]) -> tuple[dict, bool]:
-    """(row, reused): the JSON row measured for `key` (model file hash, method, bits, settings, code hash …), read
-    from `outputs/cache/<kind>/<hash of key>.json` if an earlier run wrote it, else `measure()` written there
-    atomically. An unreadable entry is measured again."""
-    from quant.atomic import atomic_write_json
-
-    digest = hashlib.sha256(json.dumps(key, sort_keys=True, default=str).encode()).hexdigest()[:32]
-    path = CACHE / kind / f"{digest}.json"
-    try:
-        doc = json.loads(path.read_text())
-        if doc.get("key") == json.loads(json.dumps(key, sort_keys=True, default=str)):
-            return doc["row"], True
-    except (OSError, ValueError, KeyError, AttributeError):
-        pass
-    row = measure()
-    atomic_write_json(path, {"key": key, "row": row})
-    return row, False
 
 
 def metrics_files(roots: Iterable[Path]) -> list[tuple[Path, dict]]:

@@ -128,3 +128,21 @@ def test_simulated_cold_start_is_fully_attributed(fw):
     assert tl.plan.tasks[cp.tasks[-1]].name == "lm_head"
     doc = cp.to_json()
     assert doc["total"]["bound"] in CATEGORIES and doc["path_tasks"] == len(cp.tasks)
+
+
+def test_measured_cold_start_is_fully_attributed(tmp_path):
+    """The HIL runner's record of a real cold start (tiny model on this host) reads the same way."""
+    import numpy as np
+
+    from hil.runner import run_plan
+    from tests.hil.tinymodel import bound_plan, tiny_spec, write_tiny
+
+    spec = tiny_spec()
+    path = write_tiny(tmp_path, spec, "weightlet")
+    plan = bound_plan("edgeflow", spec, path, 20, chunk=8)
+    tl = run_plan(plan, path, np.random.default_rng(3).integers(0, spec.vocab, 20), spec=spec).timeline
+    assert tl.source == "measured"
+    cp = critical_path(tl)
+    assert sum(cp.phases["total"].seconds.values()) == pytest.approx(tl.end_s, rel=1e-9)
+    assert plan.tasks[cp.tasks[-1]].name == "lm_head"
+    assert all(a.end <= b.start + 1e-12 for a, b in zip(cp.segments, cp.segments[1:]))

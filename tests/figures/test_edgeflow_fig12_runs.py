@@ -1,0 +1,64 @@
+"""edgeflow_fig12_table4 at `full` is drawn from `python -m experiments.quantize` runs: a `-m` sweep of the toy
+settings (its jobs sharing the reference forwards) must give the rows the figure measures in-process (the golden
+file), and the figure must find those runs by their settings — and ignore runs of other settings."""
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import experiments.figures.edgeflow_fig12_table4 as fig12
+from experiments.figures import available, load
+from experiments.figures.app import FiguresConfig, left_out, resolve, tasks
+from tests.figures.golden_check import _compare, _stable
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_commands_group_methods_by_their_missing_bits():
+    cmds = fig12.commands([("edgeflow", 4), ("edgeflow", 6), ("cmpq", 4), ("cmpq", 6), ("smoothquant", 5),
+                           ("int8", 8), ("int4", 4)])
+    args = [c[c.index("-m", 2) + 1:] for c in cmds]
+    assert [a[:3] for a in args] == [["model=smollm2_135m", "method=edgeflow,cmpq", "bits=4,6"],
+                                     ["model=smollm2_135m", "method=smoothquant", "bits=5"],
+                                     ["model=smollm2_135m", "method=int8,int4", "quant.eval_tokens=512"]]
+    assert all("quant.alpha_steps=11" in a for a in args)
+
+
+def test_missing_skip_leaves_the_figure_out(monkeypatch):
+    monkeypatch.setattr(fig12, "runs", lambda roots=None, size="full": {})
+    assert "experiments.quantize" in fig12.missing()
+    assert "edgeflow_fig12_table4" in left_out("skip")
+    assert "edgeflow_fig12_table4" not in left_out("run")
+    assert "edgeflow_fig12_table4" not in resolve(FiguresConfig(figure="all", missing="skip"))
+    assert "edgeflow_fig12_table4" in resolve(FiguresConfig(figure="all", missing="run"))
+    with pytest.raises(ValueError, match="figure: edgeflow_fig12_table4: 14 of 14"):
+        resolve(FiguresConfig(figure="edgeflow_fig12_table4", missing="skip"))
+    with pytest.raises(ValueError, match="missing: must be one of run, skip"):
+        resolve(FiguresConfig(figure="all", missing="later"))
+
+
+@pytest.mark.slow      # real SmolLM2 quantization + forward: ~1 min on 2 cores
+def test_quantize_runs_give_the_figure_rows(tmp_path):
+    base = fig12.commands([("edgeflow", 5)], "toy")[0]
+    quant = [a for a in base if a.startswith("quant.")]
+    for sub, methods in (("sweep", "method=edgeflow,int8"), ("other", "method=int8")):
+        extra = ["quant.alpha_steps=5"] if sub == "other" else []      # other settings: never read
+        cmd = [sys.executable, "-m", "experiments.quantize", "-m", "model=smollm2_135m", methods, "bits=5", *quant,
+               *extra, f"hydra.sweep.dir={tmp_path / sub}"]
+        p = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=900)
+        assert p.returncode == 0, p.stderr[-2000:]
+    found = fig12.runs([tmp_path], "toy")
+    assert sorted(found) == [("edgeflow", 5), ("int8", 8)]
+    assert all(d.parent == tmp_path / "sweep" for d, _m in found.values())
+    df = fig12.pd.DataFrame([fig12.row(found[k][1], k[1]) for k in fig12.wanted("toy")])
+    fig = load(fig12.SPEC.name)
+    _compare(fig12.SPEC.name, fig, _stable(fig.spec, df))
+
+
+def test_a_figure_that_runs_its_experiment_starts_first():
+    names = list(available())
+    assert tasks(names, ("edgeflow_fig12_table4",))[0] == ["edgeflow_fig12_table4"]
+    assert tasks(names)[0] != ["edgeflow_fig12_table4"]
