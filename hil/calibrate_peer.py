@@ -259,7 +259,8 @@ def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Ca
 
 def main(argv: list[str]) -> int:
     """python -m hil.calibrate_peer [--remeasure]: the llama.cpp step alone, into this machine's stored full host
-    profile (python -m experiments.calibrate device=host makes it and runs this step too)."""
+    profiles (with and without huge pages, those that exist; python -m experiments.calibrate device=host
+    [huge_pages=false] makes one and runs this step too)."""
     import sys
 
     from hil.host import DEFAULT_ROOT, host_identity, load_stored
@@ -267,12 +268,17 @@ def main(argv: list[str]) -> int:
     if any(a not in ("--remeasure",) for a in argv):
         print("usage: python -m hil.calibrate_peer [--remeasure]", file=sys.stderr)
         return 2
-    prof, d, why = load_stored(Path(DEFAULT_ROOT), host_identity(), quick=False)
-    if prof is None:
-        print(f"no usable host profile ({why}): run python -m experiments.calibrate device=host first", file=sys.stderr)
-        return 1
-    peer_step(d, remeasure="--remeasure" in argv, log=lambda m: print(m, file=sys.stderr, flush=True))
-    return 0
+    done = 0
+    for huge in (False, True):
+        prof, d, why = load_stored(Path(DEFAULT_ROOT), host_identity(), quick=False, huge=huge)
+        if prof is None:
+            print(f"huge_pages={str(huge).lower()}: no usable host profile ({why})", file=sys.stderr)
+            continue
+        peer_step(d, remeasure="--remeasure" in argv, log=lambda m: print(m, file=sys.stderr, flush=True))
+        done += 1
+    if not done:
+        print("run python -m experiments.calibrate device=host huge_pages=false first", file=sys.stderr)
+    return 0 if done else 1
 
 
 if __name__ == "__main__":
