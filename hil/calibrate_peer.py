@@ -203,15 +203,25 @@ def calibrate(dev: SocProfile, files: list[tuple[ModelSpec, str, Path]], prompts
 
 
 def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] | None = None, prompts=PROMPTS,
-                         repeats: int = 3, log: Callable[[str], None] = print) -> dict:
-    """Measure (module doc) and write the fields into `store`'s device.json (profile + sources, manifest re-sealed,
-    atomically); returns the fields."""
-    from hil.host import load_device_json, seal
-    from quant.atomic import atomic_write_text
+                         repeats: int = 3, log: Callable[[str], None] = print, also: tuple[Path, ...] = ()) -> dict:
+    """Measure (module doc) with `store`'s device profile and write the fields into its device.json and into those of
+    the stores in `also` (the same host with and without huge pages); returns the fields."""
+    from hil.host import load_device_json
 
     dev = load_device_json(store / "device.json")
     fields, src, times = calibrate(dev, files if files is not None else default_files(), prompts, repeats=repeats,
                                    log=log)
+    for d in (store, *also):
+        write_fields(d, fields, src, times)
+    return fields
+
+
+def write_fields(store: Path, fields: dict, src: dict[str, str], times: list[FileTimes]) -> None:
+    """The fields and their sources into `store`'s device.json (atomic), the per-file times beside; manifest
+    re-sealed."""
+    from hil.host import seal
+    from quant.atomic import atomic_write_text
+
     doc = json.loads((store / "device.json").read_text())
     doc["profile"].update(fields)
     doc.setdefault("sources", {}).update(src)
@@ -223,7 +233,6 @@ def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] |
     SocProfile(**doc["profile"])                  # still a valid profile
     atomic_write_text(store / "device.json", json.dumps(doc, indent=1) + "\n")
     seal(store)
-    return fields
 
 
 def has_fields(store: Path) -> bool:
@@ -235,20 +244,21 @@ def has_fields(store: Path) -> bool:
     return bool(doc.get("profile", {}).get("llamacpp_gemm_gops_per_ghz"))
 
 
-def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Callable[[str], None] = print) -> str:
-    """The host calibration's llama.cpp step (experiments.calibrate): measure into `store` unless the extra is
-    missing, the calibration is a quick one, or the store already has the fields (and `remeasure` is false); returns
-    (and logs) one line saying which."""
+def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Callable[[str], None] = print,
+              also: tuple[Path, ...] = ()) -> str:
+    """The host calibration's llama.cpp step (experiments.calibrate): measure into `store` (and the stores in `also`)
+    unless the extra is missing, the calibration is a quick one, or the stores already have the fields (and
+    `remeasure` is false); returns (and logs) one line saying which."""
     from hil.peer import INSTALL_HINT, available
 
     if not available():
         msg = f"llama.cpp step skipped ({INSTALL_HINT}); the llama.cpp policy keeps the device's INT8/K-quant rates"
     elif quick:
         msg = "llama.cpp step skipped in a quick calibration (it needs the peer's model files and ~4 min)"
-    elif has_fields(store) and not remeasure:
+    elif all(has_fields(d) for d in (store, *also)) and not remeasure:
         msg = f"llama.cpp step: kept the measured fields in {store / 'device.json'} (remeasure=true re-measures)"
     else:
-        fields = calibrate_into_store(store, log=log)
+        fields = calibrate_into_store(store, log=log, also=also)
         rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fields["llamacpp_gemm_gops_per_ghz"].items()))
         msg = (f"llama.cpp step (measured, warm files): open {fields['llamacpp_open_s'] * 1e3:.0f} ms, context "
                f"{fields['llamacpp_context_s'] * 1e3:.1f} ms, eval fixed {fields['llamacpp_eval_s'] * 1e3:.0f} ms, "
@@ -258,9 +268,9 @@ def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Ca
 
 
 def main(argv: list[str]) -> int:
-    """python -m hil.calibrate_peer [--remeasure]: the llama.cpp step alone, into this machine's stored full host
-    profiles (with and without huge pages, those that exist; python -m experiments.calibrate device=host
-    [huge_pages=false] makes one and runs this step too)."""
+    """python -m hil.calibrate_peer [--remeasure]: the llama.cpp step alone, measured once and written into this
+    machine's stored full host profiles (with and without huge pages, those that exist; python -m
+    experiments.calibrate device=host [huge_pages=false] makes one and runs this step too)."""
     import sys
 
     from hil.host import DEFAULT_ROOT, host_identity, load_stored
@@ -268,17 +278,19 @@ def main(argv: list[str]) -> int:
     if any(a not in ("--remeasure",) for a in argv):
         print("usage: python -m hil.calibrate_peer [--remeasure]", file=sys.stderr)
         return 2
-    done = 0
+    stores = []
     for huge in (False, True):
         prof, d, why = load_stored(Path(DEFAULT_ROOT), host_identity(), quick=False, huge=huge)
         if prof is None:
             print(f"huge_pages={str(huge).lower()}: no usable host profile ({why})", file=sys.stderr)
-            continue
-        peer_step(d, remeasure="--remeasure" in argv, log=lambda m: print(m, file=sys.stderr, flush=True))
-        done += 1
-    if not done:
+        else:
+            stores.append(d)
+    if not stores:
         print("run python -m experiments.calibrate device=host huge_pages=false first", file=sys.stderr)
-    return 0 if done else 1
+        return 1
+    peer_step(stores[0], remeasure="--remeasure" in argv, log=lambda m: print(m, file=sys.stderr, flush=True),
+              also=tuple(stores[1:]))
+    return 0
 
 
 if __name__ == "__main__":
