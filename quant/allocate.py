@@ -18,11 +18,12 @@ Order: every unit step (channel i, from B to B+1) has the key (-g_i(B)/c_i, i, B
 order while the gain is > 0 (a bit that reduces no error is not spent) and the cumulative cost fits the budget (the
 first step that does not fit ends the allocation, as Algorithm 1's loop does).
 - `allocate_heap`: Algorithm 1 with a binary max-heap, O(C log C + K log C) for K steps.
-- `allocate_vectorized`: the same order without a loop: a threshold on the gains (np.partition) for unit costs, a
-  stable sort + cumulative sum for weighted costs (integer costs, the weights of a channel: only the band of steps
-  around where the budget runs out is sorted, since integer partial sums are exact in any order). Since hull gains
-  are non-increasing per channel and ties are broken by (i, B), the heap pops exactly the globally sorted step
-  sequence, so both forms return identical allocations.
+- `allocate_vectorized`: the same order without a loop. With integer costs (1, or the weights of a channel) every
+  partial sum of costs is exact in any order, so the cost of "all steps with key < v" is a per-channel count times
+  its cost: the steps below a bracket around where the budget runs out (estimated from a sample) are taken whole,
+  and only the band inside it is sorted and walked. Other costs sort every step. Since hull gains are non-increasing
+  per channel and ties are broken by (i, B), the heap pops exactly the globally sorted step sequence, so both forms
+  return identical allocations. The gain table is built in blocks of channels that stay in cache.
 """
 from __future__ import annotations
 
@@ -47,40 +48,98 @@ def _check(max_abs, mean_sq, budget: float, min_bits: int, max_bits: int) -> tup
     return m, s
 
 
-def _convex_gains_t(re_t: np.ndarray) -> np.ndarray:
-    """`convex_gains` on the transposed table (n, C) -> (n-1, C): each bit width's row is contiguous, so every chord
-    is a pass over contiguous memory (the same float operations element by element, so the same gains)."""
+BLOCK = 1 << 14   # channels per block of the gain kernel: its (bits, block) float64 arrays (8 x 16384 x 8 B = 1 MiB
+                  # each) stay in cache and are reused, so the 1.4M channels of an 8B model allocate no full-size
+                  # temporaries (each fresh full-size array costs its page faults again)
+
+
+def _hull_gains_block(re_t: np.ndarray, hull: np.ndarray, buf: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """Convexified per-bit gains (n-1, w) of one block's RE table `re_t` (n, w), in the buffers given.
+
+    In one dimension the convex envelope at x is the minimum over chords (a <= x <= c) of the linear interpolation
+    between (a, re[a]) and (c, re[c]); n <= 8, so the chords are enumerated vectorised over channels, every interior
+    point of a chord in one call. Each element sees the float operations re[a] + (re[c] - re[a])·t in the same order
+    whatever the block size, so the gains do not depend on it."""
     n = re_t.shape[0]
-    hull = re_t.copy()
+    hull[:] = re_t
     xs = np.arange(n, dtype=np.float64)
     for a in range(n):
         for c in range(a + 2, n):
-            t = (xs[a + 1:c] - a) / (c - a)                                          # (c-a-1,)
-            d = re_t[c] - re_t[a]
-            for x, tx in zip(range(a + 1, c), t):
-                np.minimum(hull[x], re_t[a] + d * tx, out=hull[x])
-    g = hull[:-1] - hull[1:]
-    return np.minimum.accumulate(g, axis=0)                                          # exact monotonicity
+            t = ((xs[a + 1:c] - a) / (c - a))[:, None]                               # (c-a-1, 1)
+            chord = buf[:c - a - 1]
+            np.multiply(re_t[c] - re_t[a], t, out=chord)
+            np.add(re_t[a], chord, out=chord)
+            np.minimum(hull[a + 1:c], chord, out=hull[a + 1:c])
+    np.subtract(hull[:-1], hull[1:], out=g)
+    for r in range(1, n - 1):                                                         # running minimum: exact
+        np.minimum(g[r], g[r - 1], out=g[r])                                          # monotonicity
+    return g
+
+
+def _gain_blocks(max_abs, mean_sq, min_bits: int, max_bits: int, re: np.ndarray | None):
+    """(channel slice, its convexified gains (n-1, w) in (bits, channels) layout) block by block; the gains array is
+    a reused buffer, valid until the next block. The closed form is elementwise, so it is evaluated block by block
+    directly in this layout."""
+    b = np.arange(min_bits, max_bits + 1)
+    if re is not None:
+        re = np.asarray(re, dtype=np.float64)
+        C, n = re.shape
+    else:
+        C, n = max_abs.size, b.size
+    w = min(BLOCK, max(C, 1))
+    hull, buf, g = np.empty((n, w)), np.empty((max(n - 2, 1), w)), np.empty((n - 1, w))
+    for i0 in range(0, C, w):
+        i1 = min(i0 + w, C)
+        if re is not None:
+            re_t = re[i0:i1].T
+        else:
+            re_t = re_closed_form(max_abs[None, i0:i1], mean_sq[None, i0:i1], b[:, None])
+        k = i1 - i0
+        yield slice(i0, i1), _hull_gains_block(re_t, hull[:, :k], buf[:, :k], g[:, :k])
+
+
+def _table_shape(max_abs, min_bits: int, max_bits: int, re: np.ndarray | None) -> tuple[int, int]:
+    """(steps, C) of the gain table."""
+    if re is not None:
+        return np.shape(re)[1] - 1, np.shape(re)[0]
+    return max_bits - min_bits, max_abs.size
+
+
+def _gains_t(max_abs, mean_sq, min_bits: int, max_bits: int, re: np.ndarray | None) -> np.ndarray:
+    """(n-1, C) convexified gains in (bits, channels) layout."""
+    out = np.empty(_table_shape(max_abs, min_bits, max_bits, re))
+    for sl, g in _gain_blocks(max_abs, mean_sq, min_bits, max_bits, re):
+        out[:, sl] = g
+    return out
+
+
+def _keys_t(max_abs, mean_sq, min_bits: int, max_bits: int, re: np.ndarray | None,
+            cost: np.ndarray | None) -> tuple[np.ndarray, bool]:
+    """The greedy's sort keys -(gain / cost) (cost None: -gain) (n-1, C), and whether every positive gain kept a
+    negative key (False when a quotient underflowed to zero)."""
+    out = np.empty(_table_shape(max_abs, min_bits, max_bits, re))
+    signs_kept = True
+    for sl, g in _gain_blocks(max_abs, mean_sq, min_bits, max_bits, re):
+        key = out[:, sl]
+        if cost is None:
+            np.negative(g, out=key)
+        else:
+            np.divide(g, cost[sl], out=key)
+            np.negative(key, out=key)
+            signs_kept = signs_kept and np.count_nonzero(g > 0.0) == np.count_nonzero(key < 0.0)
+    return out, signs_kept
 
 
 def convex_gains(re: np.ndarray) -> np.ndarray:
-    """Per-bit gains of the lower convex hull of each row of `re` (C, n) -> (C, n-1), non-increasing along axis 1.
-
-    In one dimension the convex envelope at x is the minimum over chords (a <= x <= c) of the linear interpolation
-    between (a, re[a]) and (c, re[c]); n <= 8, so the 28 chords are enumerated vectorised over channels.
-    """
-    re = np.asarray(re, dtype=np.float64)
-    return np.ascontiguousarray(_convex_gains_t(np.ascontiguousarray(re.T)).T)
+    """Per-bit gains of the lower convex hull of each row of `re` (C, n) -> (C, n-1), non-increasing along axis 1."""
+    return np.ascontiguousarray(_gains_t(None, None, 0, 0, np.asarray(re, dtype=np.float64)).T)
 
 
 def gain_table(max_abs, mean_sq, min_bits: int = 1, max_bits: int = 8, re: np.ndarray | None = None) -> np.ndarray:
-    """(C, max_bits - min_bits) convexified per-bit RE gains from the closed form (or from a given RE table). The
-    closed form is elementwise, so it is evaluated directly in the (bits, channels) layout the hull works in."""
-    if re is not None:
-        return convex_gains(re)
-    b = np.arange(min_bits, max_bits + 1)
-    re_t = re_closed_form(np.asarray(max_abs)[None, :], np.asarray(mean_sq)[None, :], b[:, None])
-    return np.ascontiguousarray(_convex_gains_t(re_t).T)
+    """(C, max_bits - min_bits) convexified per-bit RE gains from the closed form (or from a given RE table)."""
+    m = np.asarray(max_abs, dtype=np.float64).ravel() if re is None else None
+    s = np.asarray(mean_sq, dtype=np.float64).ravel() if re is None else None
+    return np.ascontiguousarray(_gains_t(m, s, min_bits, max_bits, re).T)
 
 
 def _extra_budget(budget: float, min_bits: int, total: float) -> float:
@@ -98,7 +157,7 @@ def _costs(cost, C: int) -> np.ndarray | None:
 
 
 def _setup(max_abs, mean_sq, budget, min_bits, max_bits, cost, re):
-    """Shared start of both forms: (bits at min_bits (C,) int8, gains (C, n-1) or None if nothing to do, costs)."""
+    """Start of the heap form: (bits at min_bits (C,) int8, gains (C, n-1) or None if nothing to do, costs)."""
     m, s = _check(max_abs, mean_sq, budget, min_bits, max_bits)
     bits = np.full(m.size, min_bits, dtype=np.int8)
     if m.size == 0 or max_bits == min_bits:
@@ -137,66 +196,71 @@ def allocate_heap(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: 
 
 def allocate_vectorized(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *,
                         cost=None, re: np.ndarray | None = None) -> np.ndarray:
-    """Same allocation as `allocate_heap`, computed with a threshold on the gains (scales to ~1.5M channels)."""
-    bits, g, c = _setup(max_abs, mean_sq, budget, min_bits, max_bits, cost, re)
-    if g is None:
+    """Same allocation as `allocate_heap`, computed with a threshold on the keys (scales to ~1.5M channels)."""
+    m, s = _check(max_abs, mean_sq, budget, min_bits, max_bits)
+    bits = np.full(m.size, min_bits, dtype=np.int8)
+    if m.size == 0 or max_bits == min_bits:
         return bits
-    C = bits.size
-    steps = g.shape[1]
-    if c is None:
-        k_max = int(np.floor(_extra_budget(budget, min_bits, float(C))))               # unit steps allowed
-        flat = (-g).ravel()                                                           # key order = (flat value, index)
-        n_pos = int(np.count_nonzero(flat < 0.0))                                     # steps with gain > 0
-        k = min(k_max, n_pos)
-        if k <= 0:
-            return bits
-        if k == flat.size:
-            taken = np.ones(flat.size, dtype=bool)
-        else:
-            tau = np.partition(flat, k - 1)[k - 1]                                     # k-th smallest key value
-            taken = flat < tau
-            need = k - int(taken.sum())
-            ties = np.flatnonzero(flat == tau)[:need]                                  # ties in (i, B) order
-            taken[ties] = True
-    else:
-        key = (-(g / c[:, None])).ravel()
-        remain = _extra_budget(budget, min_bits, float(c.sum()))
-        taken = _taken_integer_costs(key, g, c, steps, remain)
-        if taken is None:
-            order = np.argsort(key, kind="stable")                                    # ties by flat index = (i, B)
-            gpos = g.ravel()[order] > 0.0
-            cost_steps = np.repeat(c, steps)[order]
-            fits = np.cumsum(cost_steps) <= remain
-            stop = np.flatnonzero(~(gpos & fits))
-            k = int(stop[0]) if stop.size else order.size
-            taken = np.zeros(order.size, dtype=bool)
-            taken[order[:k]] = True
-    bits += taken.reshape(C, steps).sum(axis=1).astype(np.int8)
-    return bits
+    C = m.size
+    c = _costs(cost, C)
+    key, signs_kept = _keys_t(m, s, min_bits, max_bits, re, c)                        # (steps, C)
+    c = np.ones(C) if c is None else c
+    remain = _extra_budget(budget, min_bits, float(c.sum()))
+    add = _steps_integer_costs(key, c, remain) if signs_kept else None
+    if add is None:
+        add = _steps_sorted(key, _gains_t(m, s, min_bits, max_bits, re), c, remain)
+    return bits + add
+
+
+def _count_below(key: np.ndarray, v: float) -> np.ndarray:
+    """Per channel, the number of its steps with key < v (C,) int8: a prefix of its steps, since a channel's keys are
+    non-decreasing in B."""
+    n = np.zeros(key.shape[1], dtype=np.int8)
+    for row in key:
+        n += row < v
+    return n
+
+
+def _steps_sorted(key: np.ndarray, g: np.ndarray, c: np.ndarray, remain: float) -> np.ndarray:
+    """Steps taken per channel with any positive costs: every step sorted by (key, channel, B) and walked."""
+    steps, C = key.shape
+    flat, gflat = key.T.ravel(), g.T.ravel()                                         # (channel, B) order
+    order = np.argsort(flat, kind="stable")                                           # ties by (channel, B)
+    gpos = gflat[order] > 0.0
+    fits = np.cumsum(np.repeat(c, steps)[order]) <= remain
+    stop = np.flatnonzero(~(gpos & fits))
+    k = int(stop[0]) if stop.size else order.size
+    return np.bincount(order[:k] // steps, minlength=C).astype(np.int8)
 
 
 EXACT_SUM = 2.0 ** 52      # integer-valued float64 sums below this are exact in any order
-BAND_SAMPLE = 64           # every 64th step estimates where the budget runs out
+BAND_SAMPLE = 64           # the steps of every 64th channel estimate where the budget runs out
 BAND_MARGIN = 256          # sample steps either side of the estimate sorted exactly (x4 until it brackets)
 
 
-def _taken_integer_costs(key: np.ndarray, g: np.ndarray, c: np.ndarray, steps: int,
-                         remain: float) -> np.ndarray | None:
-    """The steps the sorted walk takes, without sorting them all, when every cost is an integer (weights per
-    channel): then every partial sum of costs is exact whatever the order of addition, so the cost of "every step with
-    key < v" equals the walk's cumulative cost there. Steps with key < v_lo (their total fits) are all taken, steps
-    with key >= v_hi (their total does not fit) none; only the band in between is sorted by (key, index) and walked.
-    None when a cost is not an integer, the total could round, or a positive gain has a zero key (its quotient
-    underflowed: it sorts among the zero gains); the caller then sorts everything."""
+def _cost_below(key: np.ndarray, c: np.ndarray, v: float) -> float:
+    """Σ cost of the steps with key < v: exact for integer costs whose total is below EXACT_SUM (every product and
+    partial sum is an integer float, so the order of the dot product's additions does not matter)."""
+    return float(np.dot(_count_below(key, v).astype(np.float64), c))
+
+
+def _steps_integer_costs(key: np.ndarray, c: np.ndarray, remain: float) -> np.ndarray | None:
+    """Steps taken per channel by the sorted walk, without sorting every step, when every cost is an integer
+    (weights per channel): then every partial sum of costs is exact whatever the order of addition, so the cost of
+    "every step with key < v" equals the walk's cumulative cost there. Steps with key < v_lo (their total fits) are
+    all taken, steps with key >= v_hi (their total does not fit) none; only the band in between is sorted by
+    (key, channel, B) and walked. None when a cost is not an integer or the total could round; the caller then
+    sorts everything (as it does when a positive gain has a zero key: its quotient underflowed, so it sorts among the
+    zero gains, where the walk ends)."""
+    steps, C = key.shape
     if not (np.all(c == np.floor(c)) and float(c.sum()) * steps < EXACT_SUM):
         return None
-    pos = key < 0.0                                      # gain > 0: the walk never takes another step
-    if not np.array_equal(pos, g.ravel() > 0.0):
-        return None
-    cost = np.repeat(c, steps)
-    if float(cost[pos].sum()) <= remain:
+    pos = _count_below(key, 0.0)                                                      # gain > 0: the walk never
+    if float(np.dot(pos.astype(np.float64), c)) <= remain:                            # takes another step
         return pos
-    ks, cs = key[pos][::BAND_SAMPLE], cost[pos][::BAND_SAMPLE]
+    ks = key[:, ::BAND_SAMPLE]                                                        # every 64th channel, all steps
+    cs = np.broadcast_to(c[::BAND_SAMPLE], ks.shape)[ks < 0.0]
+    ks = ks[ks < 0.0]
     order = np.argsort(ks, kind="stable")
     sample = ks[order]
     est = min(int(np.searchsorted(np.cumsum(cs[order]) * BAND_SAMPLE, remain)), sample.size - 1)
@@ -204,17 +268,17 @@ def _taken_integer_costs(key: np.ndarray, g: np.ndarray, c: np.ndarray, steps: i
     while True:
         lo = sample[est - margin] if est - margin > 0 else -np.inf
         hi = sample[est + margin] if est + margin < sample.size else 0.0
-        below = key < lo
-        if float(cost[below].sum()) <= remain and (hi == 0.0 or float(cost[key < hi].sum()) > remain):
+        below = _cost_below(key, c, lo)
+        if below <= remain and (hi == 0.0 or _cost_below(key, c, hi) > remain):
             break
         margin *= 4
-    band = np.flatnonzero(~below & (key < hi))           # increasing flat index: a stable sort orders ties by it
-    band = band[np.argsort(key[band], kind="stable")]
-    fits = float(cost[below].sum()) + np.cumsum(cost[band]) <= remain
-    k = int(np.argmin(fits)) if not fits.all() else band.size
-    taken = below
-    taken[band[:k]] = True
-    return taken
+    band = [np.flatnonzero((row >= lo) & (row < hi)) for row in key]                 # row by row: no full-size masks
+    i = np.concatenate(band)
+    B = np.repeat(np.arange(steps), [b.size for b in band])
+    order = np.lexsort((i * steps + B, key[B, i]))                                    # by key, then (channel, B)
+    fits = below + np.cumsum(c[i[order]]) <= remain
+    k = int(np.argmin(fits)) if not fits.all() else order.size
+    return _count_below(key, lo) + np.bincount(i[order[:k]], minlength=C).astype(np.int8)
 
 
 def allocate(max_abs, mean_sq, budget: float, min_bits: int = 1, max_bits: int = 8, *, cost=None,

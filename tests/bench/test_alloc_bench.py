@@ -2,10 +2,12 @@
 output channels of a Llama3-8B-shaped model (1.38M channels), statistics sampled from the statistical twin of the real
 SmolLM2 (quant.twin). Both forms must return the identical allocation; the ratio heap / vectorised is the result.
 Two budgets: 5 bits averaged per channel (Algorithm 1 as printed) and 5 bits per weight (global, cost = D per channel).
+Target: the vectorised form under 1 s for every budget (a sweep allocates many budgets), reported with the host's load.
 Prints a table and writes outputs/bench/alloc.json.
 """
 from __future__ import annotations
 
+import os
 import time
 
 import numpy as np
@@ -19,6 +21,7 @@ from tests.conftest import REPO
 
 pytestmark = pytest.mark.bench
 
+TARGET_VECTORIZED_S = 1.0
 PAPER_FIG4A_5BIT = {4: 0.115, 5: 0.777, 6: 0.099, 7: 0.008, 8: 0.0004}   # EdgeFlow Fig. 4a, Llama3-8B adaptive 5-bit
 
 
@@ -49,5 +52,11 @@ def test_allocation_benchmark():
     for label, th, tv, r, h in rows:
         print(f"{label:<24}{th:>9.2f}{tv:>10.2f}{r:>7.1f}x   " + " / ".join(f"{100 * h[b]:.2f}%" for b in range(4, 9)))
     print("paper Fig. 4a" + " " * 48 + " / ".join(f"{100 * PAPER_FIG4A_5BIT[b]:.2f}%" for b in range(4, 9)))
+    met = all(tv <= TARGET_VECTORIZED_S for _, _, tv, _, _ in rows)
+    print(f"vectorised under {TARGET_VECTORIZED_S:g} s for every budget: {met}; host load average (1 min) "
+          f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
     report["paper_fig4a_5bit"] = PAPER_FIG4A_5BIT
+    report["target_vectorized_s"] = TARGET_VECTORIZED_S
+    report["target_met"] = met
+    report["host_loadavg_1min"] = os.getloadavg()[0]
     atomic_write_json(REPO / "outputs" / "bench" / "alloc.json", report)
