@@ -1,13 +1,16 @@
 """Counterpart of EdgeFlow's evaluation: ablation — TTFT as EdgeFlow's techniques are added one by one
 (adaptive bits in the INT4/INT8 mixed format -> + weightlet packing -> + granular pipeline -> + fine placement ->
 + position priority -> + CPU stealing = EdgeFlow), against llm.npu+ (materialized + overlap), per prompt length,
-simulated. The paper's evaluation figures are withheld from the design text."""
+simulated; each bar is the step's critical path (`planner.critical_path`) stacked by the resource it waits on, so its
+height is the TTFT and its colours say which bound the step removed. The paper's evaluation figures are withheld from
+the design text."""
 from __future__ import annotations
 
 import pandas as pd
 
-from experiments.figures.base import FigureSpec, legend, note
-from experiments.figures.data import grouped_bars, sweep_frame
+from experiments.figures.base import FigureSpec, note
+from experiments.figures.data import sweep_frame
+from experiments.figures.edgeflow_critical_path import path_frame, path_legend, path_of, stacked
 from experiments.figures.names import label
 from sim.coldstart.sweep import WORKLOADS
 
@@ -18,8 +21,8 @@ SPEC = FigureSpec(
     name="edgeflow_fig13", paper="EdgeFlow", figure="", withheld=True,
     topic="Cold-start ablation: TTFT as EdgeFlow's techniques are added",
     title="Llama3-8B, Xiaomi 15 Pro profile, 5 bits, each dataset's median prompt length",
-    claim="Each technique helps only where the bound it removes is on the critical path (edgeflow_critical_path "
-          "shows the paths). At short prompts the cold start is flash-bound: adaptive bits and weightlet packing "
+    claim="Each technique helps only where the bound it removes is on the critical path (each bar is that path). "
+          "At short prompts the cold start is flash-bound: adaptive bits and weightlet packing "
           "cut the bytes read (packing trades part of the flash time for unpack time), and the granular pipeline "
           "takes flash off the critical path, leaving the graph thread's restores as the bound, which no later step "
           "touches. At long prompts NPU compute bounds the prefill from the first step, so bits and packing "
@@ -32,14 +35,20 @@ SPEC = FigureSpec(
 
 def data(size: str) -> pd.DataFrame:
     fws, wls = GRID[size]
-    return pd.DataFrame(sweep_frame(("llama3_8b",), fws, wls, keys=("ttft_s",)))
+    return pd.DataFrame(sweep_frame(("llama3_8b",), fws, wls, keys=("ttft_s",)) + path_frame(fws, wls))
 
 
 def plot(df: pd.DataFrame, fig) -> None:
-    ax = fig.add_subplot(1, 1, 1)
-    d = df.copy()
-    d["group"] = [f"{label(w)}\n({t} tokens)" for w, t in zip(d.workload, d.prompt_tokens)]
-    grouped_bars(ax, d, "group", "framework")
-    ax.set_ylabel("TTFT (s)")
-    legend(ax, title="technique added")
-    note(fig, "simulated")
+    cp = path_of(df)
+    wls = list(dict.fromkeys(cp.workload))
+    axes = []
+    for j, w in enumerate(wls):
+        ax = fig.add_subplot(1, len(wls), j + 1, sharey=axes[0] if axes else None)
+        d = cp[cp.workload == w]
+        stacked(ax, d, "framework", value="value")
+        ax.set_title(f"{label(w)} ({d.prompt_tokens.iloc[0]} tokens)", fontsize=8)
+        if j == 0:
+            ax.set_ylabel("TTFT (s) = critical path, by resource")
+        axes.append(ax)
+    path_legend(axes, axes[-1])
+    note(fig, "simulated; steps left to right, each adds one technique")
