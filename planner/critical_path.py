@@ -164,7 +164,9 @@ def critical_path(tl: Timeline) -> CriticalPath:
     segs: list[Segment] = []
     cursor = max(tl.end_s, span_of[last].end)
     cur: int | None = last
-    while cur is not None:
+    seen: set[int] = set()
+    while cur is not None and cur not in seen:   # zero-length spans at one instant could otherwise point in a circle
+        seen.add(cur)
         s = span_of[cur]
         if s.end < cursor:
             segs.append(Segment(-1, "idle", s.end, cursor))
