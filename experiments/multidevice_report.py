@@ -13,7 +13,8 @@ regression), `energy` (Voltron's decode energy per token, energy mode off / on, 
 
 Writes `metrics.json` (the settings and every section's rows: the simulator's metrics per run, all modelled except
 the planner's search times `plan_ms_*`, measured on this host) and `manifest.json` (the commit, this machine's
-identity and the exact command; `experiments.common.run_manifest`). Exit status 2 on a bad argument (one line).
+identity and the exact command; `experiments.common.run_manifest`). Exit status 2 on a bad argument (the usage
+line and a one-line error naming the argument).
 """
 from __future__ import annotations
 
