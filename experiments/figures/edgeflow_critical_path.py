@@ -31,10 +31,11 @@ SPEC = FigureSpec(
     name="edgeflow_critical_path", paper="EdgeFlow", figure="",
     topic="Cold-start critical path: the resource that bounds each phase",
     title="Llama3-8B, Xiaomi 15 Pro profile, 5 bits, per dataset's median prompt length",
-    claim="(no claim of the paper) The framework's own reading of every cold start: reading from flash bounds "
-          "the loading of llama.cpp, MNN and llm.npu+ (llm.npu+'s too after its first operator starts), the CPU "
-          "bounds the CPU frameworks' prefill, and EdgeFlow's pipeline takes flash off the critical path: the graph "
-          "thread's restores bound it at short prompts, NPU and CPU compute at long ones.",
+    claim="(no claim of the paper) The framework's own reading of every cold start: flash bounds llm.npu+'s "
+          "cold start (its reads run on through the prefill window), MNN's loading and llama.cpp's short prompts "
+          "(llama.cpp pages its weights in during the prefill); the CPU bounds the CPU frameworks from MMLU length "
+          "on. EdgeFlow's pipeline takes flash off the critical path: the graph thread's restores bound it up to "
+          "MMLU length, NPU and CPU compute at HellaSwag's.",
     simulated="every framework's cold start, its critical path walked back from the LM head and each second "
               "attributed to flash, unpack, core / DRAM waits, NPU, CPU, graph restore or idle",
     tolerances={"seconds": (1e-4, 1e-9), "share": (1e-4, 1e-6)})

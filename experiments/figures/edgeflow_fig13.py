@@ -22,13 +22,13 @@ SPEC = FigureSpec(
     topic="Cold-start ablation: TTFT as EdgeFlow's techniques are added",
     title="Llama3-8B, Xiaomi 15 Pro profile, 5 bits, each dataset's median prompt length",
     claim="Each technique helps only where the bound it removes is on the critical path (each bar is that path). "
-          "At short prompts the cold start is flash-bound: adaptive bits and weightlet packing "
-          "cut the bytes read (packing trades part of the flash time for unpack time), and the granular pipeline "
-          "takes flash off the critical path, leaving the graph thread's restores as the bound, which no later step "
-          "touches. At long prompts NPU compute bounds the prefill from the first step, so bits and packing "
-          "hardly move the TTFT, while fine placement and position priority cut it. CPU task stealing gains "
-          "nothing up to MMLU length and makes HellaSwag about 8 % slower: a stolen INT8 matmul takes about 10x "
-          "its NPU time on the CPU, and the CPU becomes the bound.",
+          "Up to MMLU length the cold start is flash-bound at first: adaptive bits and weightlet packing cut the "
+          "bytes read (packing trades part of the flash time for unpack time), and the granular pipeline takes "
+          "flash off the critical path, leaving the graph thread's restores as the bound (at OBQA length the NPU, "
+          "until fine placement), which no later step touches. At HellaSwag length NPU compute bounds the prefill "
+          "from the first step, so bits and packing hardly move the TTFT, while fine placement and position "
+          "priority cut it. CPU task stealing gains nothing up to MMLU length and makes HellaSwag about 8 % "
+          "slower: a stolen INT8 matmul takes about 10x its NPU time on the CPU, and the CPU becomes the bound.",
     simulated="the ablation policies (one policy file each under sim/coldstart/) at each dataset's prompt length",
     tolerances={"value": (1e-4, 1e-9)})
 

@@ -25,8 +25,8 @@ SPEC = FigureSpec(
           "cuts both units' idle time at long prompts. CPU task stealing cuts the CPU's idle time further, but at "
           "HellaSwag length it costs time: a stolen INT8 matmul takes about 10x its NPU time on the CPU, most "
           "stolen operators land on the critical path, and the prefill's bound moves from the NPU to the CPU "
-          "(TTFT +8 %). Up to OBQA length the graph thread's restores bound the prefill, so no scheduling step "
-          "changes the TTFT there.",
+          "(TTFT +8 %). Up to OBQA length the graph thread's restores bound the prefill once placement has taken "
+          "the NPU off the path (at OBQA it does), so priority and stealing do not change the TTFT there.",
     simulated="prefill pipeline of each scheduling step (bubble rate = 1 - busy / prefill time), stolen operators",
     tolerances={"value": (1e-4, 1e-9)})
 
