@@ -2,17 +2,18 @@
 "The llama.cpp policy"): timed through the `peer` extra's library on warm files (every byte in the page cache, so
 no I/O enters a figure), each by llama.cpp's own phase boundaries (its C API, llama-cpp-python's low-level binding):
 
-- `llamacpp_open_s`: `llama_model_load_from_file` with vocab_only (GGUF metadata and the vocabulary parse), plus
+- the open: `llama_model_load_from_file` with vocab_only (GGUF metadata and the vocabulary parse), plus
   llama-cpp-python's own set-up inside `Llama()` (a warm `Llama()` less the open, weights and context below);
 - weights (warm): the full `llama_model_load_from_file` (use_mmap=false, as hil.peer runs it) less the open: copies out
   of the page cache, plus for the repacked types (planner.formats.GGML_REPACK_X86) ggml's repack. With a Q8_0 file
   (nothing repacked) and a Q4_0 file (all linear weights repacked) of one model: copy s/B = Q8_0's time / its bytes;
   `llamacpp_repack_gbps` = Q4_0's repacked bytes / (Q4_0's time - its bytes x copy s/B);
-- `llamacpp_context_s`: `llama_init_from_model` (KV cache, output buffer, graph reserve);
+- the context: `llama_init_from_model` (KV cache, output buffer, graph reserve);
 - per file type and model width: the first `llama_decode` of a fresh context for each prompt length (n_batch =
   n_ubatch = the prompt, `threads` threads, as hil.peer runs it); a line t = a + b x tokens through the medians:
   `llamacpp_gemm_gops_per_ghz["<type>@<d_model>"]` = the layers' matmul FLOPs per token / b / the threads' GHz
-  (SocProfile.thread_ghz), `llamacpp_eval_s` = the median intercept a over the files.
+  (SocProfile.thread_ghz); the eval's fixed part is the intercept a;
+- `llamacpp_fixed_s` = the medians over the files of the open, the context and the eval's fixed part, summed.
 `calibrate_into_store(store)` writes them into a stored host profile (device.json, its sources, the manifest re-sealed)
 where the simulator reads them. Without the extra it raises hil.peer.PeerUnavailable (one line).
 """
@@ -33,8 +34,7 @@ from quant.arch import ModelSpec
 PROMPTS = (32, 128, 256)        # tokens per timed eval: the protocol's range (16..256)
 FTYPES = ("q8_0", "q4_0", "q4_k_m")
 MODELS = ("smollm2_135m", "llama3_2_1b_synth")
-FIELDS = ("llamacpp_open_s", "llamacpp_context_s", "llamacpp_eval_s", "llamacpp_repack_gbps",
-          "llamacpp_gemm_gops_per_ghz")
+FIELDS = ("llamacpp_fixed_s", "llamacpp_repack_gbps", "llamacpp_gemm_gops_per_ghz")
 
 
 @dataclass
@@ -160,15 +160,15 @@ def derive(times: list[FileTimes], specs: dict[str, ModelSpec], dev: SocProfile,
             if rb > 0 and left > 0:
                 repack.append(rb / left / 1e9)
     med = statistics.median
-    fields = {"llamacpp_open_s": med(t.open_s + t.binding_s for t in times),
-              "llamacpp_context_s": med(t.context_s for t in times),
-              "llamacpp_eval_s": med(icpts), "llamacpp_repack_gbps": med(repack) if repack else 0.0,
+    parts = {"open": med(t.open_s + t.binding_s for t in times), "context": med(t.context_s for t in times),
+             "eval": med(icpts)}
+    fields = {"llamacpp_fixed_s": sum(parts.values()), "llamacpp_repack_gbps": med(repack) if repack else 0.0,
               "llamacpp_gemm_gops_per_ghz": rates}
     how = f"measured (hil.calibrate_peer, llama.cpp {_version()}, warm files, {threads} threads)"
-    src = {"llamacpp_open_s": f"{how}: vocab_only model load plus llama-cpp-python's own set-up in Llama(), median "
-                              f"over {len(times)} files",
-           "llamacpp_context_s": f"{how}: llama_init_from_model, median",
-           "llamacpp_eval_s": f"{how}: intercept of first-eval time vs prompt tokens, median over files",
+    src = {"llamacpp_fixed_s": f"{how}: medians over {len(times)} files of the vocab_only load with Llama()'s own "
+                               f"set-up ({parts['open'] * 1e3:.1f} ms), llama_init_from_model "
+                               f"({parts['context'] * 1e3:.1f} ms) and the first eval's intercept vs prompt tokens "
+                               f"({parts['eval'] * 1e3:.1f} ms)",
            "llamacpp_repack_gbps": (f"{how}: Q4_0 load less its bytes at Q8_0's copy rate, per repacked byte"
                                     if repack else "not measured: no Q8_0 + Q4_0 pair of one model"),
            "llamacpp_gemm_gops_per_ghz": f"{how}: layer matmul FLOPs per token / slope of first-eval time vs "
@@ -260,8 +260,7 @@ def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Ca
     else:
         fields = calibrate_into_store(store, log=log, also=also)
         rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fields["llamacpp_gemm_gops_per_ghz"].items()))
-        msg = (f"llama.cpp step (measured, warm files): open {fields['llamacpp_open_s'] * 1e3:.0f} ms, context "
-               f"{fields['llamacpp_context_s'] * 1e3:.1f} ms, eval fixed {fields['llamacpp_eval_s'] * 1e3:.0f} ms, "
+        msg = (f"llama.cpp step (measured, warm files): fixed {fields['llamacpp_fixed_s'] * 1e3:.0f} ms, "
                f"repack {fields['llamacpp_repack_gbps']:.2f} GB/s, GOP/s per core-GHz: {rates}")
     log(msg)
     return msg

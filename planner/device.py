@@ -56,14 +56,14 @@ class SocProfile:
     cpu_op_overhead_s: float = 0.0            # s, fixed cost of launching one CPU op on the thread pool
     kquant_unpack_cycles_per_weight: float = 0.0  # cycles per weight, K-quant bit-split -> INT8 (scalar-heavy)
     # ---- llama.cpp's own code on this CPU (planner/pipeline/cpu_plan.py; 0 / empty = not measured) -------------
-    llamacpp_open_s: float = 0.0              # s, its model open before any weight: GGUF metadata, vocabulary parse
-    llamacpp_context_s: float = 0.0           # s, its context creation: KV cache, output buffer, graph reserve
-    llamacpp_eval_s: float = 0.0              # s, fixed part of one prompt eval (graph build, allocation, LM head)
+    llamacpp_fixed_s: float = 0.0             # s, its own code outside weight reads and matmuls: model open (GGUF
+    #                                           metadata, vocabulary parse), context (KV cache, graph reserve) and the
+    #                                           prompt eval's fixed part (graph build and allocation, LM head)
     llamacpp_repack_gbps: float = 0.0         # GB/s of one thread repacking the repacked tensor types at load
     #                                           (planner.formats.GGML_REPACK_X86); 0 = this CPU repacks nothing
     llamacpp_gemm_gops_per_ghz: dict[str, float] = field(default_factory=dict)   # GOP/s per core per GHz of its
-    #                                           prompt eval per "<file type>@<d_model>" (weight matmul FLOPs over the
-    #                                           eval's time less llamacpp_eval_s, the graph's other ops included);
+    #                                           prompt eval per "<file type>@<d_model>" (weight matmul FLOPs per s of
+    #                                           the eval's per-token time, the graph's other ops included);
     #                                           empty: Q8_0 at cpu_int8_gemm_gops_per_ghz, K-quants slowed down
     # ---- NPU ----------------------------------------------------------------------------------------------------
     npu_int8_tops: float = 0.0                # TOP/s, statically optimized INT8 matmul (HMX), compute roof

@@ -3,15 +3,17 @@
 
 llama.cpp (what llama-cpp-python 0.3.16's vendored llama.cpp does on a CPU; every step from its source, every cost a
 device parameter measured by hil.calibrate_peer on the host):
-1. model open: GGUF metadata and the vocabulary parse (`llamacpp_open_s`), before any weight is read;
+1. model open: GGUF metadata and the vocabulary parse, before any weight is read; with the context (step 3) and the
+   eval's fixed part (step 4) one fixed stretch of its own code, `llamacpp_fixed_s`, placed here (all of it is
+   serial with the rest, so its place changes the phases' split, not the TTFT);
 2. weights: with `use_mmap` (its default) the file is mapped and a layer's pages fault in when the first ubatch
    touches them (readahead-sized requests from all compute threads), interleaved with compute; without it, one
    thread reads every tensor in turn into its buffers (`read()`), all before the first eval. Either way the tensor
    types ggml-cpu repacks (planner.formats.GGML_REPACK_X86 on x86: Q4_0, Q4_K) are read and re-laid out at load, on
    the loading thread, before the context exists (`llamacpp_repack_gbps`);
-3. context: KV cache, output buffer, compute-graph reserve (`llamacpp_context_s`);
-4. one prompt eval of all tokens (n_ubatch = `chunk_tokens`): a fixed part (`llamacpp_eval_s`: graph build and
-   allocation, the LM head of the last token) then the layers in order, each ubatch through all layers before the
+3. context: KV cache, output buffer, compute-graph reserve;
+4. one prompt eval of all tokens (n_ubatch = `chunk_tokens`): a fixed part (graph build and allocation, the LM head
+   of the last token) then the layers in order, each ubatch through all layers before the
    next, on `compute_threads`. A matmul runs at llama.cpp's measured rate for the file type
    (`llamacpp_gemm_gops_per_ghz["<type>@<d_model>"]`, nearest d_model measured; the eval's other ops are inside that
    rate, so compute tasks carry only their matmuls); without a measured rate, Q8_0 at the device's INT8 GEMM rate and
@@ -84,14 +86,10 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
     wfmt = llamacpp_rate_key(dev, ftype, spec.d_model)
     b = PlanBuilder()
 
-    def fixed(name: str, seconds: float, after: list[int]) -> int:
-        """A fixed stretch of llama.cpp's own CPU work on its main thread (a device constant, 0 = not modelled)."""
-        return b.add(name, "load", after, duration_s=seconds, phase="setup") if seconds > 0 else \
-            (after[0] if after else -1)
-
-    opened = fixed("llamacpp.open", dev.llamacpp_open_s, [])
+    # llama.cpp's own code on its main thread (a device constant; 0 = not modelled)
+    opened = b.add("llamacpp.fixed", "load", [], duration_s=dev.llamacpp_fixed_s, phase="setup") \
+        if dev.llamacpp_fixed_s > 0 else -1
     readers = fw.loader_threads
-    repack_ids: list[int] = []
     if fw.use_mmap:
         prev = opened
         for i, ly in enumerate(layers):          # repacked tensors are copied out of the mapping at load
@@ -99,10 +97,7 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
                 prev = b.add(f"repack.L{i}", "load", [prev], layer=i, read_bytes=ly.repack_bytes,
                              request_bytes=dev.mmap_readahead_bytes, mem_alloc=ly.repack_bytes, phase="load",
                              duration_s=ly.repack_bytes / (dev.llamacpp_repack_gbps * 1e9))
-                repack_ids.append(prev)
-        ctx = fixed("llamacpp.context", dev.llamacpp_context_s, [prev])
-        start = fixed("llamacpp.eval", dev.llamacpp_eval_s, [ctx])
-        emb = add_embedding(b, spec, tokens, [start])
+        emb = add_embedding(b, spec, tokens, [prev])
 
         def fault_in(layer: int, after: int) -> int:
             nbytes = layers[layer].nbytes - layers[layer].repack_bytes
@@ -124,9 +119,7 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
                          request_bytes=dev.flash_bulk_request_bytes, mem_alloc=ly.nbytes, phase="load",
                          duration_s=ly.repack_bytes / (dev.llamacpp_repack_gbps * 1e9) if ly.repack_bytes else 0.0)
             loaded.append(prev)
-        ctx = fixed("llamacpp.context", dev.llamacpp_context_s, [prev])
-        start = fixed("llamacpp.eval", dev.llamacpp_eval_s, [ctx])
-        emb = add_embedding(b, spec, tokens, [start])
+        emb = add_embedding(b, spec, tokens, [prev])
         add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, loaded, start=emb, cpu_wfmt=wfmt, layer_serial=True)
     if wfmt not in ("int8", "kquant"):
         _matmuls_only(b, spec)
@@ -143,13 +136,12 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
 def runner_device(dev: SocProfile) -> SocProfile:
     """`dev` without llama.cpp's own measured costs: for a llama.cpp-style plan that the project's runner executes
     with its own kernels (hil.runner: no vocabulary parse, no repack, its INT8 GEMMs), not llama.cpp itself."""
-    return replace(dev, llamacpp_open_s=0.0, llamacpp_context_s=0.0, llamacpp_eval_s=0.0, llamacpp_repack_gbps=0.0,
-                   llamacpp_gemm_gops_per_ghz={})
+    return replace(dev, llamacpp_fixed_s=0.0, llamacpp_repack_gbps=0.0, llamacpp_gemm_gops_per_ghz={})
 
 
 def _matmuls_only(b: PlanBuilder, spec: ModelSpec) -> None:
     """With llama.cpp's measured per-file-type rate, a compute task's cost is its layer matmuls at that rate (the
-    graph's other ops are inside it; the LM head of the last token is inside llamacpp_eval_s): other works go.
+    graph's other ops are inside it; the LM head of the last token is inside llamacpp_fixed_s): other works go.
     The ops stay, so the host runner still runs every op of the plan."""
     for t in b.tasks:
         if t.resource == "cpu":

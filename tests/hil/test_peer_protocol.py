@@ -71,13 +71,13 @@ def test_a_peer_set_checks_its_configurations():
 
 def test_prediction_uses_the_peers_settings_and_the_measured_llamacpp_fields(tmp_path):
     spec = model_spec("smollm2_135m")
-    host = _host(tmp_path, llamacpp_open_s=0.08, llamacpp_context_s=0.002, llamacpp_eval_s=0.01,
-                 llamacpp_repack_gbps=0.5, llamacpp_gemm_gops_per_ghz={"Q4_0@576": 10.0, "Q8_0@576": 9.0})
+    host = _host(tmp_path, llamacpp_fixed_s=0.092, llamacpp_repack_gbps=0.5,
+                 llamacpp_gemm_gops_per_ghz={"Q4_0@576": 10.0, "Q8_0@576": 9.0})
     plan, m = pp.predict_peer(spec, host, "q4_0", 64, 2)
     assert plan.info["use_mmap"] is False and plan.info["gemm_rate"] == "Q4_0@576"
     assert plan.cpu_threads == 2 and plan.loader_threads == 1 and plan.chunk_tokens == 64
     assert plan.info["repack_bytes"] > 0
-    assert m["ttft_s"] > 0.08 + 0.002 + 0.01                           # the fixed stretches are inside
+    assert m["ttft_s"] > 0.092                                          # the fixed stretch is inside
     plan8, m8 = pp.predict_peer(spec, host, "q8_0", 64, 2)
     assert plan8.info["repack_bytes"] == 0
     slow = _host(tmp_path, **{**dataclasses.asdict(host.device), "llamacpp_gemm_gops_per_ghz":
@@ -127,7 +127,7 @@ def test_derive_takes_rates_from_slopes_and_repack_from_the_q4_0_excess(tmp_path
     per_tok = cp.layer_matmul_flops_per_token(spec)
     assert fields["llamacpp_gemm_gops_per_ghz"]["Q8_0@576"] == pytest.approx(per_tok / 1e-3 / 1e9 / ghz)
     assert fields["llamacpp_gemm_gops_per_ghz"]["Q4_0@576"] == pytest.approx(per_tok / 5e-4 / 1e9 / ghz)
-    assert fields["llamacpp_eval_s"] == pytest.approx(0.02) and fields["llamacpp_open_s"] == pytest.approx(0.11)
+    assert fields["llamacpp_fixed_s"] == pytest.approx(0.11 + 0.002 + 0.02)
     from planner.pipeline.cpu_plan import ggml_layers
     rb = sum(ly.repack_bytes for ly in ggml_layers(spec, "Q4_0", dataclasses.replace(dev, llamacpp_repack_gbps=1),
                                                     embedding=True))
@@ -154,9 +154,8 @@ def test_calibrate_into_store_writes_the_fields_and_reseals(monkeypatch, tmp_pat
         (tmp_path / n).write_text("{}")
     (tmp_path / "device.json").write_text(json.dumps({"profile": dataclasses.asdict(dev), "sources": {}}))
     seal(tmp_path)
-    fields = {"llamacpp_open_s": 0.1, "llamacpp_context_s": 0.002, "llamacpp_eval_s": 0.02,
-              "llamacpp_repack_gbps": 0.7, "llamacpp_gemm_gops_per_ghz": {"Q8_0@576": 12.0}}
-    monkeypatch.setattr(cp, "calibrate", lambda d, files, prompts, repeats, log: (fields, {"llamacpp_open_s":
+    fields = {"llamacpp_fixed_s": 0.12, "llamacpp_repack_gbps": 0.7, "llamacpp_gemm_gops_per_ghz": {"Q8_0@576": 12.0}}
+    monkeypatch.setattr(cp, "calibrate", lambda d, files, prompts, repeats, log: (fields, {"llamacpp_fixed_s":
                                                                                           "measured: x"}, []))
     cp.calibrate_into_store(tmp_path, files=[], log=lambda m: None)
     got = load_device_json(tmp_path / "device.json")

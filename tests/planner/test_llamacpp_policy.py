@@ -24,8 +24,7 @@ def _phone() -> SocProfile:
 
 def _measured(dev: SocProfile) -> SocProfile:
     """A device with llama.cpp's own costs measured (made-up values: the structure is under test, not them)."""
-    return dataclasses.replace(dev, llamacpp_open_s=0.1, llamacpp_context_s=0.01, llamacpp_eval_s=0.02,
-                               llamacpp_repack_gbps=1.0,
+    return dataclasses.replace(dev, llamacpp_fixed_s=0.13, llamacpp_repack_gbps=1.0,
                                llamacpp_gemm_gops_per_ghz={"Q8_0@576": 20.0, "Q4_0@576": 25.0, "Q4_0@2048": 30.0})
 
 
@@ -90,12 +89,10 @@ def test_read_mode_loads_every_byte_on_one_thread_before_the_first_op():
                for t, ly in zip(reads, ggml_layers(spec, "Q4_0", dev, embedding=True)))
     assert all(t.duration_s > 0 for t in reads[:-1]) and reads[-1].duration_s == 0
     names = [t.name for t in plan.tasks]
-    assert names.index("llamacpp.open") < names.index("read.L0")
-    ctx = plan.tasks[names.index("llamacpp.context")]
-    ev = plan.tasks[names.index("llamacpp.eval")]
-    assert ctx.deps == [reads[-1].id] and ev.deps == [ctx.id] and ev.duration_s == 0.02
+    fixed = plan.tasks[names.index("llamacpp.fixed")]
+    assert fixed.duration_s == 0.13 and reads[0].deps == [fixed.id]
     cpu = [t for t in plan.tasks if t.resource == "cpu"]
-    assert cpu and min(t.id for t in cpu) > ev.id
+    assert cpu and min(t.id for t in cpu) > reads[-1].id
     works = [w for t in cpu for w in t.works]
     assert works and all(w.kind == "matmul" and w.wfmt == "Q4_0@576" for w in works)   # the eval's rate
     assert all(t.ops for t in cpu)                          # the runner still runs every op
@@ -132,8 +129,9 @@ def test_mapped_file_on_a_repacking_cpu_reads_repacked_tensors_before_the_contex
     plan = build_llamacpp_plan(spec, dev, _fw(weight_type="Q4_0"), 64, 5)
     rp = [t for t in plan.tasks if t.name.startswith("repack.L")]
     faults = [t for t in plan.tasks if t.name.startswith("fault.L")]
-    ctx = next(t for t in plan.tasks if t.name == "llamacpp.context")
-    assert len(rp) == spec.n_layers and ctx.deps == [rp[-1].id]
+    emb = next(t for t in plan.tasks if t.ops == ["embed"])
+    assert len(rp) == spec.n_layers and emb.deps == [rp[-1].id] and rp[0].deps == [plan.tasks[0].id]
+    assert all(f.id > rp[-1].id for f in faults)
     assert sum(t.read_bytes for t in rp + faults) == plan.info["flash_bytes"]
 
 
