@@ -193,11 +193,15 @@ def default_files(models=MODELS, ftypes=FTYPES) -> list[tuple[ModelSpec, str, Pa
 def calibrate(dev: SocProfile, files: list[tuple[ModelSpec, str, Path]], prompts=PROMPTS, threads: int | None = None,
               repeats: int = 3, log: Callable[[str], None] = lambda m: None) -> tuple[dict, dict, list[FileTimes]]:
     """(fields, sources, per-file times) on this host; `threads` defaults to the device's cores (hil.peer's)."""
+    from hil.timing import timing_lock
+
     thr = threads or dev.cpu_cores
     times = []
-    for spec, ftype, path in files:
-        log(f"  llama.cpp {spec.name} {ftype.upper()}: warm load, context and prompt evals at {list(prompts)} tokens")
-        times.append(time_file(spec, ftype, path, prompts, thr, repeats))
+    with timing_lock("llama.cpp calibration (hil.calibrate_peer)"):     # one timing run on this machine at a time
+        for spec, ftype, path in files:
+            log(f"  llama.cpp {spec.name} {ftype.upper()}: warm load, context and prompt evals at {list(prompts)} "
+                f"tokens")
+            times.append(time_file(spec, ftype, path, prompts, thr, repeats))
     fields, src = derive(times, {s.name: s for s, _f, _p in files}, dev, thr)
     return fields, src, times
 
