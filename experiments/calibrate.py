@@ -211,10 +211,12 @@ def run(cfg: DictConfig) -> dict[str, Any]:
         raise ConfigError(str(e)) from None
     prof, table = host.device, host.cost_table
     store = table.parent
-    from hil.calibrate_peer import peer_step  # llama.cpp's own costs (only with the peer extra)
+    from hil.calibrate_peer import peer_step, store_link  # llama.cpp's own costs (only with the peer extra)
 
     peer_step(store, strict_bool(cfg.remeasure, "remeasure"), strict_bool(cfg.quick, "quick"),
               log=lambda msg: print(msg, file=sys.stderr))
+    store = store_link(store).resolve()             # a measuring step rewrote the store whole (a new version)
+    table = store / table.name
     device_doc = json.loads((store / "device.json").read_text())
     runtime_doc = json.loads((store / "runtime.json").read_text())
     meas = json.loads((store / "measurements.json").read_text())

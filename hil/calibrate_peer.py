@@ -221,22 +221,32 @@ def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] |
 
 
 def write_fields(store: Path, fields: dict, src: dict[str, str], times: list[FileTimes]) -> None:
-    """The fields and their sources into `store`'s device.json (atomic), the per-file times beside; manifest
-    re-sealed."""
-    from hil.host import seal
-    from quant.atomic import atomic_write_text
+    """The fields and their sources into `store`'s device.json, the per-file times beside: the store rewritten as one
+    unit (hil.host.write_store, under its lock; `store` may be the link or the version directory it points to)."""
+    from hil.host import STORE_FILES, store_lock, write_store
 
-    doc = json.loads((store / "device.json").read_text())
-    doc["profile"].update(fields)
-    doc.setdefault("sources", {}).update(src)
-    doc["llamacpp_calibration"] = [{"model": t.model, "ftype": t.ftype, "file_bytes": t.file_bytes,
-                                    "open_s": t.open_s, "weights_s": t.weights_s, "context_s": t.context_s,
-                                    "binding_s": t.binding_s,
-                                    "eval_s": {str(k): v for k, v in t.eval_s.items()}, "resident": t.resident}
-                                   for t in times]
-    SocProfile(**doc["profile"])                  # still a valid profile
-    atomic_write_text(store / "device.json", json.dumps(doc, indent=1) + "\n")
-    seal(store)
+    link = store_link(store)
+    with store_lock(link.parent):
+        parts = {n: json.loads((link / n).read_text()) for n in STORE_FILES}
+        doc = parts["device.json"]
+        doc["profile"].update(fields)
+        doc.setdefault("sources", {}).update(src)
+        doc["llamacpp_calibration"] = [{"model": t.model, "ftype": t.ftype, "file_bytes": t.file_bytes,
+                                        "open_s": t.open_s, "weights_s": t.weights_s, "context_s": t.context_s,
+                                        "binding_s": t.binding_s,
+                                        "eval_s": {str(k): v for k, v in t.eval_s.items()}, "resident": t.resident}
+                                       for t in times]
+        SocProfile(**doc["profile"])              # still a valid profile
+        write_store(link, parts)
+
+
+def store_link(store: Path) -> Path:
+    """The store's name (`<root>/<id>`) for a version directory `<root>/.<id>.v-<random>` (what a loaded profile's
+    paths point into), else `store` itself."""
+    name = store.name
+    if name.startswith(".") and ".v-" in name:
+        return store.parent / name[1:].rsplit(".v-", 1)[0]
+    return store
 
 
 def has_fields(store: Path) -> bool:

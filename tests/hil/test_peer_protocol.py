@@ -146,21 +146,22 @@ def test_peer_step_says_why_it_does_not_measure(monkeypatch, tmp_path):
     assert "quick calibration" in cp.peer_step(tmp_path, quick=True, log=lambda m: None)
 
 
-def test_calibrate_into_store_writes_the_fields_and_reseals(monkeypatch, tmp_path):
-    from hil.host import STORE_FILES, check_manifest, load_device_json, seal
+def test_calibrate_into_store_rewrites_the_store_whole(monkeypatch, tmp_path):
+    from hil.host import STORE_FILES, check_manifest, load_device_json, write_store
 
     dev = _host(tmp_path).device
-    for n in STORE_FILES:
-        (tmp_path / n).write_text("{}")
-    (tmp_path / "device.json").write_text(json.dumps({"profile": dataclasses.asdict(dev), "sources": {}}))
-    seal(tmp_path)
+    store = tmp_path / "hosts" / "abc"
+    parts = {n: {} for n in STORE_FILES} | {"device.json": {"profile": dataclasses.asdict(dev), "sources": {}}}
+    version = write_store(store, parts)                 # as hil.host stores a profile: a link to a version dir
     fields = {"llamacpp_fixed_s": 0.12, "llamacpp_repack_gbps": 0.7, "llamacpp_gemm_gops_per_ghz": {"Q8_0@576": 12.0}}
     monkeypatch.setattr(cp, "calibrate", lambda d, files, prompts, repeats, log: (fields, {"llamacpp_fixed_s":
                                                                                           "measured: x"}, []))
-    cp.calibrate_into_store(tmp_path, files=[], log=lambda m: None)
-    got = load_device_json(tmp_path / "device.json")
+    cp.calibrate_into_store(version, files=[], log=lambda m: None)   # a loaded profile's path: the version dir
+    got = load_device_json(store / "device.json")
     assert got.llamacpp_gemm_gops_per_ghz == {"Q8_0@576": 12.0} and got.llamacpp_repack_gbps == 0.7
-    assert check_manifest(tmp_path) == "" and cp.has_fields(tmp_path)
+    assert store.is_symlink() and store.resolve() != version.resolve() and not version.exists()
+    assert check_manifest(store.resolve()) == "" and cp.has_fields(store)
+    assert json.loads((store / "device.json").read_text())["sources"]["llamacpp_fixed_s"] == "measured: x"
 
 
 @needs_extra
