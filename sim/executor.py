@@ -1,4 +1,4 @@
-"""Executes a cold-start `Plan` in simulated time (SimPy): the simulator side of the plan contract
+"""Executes a cold-start `Plan` in simulated time (`sim.engine`): the simulator side of the plan contract
 (docs/design.md §3; EdgeFlow §4.3).
 
 Resources: `Flash` (processor-shared bandwidth) behind `load` workers, `unpack` workers (one CPU thread each, on
@@ -53,16 +53,15 @@ from __future__ import annotations
 import bisect
 import math
 
-import simpy
-
 from planner.cost.base import CostModel
 from planner.device import SocProfile
 from planner.host_runtime import MEMORY_CLASSES, NO_RUNTIME, HostRuntime
 from planner.pipeline.dispatch import QUEUED, Dispatcher
 from planner.plan import OpWork, Plan
 from planner.timeline import Span, Timeline
+from sim.engine import AllDone, Environment, Event, Resource
 from sim.flash import Flash
-from sim.sharing import AllDone, Cores, SharedRate
+from sim.sharing import NO_SLOW, Cores, SharedRate
 
 # class of work of each op kind, for the co-run slowdown (HostRuntime.corun_*)
 KIND_CLASS = {"matmul": "gemm", "lm_head": "gemm", "attention": "elementwise", "elementwise": "elementwise",
@@ -94,18 +93,18 @@ class PlanExecutor:
         # the host's runtime mechanics (planner.host_runtime); None: a device without them, every phone profile
         self.rt = rt = NO_RUNTIME if runtime is None else runtime
         self.preloaded = int(preloaded_bytes)   # B of weights already in memory (Fig. 2): served without flash reads
-        self.env = simpy.Environment()
+        self.env = Environment()
         # cores' and DRAM's rate samples are read by nobody (the flash's are: the timeline, readahead)
         self.cores = Cores(self.env, dev.cpu_cores, record=False)
         self.flash = Flash(self.env, dev, self.cores, rt.flash_request_busy_s)
-        self.driver = simpy.Resource(self.env, capacity=max(1, dev.npu_driver_slots))
+        self.driver = Resource(self.env, capacity=max(1, dev.npu_driver_slots))
         self.dram = SharedRate(self.env, dev.dram_gbps * 1e9, record=False) if dev.dram_gbps > 0 else None
         # a Python runtime's interpreter lock: its per-task code runs one thread at a time (rt.interpreter_lock)
-        self.gil = simpy.Resource(self.env, capacity=1) if rt.interpreter_lock else None
+        self.gil = Resource(self.env, capacity=1) if rt.interpreter_lock else None
         # x CPU time per class of work while other threads use the other cores: beside compute, beside memory-system
         # work (HostRuntime.corun_*, measured)
         self.dispatch = Dispatcher(plan)
-        self.idle: dict[str, list[simpy.Event]] = {r: [] for r in QUEUED}
+        self.idle: dict[str, list[Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
         self.spans: list[Span] = []
         self.mem = 0
@@ -191,7 +190,7 @@ class PlanExecutor:
             self.all_done.succeed()
 
     def _occupy(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True, owner: object = None,
-                cls: str = "") -> list[simpy.Event]:
+                cls: str = "") -> list[Event]:
         """Events of one op's shared resources: its threads' core time and, where modelled, its DRAM traffic (demand
         rate = bytes / isolated time, so alone it ends exactly at `seconds`; with others it is slowed when the demands
         exceed `dram_gbps`)."""
@@ -206,12 +205,28 @@ class PlanExecutor:
             evs.append(self.dram.use(dram_bytes, cap=dram_bytes / seconds))
         return evs
 
-    def _runtime(self, seconds: float, owner: object = None) -> list[simpy.Event]:
-        """Events of the runtime's own per-task code (dispatch, buffer set-up, bookkeeping) on one thread: core time
-        and, with an interpreter lock, under that lock (`_locked`)."""
+    def _occupied(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True, owner: object = None,
+                  cls: str = "") -> AllDone:
+        """`AllDone` of `_occupy`'s events, scheduled the same; on a core its jobs are the barrier's parts (no event
+        per job: sim.engine.AllDone)."""
+        if not on_core:
+            return AllDone(self.env, self._occupy(seconds, threads, dram_bytes, on_core, owner, cls))
+        dram = self.dram is not None and dram_bytes > 0
+        done = AllDone(self.env, (), 2 if dram else 1)
+        slow = self._corun.get(cls)
+        if slow is None:
+            slow = self._corun[cls] = self.rt.corun(cls)
+        self.cores.run(seconds, threads, owner, slow, cls in MEMORY_CLASSES, False, done)
+        if dram:
+            self.dram.use(dram_bytes, dram_bytes / seconds, 1.0, None, NO_SLOW, False, False, done)
+        return done
+
+    def _runtime(self, seconds: float, owner: object = None) -> AllDone:
+        """The runtime's own per-task code (dispatch, buffer set-up, bookkeeping) on one thread, done: core time and,
+        with an interpreter lock, under that lock (`_locked`)."""
         if self.gil is None:
-            return self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime")
-        return [self.env.process(self._locked(seconds, owner, handoff=False))]
+            return self._occupied(seconds, 1, 0.0, owner=owner, cls="runtime")
+        return AllDone(self.env, [self.env.process(self._locked(seconds, owner, handoff=False))])
 
     def _locked(self, seconds: float, owner: object, handoff: bool):
         """A Python runtime's code under its interpreter lock: a mutex (FIFO), held until the code has had its core
@@ -234,7 +249,7 @@ class PlanExecutor:
                 self._maybe_pack(owner, self.gil_last)      # ... maybe on its waker's busy core
             self.gil_last = owner
             if seconds > 0:
-                yield AllDone(self.env, self._occupy(seconds, 1, 0.0, owner=owner, cls="runtime"))
+                yield self._occupied(seconds, 1, 0.0, owner=owner, cls="runtime")
 
     def _count_wait(self, owner: object) -> None:
         """Tally one blocking wait of worker `owner` ((resource, idx); anonymous owners are not a worker)."""
@@ -287,12 +302,12 @@ class PlanExecutor:
         return nbytes * per(nbytes / max(1, allocations))
 
     def _cpu_with_touch(self, cpu_s: float, touch_bytes: int, dram_bytes: float, allocations: int = 1,
-                        owner: object = None) -> list[simpy.Event]:
+                        owner: object = None) -> AllDone:
         """Events of a thread's CPU work of `cpu_s` (isolated) that first-touches `touch_bytes` of fresh memory: both
         are core time of that thread. Page faults of different threads do not serialize here (measured on the host:
         two threads touching or reading into fresh buffers each spend the CPU per byte of one alone, docs/hil.md)."""
         core_s = cpu_s + self._touch_s(touch_bytes, allocations)
-        return self._occupy(core_s, 1, dram_bytes, owner=owner, cls="touch") if core_s > 0 else []
+        return self._occupied(core_s, 1, dram_bytes, owner=owner, cls="touch") if core_s > 0 else AllDone(self.env)
 
     def _fresh_bytes(self, t) -> int:
         """Bytes of task `t`'s allocation that are fresh memory (first touch). A task bound to file tensors: an
@@ -366,7 +381,7 @@ class PlanExecutor:
         if wake_s > 0:
             yield env.timeout(wake_s)
         if self.rt.thread_wake_cpu_s > 0:              # the wake-up's own CPU work (futex, locks)
-            yield AllDone(env, self._runtime(self.rt.thread_wake_cpu_s, owner=(resource, idx)))
+            yield self._runtime(self.rt.thread_wake_cpu_s, owner=(resource, idx))
 
     def _packs(self, waker: object) -> bool:
         """Whether the OS puts a thread woken now by `waker` (running, another core idle) on the waker's core: once
@@ -440,7 +455,7 @@ class PlanExecutor:
         cpu_s = 0.0
         if setup > 0:      # per tensor: the buffer, the read call, the bookkeeping (the runner's, measured)
             cpu_s += setup
-            yield AllDone(env, self._runtime(setup, owner=me))
+            yield self._runtime(setup, owner=me)
         if sequential and rt.read_cpu_multi != 1.0:
             yield env.timeout(0)               # every load that starts at this instant has registered
             if self.loading > 1:
@@ -471,7 +486,7 @@ class PlanExecutor:
         else:
             yield transfer
             if read_cpu > 0:
-                yield AllDone(env, self._occupy(read_cpu, 1, 2.0 * nread, owner=me, cls="read"))
+                yield self._occupied(read_cpu, 1, 2.0 * nread, owner=me, cls="read")
         if hi > 0:      # the read call returned: from now on the kernel reads ahead of this stream alone
             self.ra[me] = (hi, env.now)    # (its readahead during the call is read_cpu_overlap's part)
         if nread > 0:                                           # the read returns: re-take the lock
@@ -480,7 +495,7 @@ class PlanExecutor:
         copy_s = copy_c + self._touch_s(t.copy_bytes, n_buf)
         cpu_s += read_cpu + copy_s + t.duration_s
         if copy_s > 0:
-            yield AllDone(env, self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf, me))
+            yield self._cpu_with_touch(copy_c, t.copy_bytes, 2.0 * t.copy_bytes, n_buf, me)
         if t.duration_s > 0:
             yield self.cores.run(t.duration_s)
         return cpu_s
@@ -512,7 +527,7 @@ class PlanExecutor:
             py = min(dur, self._python_s(w, unit)) if self.gil is not None and on_core else 0.0
             if py > 0:                                      # the runtime's dispatch of the op
                 cpu_s += py
-                yield AllDone(env, self._runtime(py, owner=me))
+                yield self._runtime(py, owner=me)
             gemm = w.kind in GEMM_KINDS
             occ = threads if gemm or not self.rt.cpu_split_gemm_only else 1   # threads the op occupies
             pooled = gemm and threads > 1 and unit == "cpu"
@@ -522,8 +537,8 @@ class PlanExecutor:
                     yield env.timeout(wake)
             if dur - py > 0:
                 cpu_s += (dur - py) * occ if on_core else 0.0
-                yield AllDone(env, self._occupy(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core,
-                                              owner=me, cls=KIND_CLASS.get(w.kind, "")))
+                yield self._occupied(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core, owner=me,
+                                     cls=KIND_CLASS.get(w.kind, ""))
             if pooled:
                 self._pool_end(me, threads)
             if dur - py > 0 and on_core and self.gil is not None:   # the kernel returns: re-take the lock
@@ -547,7 +562,7 @@ class PlanExecutor:
         interpreter lock), the kernel's first touch of its fresh INT8 output and its unpack work, then the re-take of
         the interpreter lock as the call returns (a blocking hand-off when another thread holds it). Yields until done;
         returns the core seconds."""
-        env, cost = self.env, self.cost
+        cost = self.cost
         cpu_s = 0.0
         setup = len(t.tensors) * self.rt.unpack_tensor_s
         n_out = max(1, len(t.tensors))
@@ -562,14 +577,13 @@ class PlanExecutor:
                 run = setup / n_calls + py / n                         # set-up + the call's own Python
                 if run > 0:
                     cpu_s += run
-                    yield AllDone(env, self._runtime(run, owner=me))
+                    yield self._runtime(run, owner=me)
                 if touch > 0:
                     cpu_s += touch / n_calls
-                    yield AllDone(env, self._occupy(touch / n_calls, 1, 0.0, owner=me, cls="touch"))
+                    yield self._occupied(touch / n_calls, 1, 0.0, owner=me, cls="touch")
                 if dur - py > 0:
                     cpu_s += (dur - py) / n
-                    yield AllDone(env, self._occupy((dur - py) / n, 1, dram / n, owner=me,
-                                                  cls=KIND_CLASS.get(w.kind, "")))
+                    yield self._occupied((dur - py) / n, 1, dram / n, owner=me, cls=KIND_CLASS.get(w.kind, ""))
                 if touch > 0 or dur - py > 0:
                     cpu_s += yield from self._retake(me)              # the kernel returns: re-take the lock
         return cpu_s
@@ -583,7 +597,7 @@ class PlanExecutor:
         if self.plan.tasks:
             try:
                 env.run(until=self.all_done)
-            except RuntimeError:        # SimPy: no events left before all_done -> reported below
+            except RuntimeError:        # no events left before all_done -> reported below
                 pass
         if not self.dispatch.finished:
             raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")

@@ -1,4 +1,4 @@
-"""Flash (UFS) read bandwidth as a SimPy resource with processor sharing (EdgeFlow §3; docs/design.md §7).
+"""Flash (UFS) read bandwidth as a simulator resource with processor sharing (EdgeFlow §3; docs/design.md §7).
 
 Every active read has a rate cap that depends on its request size (`SocProfile.reader_rate`: per-request latency +
 transfer at the per-reader streaming cap), and the device's aggregate bandwidth `flash_peak_gbps` is shared max-min
@@ -12,16 +12,15 @@ threads occupy every core (`request_busy_s`, `HostRuntime.flash_request_busy_s`;
 """
 from __future__ import annotations
 
-import simpy
-
 from planner.device import SocProfile
+from sim.engine import Environment, Event
 from sim.sharing import SharedRate
 
 
 class Flash(SharedRate):
     """Flash bandwidth (B/s) shared by the active reads, each capped by its request size's single-reader rate."""
 
-    def __init__(self, env: simpy.Environment, dev: SocProfile, cores: SharedRate | None = None,
+    def __init__(self, env: Environment, dev: SocProfile, cores: SharedRate | None = None,
                  request_busy_s: float = 0.0) -> None:
         super().__init__(env, dev.flash_peak_gbps * 1e9)
         self.dev = dev
@@ -32,7 +31,7 @@ class Flash(SharedRate):
         if cores is not None and request_busy_s > 0:
             cores.listeners.append(self._cores_changed)
 
-    def read(self, nbytes: int, request_bytes: int, random: bool = False, owner: object = None) -> simpy.Event:
+    def read(self, nbytes: int, request_bytes: int, random: bool = False, owner: object = None) -> Event:
         nbytes = int(nbytes)
         if nbytes <= 0:
             return self.use(0, 1.0)

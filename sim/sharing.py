@@ -1,60 +1,36 @@
-"""Processor sharing: a capacity shared max-min fairly among active jobs, as a SimPy primitive (docs/coldstart.md).
+"""Processor sharing: a capacity shared max-min fairly among active jobs, as a primitive of the simulator's event core
+(`sim.engine`; docs/coldstart.md).
 
-SimPy has no fair-share primitive, so this module implements one for every shared resource of the simulator: flash
-bandwidth (`sim.flash`), CPU cores (`Cores` below) and DRAM bandwidth. Each active job has an amount of work left, a
-rate cap (what it could use alone) and a weight; the capacity is split by weighted water filling (a job capped below its
-weighted fair share keeps its cap, the rest is re-split among the others). Whenever the set of jobs changes, progress
-is advanced and the next completion re-scheduled (a generation counter discards stale wake-ups). Deterministic: jobs
-are kept in arrival order and ties resolve in that order.
+An event core has no fair-share primitive, so this module implements one for every shared resource of the simulator:
+flash bandwidth (`sim.flash`), CPU cores (`Cores` below) and DRAM bandwidth. Each active job has an amount of work left,
+a rate cap (what it could use alone) and a weight; the capacity is split by weighted water filling (a job capped below
+its weighted fair share keeps its cap, the rest is re-split among the others). Whenever the set of jobs changes,
+progress is advanced and the next completion re-scheduled (a generation counter discards stale wake-ups).
+Deterministic: jobs are kept in arrival order and ties resolve in that order.
 
-The hot path (one call per job start and per completion; a cold start has tens of thousands) allocates no closures
-and sorts only where the order can differ from arrival order: the events it schedules, and so every result, are the
-same as the plain formulation's (`tests/sim/test_host_golden.py`).
+The hot path (one call per job start and per completion; a cold start has tens of thousands) allocates no closures or
+timer events and sorts only where the order can differ from arrival order: the events it schedules, and so every
+result, are the same as the plain formulation's (`tests/sim/test_host_golden.py`).
 """
 from __future__ import annotations
 
-import simpy
-from simpy.events import NORMAL, PENDING, Event
+from heapq import heappush
+
+from sim.engine import AllDone, Environment, Event
 
 _DONE = 1e-9    # relative residue below which a job is complete (float rounding of the sharing math)
-_NO_SLOW = (1.0, 1.0)
-
-
-class AllDone(Event):
-    """Fires once every one of `events` has been processed: the scheduling of simpy's `AllOf` (it is scheduled at the
-    instant the last of them is processed, so a process waiting on it resumes in the same order), without building
-    a `ConditionValue` (its value is None)."""
-
-    def __init__(self, env: simpy.Environment, events) -> None:
-        self.env = env
-        self.callbacks = []
-        self._value = PENDING
-        self._left = 0
-        for ev in events:
-            if ev.callbacks is None:            # processed already
-                continue
-            self._left += 1
-            ev.callbacks.append(self._check)
-        if not self._left:
-            self._ok = True
-            self._value = None
-            env.schedule(self)
-
-    def _check(self, _ev: Event) -> None:
-        self._left -= 1
-        if not self._left:
-            self._ok = True
-            self._value = None
-            self.env.schedule(self)
+NO_SLOW = (1.0, 1.0)    # a job's co-run slowdown factors when it has none (Cores.run)
 
 
 class _Job:
     __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner", "slow", "slow_mem",
-                 "memory", "neutral")
+                 "memory", "neutral", "part_of")
 
-    def __init__(self, left: float, cap: float, weight: float, event: simpy.Event, owner: object = None,
-                 slow: float = 1.0, slow_mem: float = 1.0, memory: bool = False, neutral: bool = False) -> None:
+    def __init__(self, left: float, cap: float, weight: float, event: Event | None, owner: object = None,
+                 slow: float = 1.0, slow_mem: float = 1.0, memory: bool = False, neutral: bool = False,
+                 part_of: AllDone | None = None) -> None:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
+        self.part_of = part_of                                    # the barrier it is a part of (event None)
         self.owner = owner                                        # the thread the job belongs to (None: anonymous)
         self.eps = max(left * _DONE, 1e-12)
         self.random = False                                       # flash: a scattered read (sim.flash)
@@ -71,7 +47,7 @@ class SharedRate:
     # every job's cap / weight is the same (Cores: cap = weight = threads): water filling needs no sort
     uniform_caps = False
 
-    def __init__(self, env: simpy.Environment, capacity: float, record: bool = True) -> None:
+    def __init__(self, env: Environment, capacity: float, record: bool = True) -> None:
         if capacity <= 0:
             raise ValueError(f"shared capacity must be > 0 (got {capacity})")
         self.env = env
@@ -82,33 +58,47 @@ class SharedRate:
         self.record = record                                      # keep `samples` (False: nobody reads them)
         self.samples: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, total rate in use) at every change
         self.listeners: list = []                                 # called (no args) after every change of the set
+        self.n_slow = 0                                           # active jobs with a co-run slowdown (Cores)
+        self._timer = self._on_timer                              # bound once: one per re-split
+        self._plain_share = type(self)._share is SharedRate._share   # water filling as below (Flash adds caps)
 
     def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None,
-            slow: tuple[float, float] = (1.0, 1.0), memory: bool = False, neutral: bool = False) -> simpy.Event:
+            slow: tuple[float, float] = (1.0, 1.0), memory: bool = False, neutral: bool = False,
+            part_of: AllDone | None = None) -> Event | None:
         """An event that fires when `amount` units of work are done at a rate of at most `cap` units/s (`slow`,
-        `memory`, `neutral`: job attributes only `Cores` uses, see there)."""
-        ev = Event(self.env)
-        if amount <= 0:
-            ev.succeed()
-            return ev
+        `memory`, `neutral`: job attributes only `Cores` uses, see there). With `part_of`, no event: the job is one
+        of that barrier's parts (`AllDone.part_done` when it would fire)."""
+        if part_of is None:
+            ev = Event(self.env)
+            if amount <= 0:
+                ev.succeed()
+                return ev
+        else:
+            ev = None
+            if amount <= 0:
+                part_of.part_done()
+                return None
         if cap <= 0 or weight <= 0:
             raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
         if self.uniform_caps and cap != weight:
             self.uniform_caps = False
-        now = self.env._now                 # _advance, inline (once per job start)
+        now = self.env.now                 # _advance, inline (once per job start)
         dt = now - self.last
         if dt > 0:
             for j in self.active:
                 j.left -= j.rate * dt
         self.last = now
-        self.active.append(_Job(float(amount), float(cap), float(weight), ev, owner, float(slow[0]), float(slow[1]),
-                                bool(memory), bool(neutral)))
+        job = _Job(float(amount), float(cap), float(weight), ev, owner, float(slow[0]), float(slow[1]), bool(memory),
+                   bool(neutral), part_of)
+        if job.slow != 1.0 or job.slow_mem != 1.0:
+            self.n_slow += 1
+        self.active.append(job)
         self._reschedule()
         if self.listeners:
             self._notify()
         return ev
 
-    def cancel(self, ev: simpy.Event) -> bool:
+    def cancel(self, ev: Event) -> bool:
         """End the active job of event `ev` now, its work left undone (a polling thread that found work, a wait
         that ended early); the capacity is re-split. The event never fires. False when no such job is active."""
         job = next((j for j in self.active if j.event is ev), None)
@@ -116,12 +106,14 @@ class SharedRate:
             return False
         self._advance()
         self.active.remove(job)
+        if job.slow != 1.0 or job.slow_mem != 1.0:
+            self.n_slow -= 1
         self._reschedule()
         self._notify()
         return True
 
     def _advance(self) -> None:
-        now = self.env._now
+        now = self.env.now
         dt = now - self.last
         if dt > 0:
             for j in self.active:
@@ -132,6 +124,12 @@ class SharedRate:
         left = self.capacity
         jobs = self.active
         if not self.uniform_caps and len(jobs) > 1:
+            if sum([j.cap for j in jobs]) <= left * (1.0 - 1e-9):
+                # every job below its fair share whatever the order: water filling gives each its cap (the
+                # margin is far above the rounding of the fair shares), no sort needed
+                for j in jobs:
+                    j.rate = j.cap
+                return
             jobs = sorted(jobs, key=_cap_per_weight)
         wsum = sum([j.weight for j in jobs])
         for j in jobs:
@@ -147,41 +145,77 @@ class SharedRate:
         active = self.active
         if not active:
             if self.record:
-                self.samples.append((env._now, 0.0))
+                self.samples.append((env.now, 0.0))
             return
-        self._share()
-        if self.record:
-            self.samples.append((env._now, sum([j.rate for j in active])))
         dt = -1.0
-        for j in active:                    # the next completion (Cores: a preempted waker's jobs stand still)
-            rate = j.rate
-            if rate > 0:
+        if (self._plain_share and not self.uniform_caps and len(active) > 1
+                and sum([j.cap for j in active]) <= self.capacity * (1.0 - 1e-9)):
+            # `_share`'s water filling when every job is below its fair share (see there): each gets its cap; the
+            # next completion in the same pass
+            for j in active:
+                j.rate = rate = j.cap
                 d = j.left
                 d = (0.0 if 0.0 > d else d) / rate                 # max(left, 0) / rate
                 if dt < 0 or d < dt:
                     dt = d
+        else:
+            self._share()
+            for j in active:                # the next completion (Cores: a preempted waker's jobs stand still)
+                rate = j.rate
+                if rate > 0:
+                    d = j.left
+                    d = (0.0 if 0.0 > d else d) / rate             # max(left, 0) / rate
+                    if dt < 0 or d < dt:
+                        dt = d
+        if self.record:
+            self.samples.append((env.now, sum([j.rate for j in active])))
         if dt < 0:
             return
-        # a timeout carrying its generation: a later change makes it stale (`_on_timer`)
-        t = Event(env)
-        t._ok, t._value = True, self.gen
-        t.callbacks.append(self._on_timer)
-        env.schedule(t, NORMAL, dt)
+        self._set_timer(dt)
 
-    def _on_timer(self, timer: Event) -> None:
-        if timer._value != self.gen:
+    def _set_timer(self, dt: float) -> None:
+        """A timer `dt` s from now carrying the generation: a later change makes it stale (`_on_timer`)."""
+        env = self.env
+        at = env.now + dt
+        if at == env.now:
+            env.call_later(dt, self._timer, self.gen)
+        else:
+            env._eid += 1
+            heappush(env._heap, (at, env._eid, self._timer, self.gen))
+
+    def _on_timer(self, gen: int) -> None:
+        if gen != self.gen:
             return
-        self._advance()
+        now = self.env.now
+        dt = now - self.last
         active = self.active
-        done = [j for j in active if j.left <= j.eps]
+        done = []
+        if dt > 0:                         # _advance, inline, with the completed jobs in the same pass
+            for j in active:
+                j.left = left = j.left - j.rate * dt
+                if left <= j.eps:
+                    done.append(j)
+        else:
+            for j in active:
+                if j.left <= j.eps:
+                    done.append(j)
+        self.last = now
         if not done:   # float rounding: finish the closest one
             done = [min((j for j in active if j.rate > 0), key=lambda j: j.left / j.rate)]
         if len(done) == 1:
             active.remove(done[0])
         else:
             self.active = [j for j in active if j not in done]
+        now_q = self.env._now_q
         for j in done:
-            j.event.succeed()
+            if j.slow != 1.0 or j.slow_mem != 1.0:
+                self.n_slow -= 1
+            ev = j.event
+            if ev is None:
+                j.part_of.part_done()
+            else:                          # ev.succeed(), inline
+                ev._value = None
+                now_q.append(ev)
         self._reschedule()
         if self.listeners:
             self._notify()
@@ -238,7 +272,7 @@ class Cores(SharedRate):
 
     uniform_caps = True         # a job's cap and weight are both its threads (`run`)
 
-    def __init__(self, env: simpy.Environment, capacity: float, record: bool = True) -> None:
+    def __init__(self, env: Environment, capacity: float, record: bool = True) -> None:
         super().__init__(env, capacity, record)
         self.occupied: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, cores occupied) at every change
         self.packs: dict[object, object] = {}     # woken thread -> the waker whose core it was put on (`pack`)
@@ -301,6 +335,36 @@ class Cores(SharedRate):
         return min(self.capacity, sum(min(cap, sum(j.cap for j in jobs)) for cap, _w, jobs in self._entities()))
 
     def _reschedule(self) -> None:
+        active = self.active
+        if not (self.packs or self.record or self.n_slow or not self.uniform_caps) and active:
+            # plain water filling (cap = weight: in arrival order), the next completion and the occupancy in one
+            # pass: the same float operations in the same order as the general path below
+            self.gen += 1
+            capacity = self.capacity
+            occ = wsum = sum([j.weight for j in active])
+            left = capacity
+            dt = -1.0
+            for j in active:
+                w = j.weight
+                fair = left * w / wsum
+                cap = j.cap
+                j.rate = rate = fair if fair < cap else cap
+                left -= rate
+                wsum -= w
+                if rate > 0:
+                    d = j.left
+                    d = (0.0 if 0.0 > d else d) / rate
+                    if dt < 0 or d < dt:
+                        dt = d
+            if dt >= 0:
+                self._set_timer(dt)
+            if not occ < capacity:
+                occ = capacity
+            now = self.env.now
+            if occ >= capacity - 1e-9:
+                self.full_at = now
+            self.occupied.append((now, occ))
+            return
         SharedRate._reschedule(self)
         if self.packs:
             occ = self._occupancy()
@@ -308,7 +372,7 @@ class Cores(SharedRate):
             occ = sum([j.cap for j in self.active])
             if not occ < self.capacity:
                 occ = self.capacity
-        now = self.env._now
+        now = self.env.now
         if occ >= self.capacity - 1e-9:
             self.full_at = now
         self.occupied.append((now, occ))
@@ -346,14 +410,14 @@ class Cores(SharedRate):
         return total
 
     def run(self, seconds: float, threads: int = 1, owner: object = None, slow: tuple[float, float] = (1.0, 1.0),
-            memory: bool = False, neutral: bool = False) -> simpy.Event:
+            memory: bool = False, neutral: bool = False, part_of: AllDone | None = None) -> Event | None:
         """`slow` (each >= 1): the job's work takes that many times its CPU time while the other cores are in use by
         other threads' compute / memory-system work (measured per class of work on the host: `HostRuntime.corun_*`);
         `memory`: this job is memory-system work (what others' `slow[1]` applies to); `neutral`: this job occupies
         its cores but slows no other job through co-running (a thread polling a flag in a pause loop)."""
         if slow[0] < 1.0 or slow[1] < 1.0:
             raise ValueError(f"cores job: slow factors must be >= 1 (got {slow})")
-        return self.use(seconds * threads, float(threads), float(threads), owner, slow, memory, neutral)
+        return self.use(seconds * threads, float(threads), float(threads), owner, slow, memory, neutral, part_of)
 
     def _share(self) -> None:
         if self.packs:

@@ -3,11 +3,11 @@ Most cases run a phone profile with host runtime mechanics (planner.host_runtime
 import dataclasses
 
 import pytest
-import simpy
 
 from planner.host_runtime import HostRuntime
 from planner.plan import OpWork, Plan, PlanBuilder, TensorRef
 from sim import executor
+from sim.engine import Environment, Event
 from sim.sharing import Cores, SharedRate
 from tests.sim.helpers import FakeCost, xiaomi
 
@@ -82,7 +82,7 @@ def test_read_cpu_work_overlaps_the_transfer_and_competes_for_cores():
 
 
 def test_weighted_water_filling():
-    env = simpy.Environment()
+    env = Environment()
     r = SharedRate(env, 10.0)
     done = {}
     for name, amount, cap in (("a", 2.0, 1.0), ("b", 18.0, 100.0)):
@@ -91,7 +91,7 @@ def test_weighted_water_filling():
     env.run()
     assert done["a"] == pytest.approx(2.0)          # capped at 1/s
     assert done["b"] == pytest.approx(2.0)          # 9/s while a runs, then alone: 18 = 9*2
-    c = Cores(simpy.Environment(), 2)
+    c = Cores(Environment(), 2)
     assert c.capacity == 2
 
 
@@ -398,11 +398,11 @@ def test_corun_slowdown_depends_on_what_the_other_cores_run():
     """A job beside memory-system work (cold reads into fresh buffers, first touch: HostRuntime.corun_*_mem) is slowed
     by that factor, beside compute by the other one; each co-runner counts by the cores it occupies."""
     def finish(n_cores: int, others: list[bool]) -> float:
-        env = simpy.Environment()
+        env = Environment()
         cores = Cores(env, n_cores)
         done = {}
 
-        def job(name: str, ev: simpy.Event):
+        def job(name: str, ev: Event):
             yield ev
             done[name] = env.now
         env.process(job("a", cores.run(1.0, slow=(1.5, 2.0))))
@@ -420,7 +420,7 @@ def test_corun_slowdown_depends_on_what_the_other_cores_run():
 
 def test_cores_reject_a_speed_up_factor():
     with pytest.raises(ValueError, match="slow"):
-        Cores(simpy.Environment(), 2).run(1.0, slow=(0.5, 1.0))
+        Cores(Environment(), 2).run(1.0, slow=(0.5, 1.0))
     with pytest.raises(ValueError, match="corun_read_mem"):
         host(corun_read_mem=0.9)
 
@@ -560,7 +560,7 @@ def test_polling_gemm_helpers_take_a_core_share_from_other_threads():
 
 
 def test_shared_rate_cancel_ends_a_job_and_resplits():
-    env = simpy.Environment()
+    env = Environment()
     r = SharedRate(env, 1.0)
     a = r.use(1.0, cap=1.0)
     b = r.use(1.0, cap=1.0)
@@ -647,7 +647,7 @@ def test_a_wake_up_packed_onto_its_wakers_core_preempts_the_waker():
 
 
 def test_packed_threads_share_their_core_most_recent_first():
-    env = simpy.Environment()
+    env = Environment()
     cores = Cores(env, 2.0)
     done: dict[str, float] = {}
     for name, sec in (("a", 1.0), ("b", 1.0), ("c", 1.0)):

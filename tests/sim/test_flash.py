@@ -2,8 +2,8 @@
 from dataclasses import replace
 
 import pytest
-import simpy
 
+from sim.engine import Environment
 from sim.flash import Flash
 from tests.sim.helpers import xiaomi
 
@@ -16,7 +16,7 @@ def _dev(peak=2.0, reader=1.5, lat=0.0):
 
 def _run(dev, reads):
     """reads: (start s, nbytes, request bytes) -> finish times."""
-    env = simpy.Environment()
+    env = Environment()
     fl = Flash(env, dev)
     done = {}
 
