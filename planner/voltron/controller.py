@@ -32,6 +32,15 @@
   meet the TPOT QoS on the remaining devices, and restores the shards (background reload) when the device returns.
 - Reloads: a new plan returns the bytes each device must load from flash; with `overlap_reload` the simulator hides
   them behind compute (§4.3 "Overhead Mitigation").
+- Restoring pruned ATTN shards (a bridge lifted, a device back, a re-plan that prunes less) has a one-time cost the
+  planner charges: those shards have no KV for the cached context, and recomputing it is a re-prefill of the context
+  on the new plan (`restores_kv`, `kv_rebuild_s`, estimated with the prefill regression and its corrections). A
+  restore is taken only when the step that pays it still meets the target; otherwise the new plan keeps the ATTN
+  pruning of the plan that ran (`_hold_kv`: its other levers — FFN shards, precision — still come back) and the
+  shards return at a later step that can pay for them: at a turn start, where the rebuild counts against the TTFT
+  target, or while the cluster waits for the user's next prompt (`end_turn`, the rebuild runs in the idle time)
+  (paper §4.3.2: pruned activations are restored gradually; §4.3.1: plans follow the newly estimated execution
+  time). No token is planned above the target to pay for a restore.
 """
 from __future__ import annotations
 
@@ -44,8 +53,10 @@ from planner.voltron.feedback import Observation, QosFeedback
 from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
 from planner.voltron.options import PhaseEnv
 from planner.voltron.plan import TP, PhasePlan
-from planner.voltron.policy import Decision, Policy, PolicyContext, timed
+from planner.voltron.policy import Decision, Policy, PolicyContext, restores_kv, timed
 from planner.voltron.precision import PrecisionSearch
+
+UNBOUNDED_B = 1e15        # bytes: budget of a cost-only estimate (the plan's memory was checked when it was made)
 
 
 class VoltronPolicy(Policy):
@@ -63,10 +74,12 @@ class VoltronPolicy(Policy):
         self._floor = 0.0                       # pruned fraction forced by departed devices (disconnect_kv=prune)
         self._cache: dict = {}
         self._last_m: int | None = None          # previous search result: warm start of the next search
+        self._last_prune: float | None = None    # and its pruned fraction
         self.fb = QosFeedback(ctx.cfg.feedback, ctx.cluster.n, ctx.cfg.qos_margin)   # closed loop (feedback.py)
         self._ran: PhasePlan | None = None       # the plan the cluster ran last (from `observe`)
         self._bridged: PhasePlan | None = None   # a bridge plan running while a re-planned placement loads
         self._bridge_of: PhasePlan | None = None # the plan the bridge was made from
+        self.kv_holds = 0                        # restores of pruned ATTN shards deferred (their KV rebuild too long)
 
     def lost_kv(self) -> str:
         """Context KV of a departed device: pruned with its shards (`disconnect_kv=prune`, paper §4.3, see
@@ -90,18 +103,19 @@ class VoltronPolicy(Policy):
         meets the targets (if none does, the fastest). Activation precision is cheap in accuracy next to weight
         precision or pruning, so on a weak link this keeps weights and shards that the search alone would give up."""
         N = self.ctx.table.n
-        best = self.search.search(envs, hint=self._last_m, min_prune=self._floor)
+        best = self.search.search(envs, hint=self._last_m, min_prune=self._floor, prune_hint=self._last_prune)
         if self.ctx.cfg.comm_scaling and best.fits and best.plans[-1].est_comm_s > 0:
             acc = self.accuracy(best.plans[-1])
             for k in (N, 2 * N):
-                r = self.search.search(envs, act=self.act_at(k), hint=best.m, min_prune=self._floor)
+                r = self.search.search(envs, act=self.act_at(k), hint=best.m, min_prune=self._floor,
+                                       prune_hint=best.prune_frac)
                 if not r.fits:
                     continue
                 a = self.accuracy(r.plans[-1])
                 if (r.qos_ok and not best.qos_ok) or (r.qos_ok and a > acc + 1e-9) or \
                         (not r.qos_ok and not best.qos_ok and r.plans[-1].est_time_s < best.plans[-1].est_time_s):
                     best, acc = r, a
-        self._last_m = best.m
+        self._last_m, self._last_prune = best.m, best.prune_frac
         return best
 
     def comm_scale(self, env: PhaseEnv, plan: PhasePlan, prune: float) -> PhasePlan:
@@ -276,12 +290,38 @@ class VoltronPolicy(Policy):
         if not res.fits:
             return Decision(plan=prefill, next_plan=decode, plan_ms=ms, oom=True, searched=True)
         prefill = self._reload_aware_prefill(prefill, decode, links, budgets, n_in, kv_len)
+        cfg = self.ctx.cfg
+        prefill, cost, held = self._hold_kv(prefill, self._ran, self.env(0, n_in, kv_len, links, budgets),
+                                            self.fb.target(0, cfg.qos_ttft_s), kv_len, links)
+        decode, cost_dec, held_dec = self._hold_kv(decode, prefill, self.env(1, 1, kv_len + n_in, links, budgets),
+                                                   self.tpot_target(), kv_len + n_in, links)
         changed = self.changed(self.current, prefill)
         reload = self.adopt(prefill)
         self._key = None
-        self._first_decode = (decode, kv_len + n_in, tuple(links.connected.tolist()))
+        self._first_decode = (decode, kv_len + n_in, tuple(links.connected.tolist()), cost_dec, held_dec)
         return Decision(plan=prefill, next_plan=decode, reload_bytes=reload, replanned=changed, plan_ms=ms,
-                        searched=True)
+                        searched=True, switch_est_s=cost, kv_held=held)
+
+    def end_turn(self, links: LinkState, budgets: np.ndarray, kv_len: int, idle_s: float) -> Decision | None:
+        """While the user reads and types (`idle_s`), the cluster is idle: ATTN shards the running plan pruned (a
+        bridge, a departed device, a restore deferred by `_hold_kv`) come back if the decode search for this context
+        wants them and their reload and KV rebuild (estimated) end within the wait (paper §4.3.2: pruned activations
+        are restored when the links allow). None when nothing needs restoring or the wait is too short."""
+        ran = self._ran
+        if ran is None or ran.phase != "decode" or self.resident is None:
+            return None
+        self._update_lost(links)
+        self._key = None
+        (plan, fits), ms = timed(self.replan_decode, links, budgets, kv_len)
+        if not fits or not restores_kv(self.ctx.table, ran, plan):
+            return None
+        cost = self.kv_rebuild_s(ran, plan, kv_len, links)
+        if cost + self._reload_s(self.resident, plan, self.current.precision == plan.precision) > idle_s:
+            return None
+        reload = self.adopt(plan)
+        self._ran, self._bridged = plan, None          # the runtime runs the rebuild on it before the next step
+        return Decision(plan=plan, reload_bytes=reload, replanned=True, plan_ms=ms, searched=self._searched,
+                        switch_est_s=cost)
 
     def replan_decode(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> tuple[PhasePlan, bool]:
         """Decode-phase re-plan (precision search + comm scaling) for the current observation; (plan, fits). The KV
@@ -306,18 +346,50 @@ class VoltronPolicy(Policy):
         """Decode environment with the KV reservation one `kv_bucket` ahead of the current one."""
         return self.env(1, 1, kv_len + self.ctx.cfg.kv_bucket, links, budgets)
 
+    # ---- switch cost: the KV of restored ATTN shards ----------------------------------------------------------------
+    def kv_rebuild_s(self, frm: PhasePlan | None, to: PhasePlan, kv_len: int, links: LinkState) -> float:
+        """Modelled seconds of the one-time KV rebuild a switch from the plan that ran (`frm`) to `to` costs: 0 unless
+        `to` restores ATTN shards `frm` had pruned (`restores_kv`); then a re-prefill of the `kv_len` cached tokens
+        on `to` (the prefill regression with its closed-loop corrections; memory was checked for `to` itself)."""
+        if frm is None or kv_len <= 0 or not restores_kv(self.ctx.table, frm, to):
+            return 0.0
+        env = PhaseEnv(0, int(kv_len), 0, int(kv_len), links, np.where(links.connected, UNBOUNDED_B, 0.0))
+        return float(self._recost(to, env).est_time_s)
+
+    def _hold_kv(self, plan: PhasePlan, frm: PhasePlan | None, env: PhaseEnv, target: float, kv_len: int,
+                 links: LinkState) -> tuple[PhasePlan, float, bool]:
+        """(plan to adopt, its switch cost, deferred?): `plan` if restoring the ATTN shards `frm` pruned costs
+        nothing or the step that pays the rebuild still meets `target`; else `plan` with `frm`'s pruning of every
+        ATTN sublayer kept (a subset of its shards, `env` is the plan's), so the restore waits for a step that can
+        pay for it."""
+        if frm is None or not plan.fits:
+            return plan, 0.0, False
+        cost = self.kv_rebuild_s(frm, plan, kv_len, links)
+        if cost <= 0 or plan.est_time_s + cost <= target:
+            return plan, cost, False
+        held = self._thin_to(plan, env, np.where(self._attn, frm.pruned, 0))
+        if not held.fits:
+            return plan, cost, False
+        self.kv_holds += 1
+        return held, 0.0, True
+
     def _recost(self, plan: PhasePlan, env: PhaseEnv) -> PhasePlan:
         return self.hp.fixed(self.hp.options(env, 0.0), env, plan.precision, plan.act_precision, plan.shards,
                              plan.pruned, plan.act_pruned)
 
     # ---- run-time levers on the running plan (no weight reload) ------------------------------------------------------
     def _thin(self, plan: PhasePlan, env: PhaseEnv, frac: float) -> PhasePlan:
-        """`plan` with at least `frac` of every sublayer's shards pruned (least important first, paper §4.3.1), taken
-        from the devices that hold them in proportion to what each holds: a subset of the resident shards, so it
-        needs no reload."""
+        """`plan` with at least `frac` of every sublayer's shards pruned (least important first, paper §4.3.1)."""
+        tb = self.ctx.table
+        S = tb.shards[tb.type_of]
+        return self._thin_to(plan, env, np.minimum(np.rint(frac * S).astype(np.int64), S - 1))
+
+    def _thin_to(self, plan: PhasePlan, env: PhaseEnv, floor: np.ndarray) -> PhasePlan:
+        """`plan` with at least `floor` (N,) shards pruned per sublayer, taken from the devices that hold them in
+        proportion to what each holds: a subset of the plan's shards, so it needs no reload beyond the plan's."""
         tb = self.ctx.table
         S = tb.shards[tb.type_of]                                            # (N,)
-        pruned = np.maximum(plan.pruned, np.minimum(np.rint(frac * S).astype(np.int64), S - 1))
+        pruned = np.maximum(plan.pruned, np.minimum(floor, S))
         held = plan.shards.sum(axis=1)                                       # (N,)
         keep = np.minimum(S - pruned, held)
         share = plan.shards * (keep / np.maximum(held, 1))[:, None]
@@ -395,9 +467,20 @@ class VoltronPolicy(Policy):
                 and not d.replanned:
             base = self._recost(self.current, now)
             if base.fits and base.est_time_s <= target:      # the bridged plan meets the target again: restore it
-                self._bridged = None                          # (its pruned shards never left memory: no reload)
-                return dataclasses.replace(d, plan=self.current, replanned=True, urgent=True)
+                cost = self.kv_rebuild_s(ran, self.current, kv_len, links)   # (its pruned shards never left
+                if base.est_time_s + cost <= target:                         # memory: no reload; their KV did)
+                    self._bridged = None
+                    return dataclasses.replace(d, plan=self.current, replanned=True, urgent=True, switch_est_s=cost)
+                # the rebuild does not fit in this step: restore all but the bridge's ATTN pruning (resident shards)
+                self.kv_holds += 1
+                d = dataclasses.replace(d, kv_held=True)
+                held = self._thin_to(self.current, now, np.where(self._attn, ran.pruned, 0))
+                if held.fits and held.est_time_s <= target and self.changed(ran, held):
+                    self._bridged = held
+                    return dataclasses.replace(d, bridge=held)
         b = self.bridge(ran, now, target)
+        if b is None and ran is self._bridged and not d.replanned:
+            b = ran                   # the bridge keeps running (a restore is the policy's decision, made above)
         if b is not None:
             self._bridged, self._bridge_of = b, (self._bridge_of if ran is self._bridged else ran)
             d = dataclasses.replace(d, bridge=b)
@@ -414,7 +497,8 @@ class VoltronPolicy(Policy):
             # loading in the background during the prefill (not if a device left or came back meanwhile: re-plan)
             self._key = key
             reload = self.adopt(first[0])
-            return Decision(plan=first[0], reload_bytes=reload, replanned=True, urgent=False)
+            return Decision(plan=first[0], reload_bytes=reload, replanned=True, urgent=False, switch_est_s=first[3],
+                            kv_held=first[4])
         if key == self._key and self.current is not None:
             return Decision(plan=self.current)
         self._key = key
@@ -422,6 +506,8 @@ class VoltronPolicy(Policy):
         searched = self._searched
         if not fits:
             return Decision(plan=plan, plan_ms=ms, oom=True, searched=searched)
+        plan, cost, held = self._hold_kv(plan, self._ran, self._ahead(kv_len, links, budgets),
+                                         self.fb.target(1, self.ctx.cfg.qos_tpot_s), kv_len, links)
         if not self.changed(self.current, plan):
             return Decision(plan=self.current, plan_ms=ms, searched=searched)
         # hysteresis: keep the current plan (no reload) while it fits this bucket and the next, meets QoS and the new
@@ -436,4 +522,5 @@ class VoltronPolicy(Policy):
             if meets and self.accuracy(plan) < self.accuracy(cur) + self.ctx.cfg.restore_gain:
                 return Decision(plan=cur, plan_ms=ms, searched=searched)
         reload = self.adopt(plan)
-        return Decision(plan=plan, reload_bytes=reload, replanned=True, plan_ms=ms, urgent=urgent, searched=searched)
+        return Decision(plan=plan, reload_bytes=reload, replanned=True, plan_ms=ms, urgent=urgent, searched=searched,
+                        switch_est_s=cost, kv_held=held)

@@ -21,7 +21,7 @@ from planner.voltron.feedback import FeedbackConfig
 from planner.voltron.hybrid import HybridPlanner, PhaseEnv
 from planner.voltron.importance import Importance
 from planner.voltron.latency import LatencyModel
-from planner.voltron.layers import LayerTable
+from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA, LayerTable
 from planner.voltron.plan import PhasePlan
 
 # The planner names a config may select, one policy module each. `registry.POLICIES` maps them to their classes; it
@@ -111,6 +111,20 @@ class Decision:
                                             # switch cannot wait for the reload to finish in the background
     bridge: PhasePlan | None = None         # run this now, until `plan` is loaded: the running plan with the
                                             # run-time levers that need no reload (Voltron's closed loop)
+    switch_est_s: float = 0.0               # modelled: the one-time cost of the switch this decision takes (the
+                                            # KV of restored ATTN shards, `restores_kv`), charged before its step
+    kv_held: bool = False                   # a restore of pruned ATTN shards was deferred: its KV rebuild would
+                                            # have put the step above the target
+
+
+def restores_kv(table: LayerTable, frm: PhasePlan, to: PhasePlan) -> bool:
+    """Switching from the plan that ran (`frm`) to `to` activates ATTN shards `frm` had pruned. A sublayer's pruned
+    shards are the first `pruned[j]` of a fixed order (least important first, `shard_map.assign_shards`), so fewer
+    pruned shards in any ATTN sublayer means shards with no KV for the cached context: it must be recomputed before
+    `to` runs a step, and that needs every earlier layer's hidden states of the context, i.e. a re-prefill of the
+    context on `to` (what the cluster's coordinator does, `shard_map.kv_switch`)."""
+    attn = np.isin(table.type_of, [ATTN_MHA, ATTN_GQA, ATTN_SWA])
+    return bool((to.pruned[attn] < frm.pruned[attn]).any())
 
 
 class Policy:
@@ -199,6 +213,11 @@ class Policy:
 
     def step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
         raise NotImplementedError
+
+    def end_turn(self, links: LinkState, budgets: np.ndarray, kv_len: int, idle_s: float) -> Decision | None:
+        """The turn is answered and the cluster waits `idle_s` for the user's next prompt: a plan switch to make in
+        that wait (its reload and KV rebuild run in it), or None."""
+        return None
 
     def observe(self, plan: PhasePlan, n_tokens: int, kv_len: int, links: LinkState, step_s: float,
                 busy_s: np.ndarray, link_s: np.ndarray) -> None:

@@ -18,6 +18,12 @@ prefill of the whole cached context on the plan that replaces it (an upper bound
 states could stop at the last lost layer). The
 re-prefill time (simulated cluster, no jitter) is added to the stall of the step that first runs without the device.
 Migrating the KV of ATTN shards that move between *live* devices is not modelled (see docs/multidevice.md).
+
+KV of restored shards: a plan that runs ATTN shards the plan before it had pruned (a bridge lifted, a device back, a
+re-plan that prunes less; `planner.voltron.policy.restores_kv`) has no KV for them; the cluster re-prefills the cached
+context on the new plan before its first step, and so does the simulator (`kv_rebuild_s_total`, `kv_rebuilds`).
+A switch the policy makes when a turn is answered (`Policy.end_turn`) reloads and rebuilds during the user's think
+time; what does not fit in it stalls the next prefill.
 """
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ import numpy as np
 import simpy
 
 from planner.voltron.layers import ATTN_GQA, ATTN_MHA, ATTN_SWA
-from planner.voltron.policy import Decision, Policy, PolicyContext
+from planner.voltron.policy import Decision, Policy, PolicyContext, restores_kv
 from planner.voltron.rssi import RssiTable
 from sim.multidevice.device_model import GroundTruth, TruthAssumptions, profiler
 from sim.multidevice.squeeze import Squeeze
@@ -74,10 +80,13 @@ class _Conversation:
         # plan ids: `next_id` numbers every plan adopted (the policy's plans and bridges), `plan_id` is the id of the
         # policy's current plan (a bridge runs under its own id while the policy's plan loads)
         self.st = {"oom": False, "plan_id": 0, "next_id": 0, "replans": 0, "tokens": 0, "stall": 0.0, "first": True,
-                   "energy": 0.0, "energy_decode": 0.0, "turns_done": 0, "kv_lost": 0, "kv_recompute_s": 0.0}
+                   "energy": 0.0, "energy_decode": 0.0, "turns_done": 0, "kv_lost": 0, "kv_recompute_s": 0.0,
+                   "kv_rebuilds": 0, "kv_rebuild_s": 0.0}
         self.attn = np.isin(self.table.type_of, [ATTN_MHA, ATTN_GQA, ATTN_SWA])   # (N,) sublayers holding KV
         self.kv_on = np.zeros(self.cluster.n, dtype=bool)                         # devices holding context KV
         self.prune_kv = policy.lost_kv() == "prune"                               # a declared capability
+        self.ran = None                                                           # the plan of the last step
+        self.idle_left = 0.0                      # s of an end-of-turn switch still running when the prompt came
 
     def step_time(self, plan, n_tokens: int, kv: int, links, jitter: float,
                   observe: bool = True) -> tuple[float, float, float]:
@@ -91,17 +100,24 @@ class _Conversation:
         return t, comm, energy
 
     def kv_recompute_s(self, plan, links, kv: int) -> float:
-        """Seconds to rebuild context KV lost with a departed device (re-prefill of `kv` tokens on `plan`), and
-        from now on the context KV lives where `plan` keeps its ATTN shards."""
+        """Seconds to rebuild context KV before `plan` runs its step (re-prefill of `kv` tokens on `plan`): KV lost
+        with a departed device, or the KV of ATTN shards the previous step's plan had pruned; from now on the context
+        KV lives where `plan` keeps its ATTN shards."""
         lost = kv > 0 and bool((self.kv_on & ~links.connected).any())
         self.kv_on = (plan.shards[self.attn] > 0).any(axis=0)
-        if not lost:
+        prev, self.ran = self.ran, plan
+        if lost:
+            self.st["kv_lost"] += 1
+        if lost and not self.prune_kv:
+            t, _, _ = self.step_time(plan, kv, 0, links, 0.0, observe=False)
+            self.st["kv_recompute_s"] += t
+            return t
+        # (prune: the policy pruned the departed shards and their KV; nothing to recompute for them)
+        if kv <= 0 or prev is None or not restores_kv(self.table, prev, plan):
             return 0.0
-        self.st["kv_lost"] += 1
-        if self.prune_kv:
-            return 0.0              # the policy pruned the departed shards (and their KV): no recompute
         t, _, _ = self.step_time(plan, kv, 0, links, 0.0, observe=False)
-        self.st["kv_recompute_s"] += t
+        self.st["kv_rebuilds"] += 1
+        self.st["kv_rebuild_s"] += t
         return t
 
     def account(self, d: Decision) -> None:
@@ -145,7 +161,8 @@ class _Conversation:
         self.st["energy"] += ej
         reload = _reload_s(self.ctx, d)
         stall = max(0.0, reload - dt) if self.policy.overlap_reload else reload
-        stall += self.kv_recompute_s(d.plan, links, kv)
+        stall += self.kv_recompute_s(d.plan, links, kv) + self.idle_left
+        self.idle_left = 0.0
         self.ttfts.append(dt + stall)
         self.row(turn, 0, "prefill", dt + stall, comm, stall, d, links, kv, d.plan.est_time_s, self.st["plan_id"])
         return dt, stall
@@ -176,7 +193,7 @@ class _Conversation:
                 # background reload: the previous plan keeps running until the new shards are in memory
                 pending, pending_left, pending_id = d.plan, reload, st["plan_id"]
                 reload = 0.0
-            if d.bridge is not None:
+            if d.bridge is not None and d.bridge is not running:
                 # the running plan with the run-time levers that need no reload, until the pending plan is loaded
                 st["next_id"] += 1
                 st["replans"] += 1
@@ -213,7 +230,19 @@ class _Conversation:
                 return
             kv += n_out
             self.st["turns_done"] += 1
+            self.end_turn(kv)
             yield self.env.timeout(self.wl.think_s)
+
+    def end_turn(self, kv: int) -> None:
+        """The policy's switch while the user thinks: its reload and KV rebuild run in the think time; the rest
+        stalls the next prefill."""
+        links = self.tracker.state(self.env.now)
+        d = self.policy.end_turn(links, self.budgets, kv, self.wl.think_s)
+        if d is None or d.oom:
+            return
+        self.account(d)
+        busy = _reload_s(self.ctx, d) + self.kv_recompute_s(d.plan, links, kv)
+        self.idle_left = max(0.0, busy - self.wl.think_s)
 
     def run(self) -> RunResult:
         self.env.process(self.user())
@@ -303,6 +332,8 @@ def _metrics(rows, ttfts, plan_ms, search_ms, st, cfg, turns) -> dict:
         "turns_completed": int(st["turns_done"]),
         "kv_lost_events": int(st["kv_lost"]),
         "kv_recompute_s_total": f(st["kv_recompute_s"]),
+        "kv_rebuilds": int(st["kv_rebuilds"]),
+        "kv_rebuild_s_total": f(st["kv_rebuild_s"]),
         **_precision_run(rows),
         **_prediction_error(rows),
     }
@@ -344,7 +375,8 @@ MEASURED_KEYS = ["plan_ms_p50", "plan_ms_max", "plan_ms_p50_search"]
 MODELLED_KEYS = ["ttft_s", "ttft_s_max", "qos_ttft_ok", "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate",
                  "accuracy_proxy", "replans", "oom", "tokens_generated", "tokens_requested", "stall_s_total",
                  "energy_j", "energy_mj_per_token", "plan_searches",
-                 "turns_completed", "kv_lost_events", "kv_recompute_s_total", "latency_model_accuracy",
+                 "turns_completed", "kv_lost_events", "kv_recompute_s_total", "kv_rebuilds", "kv_rebuild_s_total",
+                 "latency_model_accuracy",
                  "latency_model_mape", "latency_model_r2", "importance_source", "precision", "precision_share_fp16",
                  "precision_share_int8", "precision_share_int4",
                  "pred_err_ttft_mape", "pred_err_ttft_bias", "pred_err_tpot_mape", "pred_err_tpot_bias"]

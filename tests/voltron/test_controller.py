@@ -106,9 +106,16 @@ def test_disconnect_prunes_departed_shards_without_kv_recompute():
     assert (during.pruned_shards > 0).all()
     # the departed tablet's ATTN shards carry ≈ 0.45 MMLU points of the measured (SmolLM2-profile) importance
     assert during.accuracy.mean() < before.accuracy.mean() - 0.3
-    assert after.pruned_shards.iloc[-1] < during.pruned_shards.min()
-    assert after.accuracy.iloc[-1] > during.accuracy.max()
-    assert after.accuracy.iloc[-1] >= before.accuracy.mean() - 0.5        # restored once the shards are reloaded
+    # restoring the shards after the tablet is back needs their KV for the whole context rebuilt (a re-prefill:
+    # 90-150 s at 14B for these contexts), which no token, no TTFT and no 60 s think time can pay: they stay pruned
+    assert m["kv_rebuilds"] == 0 and (after.pruned_shards > 0).all()
+    # with a 200 s think time the rebuild fits in it: the shards come back between turns, no token stalls for it
+    m2, df2 = _run("walk_away_disconnect", turns=5, think=200.0, losses=INT4_CHEAP)
+    _, during2, after2 = _phases(df2)
+    assert m2["kv_rebuilds"] >= 1 and m2["kv_rebuild_s_total"] > 60.0, m2
+    assert len(after2) > 10 and after2.pruned_shards.iloc[-1] < during2.pruned_shards.min()
+    assert after2.accuracy.max() > during2.accuracy.max()
+    assert df2[df2.phase == "decode"].stall_s.max() < 0.4 and m2["ttft_s_max"] <= 10
     # TPOT while the tablet is away meets the QoS (stalls of the switch itself excluded)
     tpot = during.step_s - during.stall_s
     assert (tpot > 0.4).mean() < 0.05 and tpot.median() <= 0.4
