@@ -131,6 +131,19 @@ def validate(cfg: DictConfig) -> Estimate:
                     f"quant.eval_tokens={q.eval_tokens}")
 
 
+def code_sha256() -> str:
+    """SHA-256 of the quantizer's Python sources (`quant/`), recorded in every run's metrics: a reader of runs (the
+    figures app) takes only runs of the code it has."""
+    import hashlib
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    h = hashlib.sha256()
+    for p in sorted((root / "quant").rglob("*.py")):
+        h.update(str(p.relative_to(root)).encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 _INPUTS: dict[tuple, Any] = {}      # inputs_key -> quant.pipeline.QuantInputs: the last sweep setting's, one kept
 
 
@@ -166,6 +179,7 @@ def main_task(cfg: DictConfig) -> dict[str, Any]:
         if done == total or done % 5 == 0:
             log.info("%s: quantized %d/%d layers", qc.method, done, total)
 
+    code = code_sha256()                # the sources this run starts with
     res = run_quantization(qc.model, qc.method, qc.bits, qc.effective_budget, qc.quant, progress,
                            shared_inputs(qc))
     out = run_dir()
@@ -179,6 +193,7 @@ def main_task(cfg: DictConfig) -> dict[str, Any]:
         res.metrics["packed_file"] = path.name
         measured.append("packed_bytes")
     m = res.metrics
+    m["quant_code_sha256"] = code
     log.info("%s bits=%s budget=%.2f: ppl %.3f (ref %.3f), KL %.4f, avg bits %.3f, %.1f MB", qc.method, qc.bits,
              qc.effective_budget, m["ppl"], m["ref_ppl"], m["kl_mean"], m["avg_bits"], m["model_mb"])
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=INPUT_KEYS)

@@ -110,8 +110,8 @@ SHARED = (("edgeflow_fig02", "edgeflow_fig05", "edgeflow_fig10", "edgeflow_fig11
 # host; docs/figures.md "Cost"), started in this order so the workers end together (longest first); unlisted
 # figures take about a second each and follow in the given order. A figure that first runs its missing experiment
 # (`run_missing`) starts before all of them.
-HEAVY = ("edgeflow_fig02", "edgeflow_sensitivity", "voltron_fig11", "voltron_fig10", "voltron_fig03_04",
-         "voltron_fig13", "voltron_fig08", "voltron_fig02", "voltron_fig07")
+HEAVY = ("edgeflow_fig02", "edgeflow_sensitivity", "voltron_fig10", "voltron_fig11", "voltron_fig13",
+         "voltron_fig03_04", "voltron_fig08", "voltron_fig02", "voltron_fig07")
 
 
 def tasks(names: list[str], first: tuple[str, ...] = ()) -> list[list[str]]:

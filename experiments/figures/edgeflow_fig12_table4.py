@@ -82,15 +82,16 @@ def row(metrics: dict, bits: int) -> dict:
 
 def runs(roots: list[Path] | None = None, size: str = "full") -> dict[tuple[str, int], tuple[Path, dict]]:
     """(method, bits) -> (run directory, metrics) of the newest finished `experiments.quantize` run under `roots` with
-    the figure's settings at `size` (model, quantizer settings, no `budget` override) and the current GGUF file; a
-    fixed-width method's runs count at its width whatever their `bits`."""
+    the figure's settings at `size` (model, quantizer settings, no `budget` override), the current GGUF file and the
+    current `quant/` sources; a fixed-width method's runs count at its width whatever their `bits`."""
     import yaml
 
+    from experiments.quantize import code_sha256
     from experiments.resume import file_digest
     from quant.arch import model_spec
     from quant.gguf_model import gguf_path
 
-    want = dataclasses.asdict(settings(size))
+    want, code = dataclasses.asdict(settings(size)), code_sha256()
     gguf = Path(gguf_path(model_spec(MODEL))).resolve()
     digest = file_digest(gguf) if gguf.is_file() else None
     newest: dict[tuple[str, int], tuple[float, Path, dict]] = {}
@@ -105,7 +106,7 @@ def runs(roots: list[Path] | None = None, size: str = "full") -> dict[tuple[str,
                 continue
             if (not isinstance(cfg, dict) or (cfg.get("model") or {}).get("name") != MODEL
                     or cfg.get("budget") is not None or cfg.get("quant") != want
-                    or files.get(str(gguf)) != digest or "ppl" not in m):
+                    or files.get(str(gguf)) != digest or m.get("quant_code_sha256") != code or "ppl" not in m):
                 continue
             method = cfg.get("method")
             key = (method, FIXED_BITS.get(method, cfg.get("bits")))
