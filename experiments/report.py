@@ -364,6 +364,66 @@ def multidevice_summary(df: pd.DataFrame) -> str:
            f"\n\n{md_table(t)}"
 
 
+CLUSTER_WITHIN_PCT = 15.0   # %: the TTFT / TPOT p50 criterion of an emulated-cluster run held out from tuning
+
+
+def cluster_table(runs: list[Run]) -> pd.DataFrame:
+    rows = []
+    for r in runs:
+        e = _m(r, "errors") or {}
+        rows.append({
+            "cluster": _m(r, "cluster"), "trace": _m(r, "trace"), "model": _m(r, "model"),
+            "planner": _m(r, "planner"),
+            "held_out": bool(_m(r, "held_out_cluster") or _m(r, "held_out_trace")),
+            "ttft_s": _m(r, "measured_ttft_compute_s"), "ttft_error_pct": _m(r, "ttft_error_pct"),
+            "ttft_error_plan_pct": e.get("prefill_all_plan_p50_error_pct"),
+            "ttft_error_no_switch_pct": e.get("prefill_no_switch_recosted_p50_error_pct"),
+            "tpot_ms_p50": _m(r, "measured_tpot_compute_ms_p50"), "tpot_error_pct": _m(r, "tpot_error_pct"),
+            "tpot_error_plan_pct": e.get("decode_all_plan_p50_error_pct"),
+            "tpot_error_no_switch_pct": e.get("decode_no_switch_recosted_p50_error_pct"),
+            "tpot_error_plan_no_switch_pct": e.get("decode_no_switch_plan_p50_error_pct"),
+            "tpot_step_mape_pct": _m(r, "tpot_step_mape_pct"),
+            "tpot_step_mape_no_switch_pct": e.get("decode_no_switch_recosted_mape_pct"),
+            "tpot_ms_p99": _m(r, "measured_tpot_ms_p99"),
+            "tpot_steps_ms_p99": _m(r, "measured_tpot_compute_ms_p99"),
+            "predicted_tpot_ms_p99": _m(r, "predicted_tpot_ms_p99"),
+            "tpot_over_qos_share": _m(r, "tpot_over_qos_share"),
+            "qos_tpot_ms": _m(r, "qos_tpot_ms"), "switch_steps": _m(r, "switch_steps"),
+            "kv_rebuilds": _m(r, "kv_rebuilds_measured"),
+            "kv_holds": _m(r, "kv_holds"), "disconnects": _m(r, "disconnects"), "tokens": _m(r, "tokens_generated"),
+            "run": r.dir.name})
+    return pd.DataFrame(rows).sort_values(["held_out", "cluster", "trace", "run"], kind="stable", ignore_index=True)
+
+
+def cluster_summary(df: pd.DataFrame) -> str:
+    def within(v):
+        return v is not None and v == v and abs(v) <= CLUSTER_WITHIN_PCT
+
+    verdict = ["tuning run" if not h else ("**yes**" if within(a) and within(b) else "no")
+               for h, a, b in zip(df["held_out"], df["ttft_error_pct"], df["tpot_error_pct"])]
+    t = pd.DataFrame({
+        "cluster / trace": [f"{c} / {tr}" for c, tr in zip(df["cluster"], df["trace"])],
+        "TTFT p50 s, error (plan's own; no switch)": [
+            f"{_num(s, 3)}, {_pct(a)} ({_pct(b)}; {_pct(c)})" for s, a, b, c in
+            zip(df["ttft_s"], df["ttft_error_pct"], df["ttft_error_plan_pct"], df["ttft_error_no_switch_pct"])],
+        "TPOT p50 ms, error (plan's own; no switch)": [
+            f"{_num(s, 0)}, {_pct(a)} ({_pct(b)}; {_pct(c)})" for s, a, b, c in
+            zip(df["tpot_ms_p50"], df["tpot_error_pct"], df["tpot_error_plan_pct"], df["tpot_error_no_switch_pct"])],
+        "TPOT p99 ms user / steps (predicted)": [
+            f"{_num(a, 0)} / {_num(b, 0)} ({_num(c, 0)})" for a, b, c in
+            zip(df["tpot_ms_p99"], df["tpot_steps_ms_p99"], df["predicted_tpot_ms_p99"])],
+        "tokens over QoS": [_num(100 * v if v is not None else None, 1) + " %" for v in df["tpot_over_qos_share"]],
+        "KV rebuilds / holds": [f"{a} / {b}" for a, b in zip(df["kv_rebuilds"], df["kv_holds"])],
+        f"p50 errors within {CLUSTER_WITHIN_PCT:g} %": verdict})
+    return ("Measured on the emulated cluster (worker processes, tc-shaped links, cgroup CPU quotas; docs/cluster.md) "
+            "against the planner's estimates (modelled). Errors = (predicted − measured) / measured of the medians, "
+            "against the measured step without its plan switch; the first error is the plan re-costed for the "
+            "step's links and KV, then the planner's own estimate when it made the plan, then the re-costed one "
+            "over the steps without a plan switch. TPOT p99 as the user sees it (switches included) and over the "
+            f"steps alone; TPOT QoS {', '.join(sorted({_num(v, 0) for v in df['qos_tpot_ms']}))} ms."
+            f"\n\n{md_table(t)}")
+
+
 def run_ttfts(r: Run) -> list[float]:
     """The TTFT of each counted cold run of a validate invocation (`runs.csv`; a run that stayed warm has
     counted=false), else its median alone."""
@@ -491,6 +551,14 @@ TOPICS: dict[str, Topic] = {
         "judged on all its runs pooled, each invocation a round (docs/hil.md \"Validation protocol\"); the runs "
         "table keeps one row per invocation.",
         host_table, host_summary),
+    "experiments.validate_cluster": Topic(
+        "experiments.validate_cluster", "Emulated cluster: predicted vs measured",
+        "Voltron conversations on the emulated cluster (`experiments.validate cluster=<name>_emu`, docs/cluster.md): "
+        "the planner's step estimates (modelled: the latency regression fitted on the workers' measured profile, "
+        "the communication model, the closed loop's corrections) against the steps the workers ran (measured). "
+        "The emulation was tuned on office_emu with walk_away_disconnect; the other cluster / trace rows are held "
+        "out. Every step, its corrections and the switch costs are in each run's steps.csv.",
+        cluster_table, cluster_summary),
 }
 
 

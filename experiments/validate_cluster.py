@@ -51,9 +51,13 @@ MEASURED_KEYS = ["measured_ttft_s", "measured_ttft_s_min", "measured_ttft_s_max"
                  "replan_steps_after_disconnect", "stall_s_total", "recomputes", "tokens_generated", "disconnects",
                  "rejoins", "profile_points_total", "latency_model_accuracy", "latency_model_mape", "profile_s",
                  "cluster_start_s", "oom", "warm_up_load_s", "rpc_call_ms", "measured_tpot_ms_p99",
-                 "measured_tpot_compute_ms_p99", "tpot_over_qos_share", "qos_violations"]
+                 "measured_tpot_compute_ms_p99", "tpot_over_qos_share", "qos_violations", "switch_steps",
+                 "kv_rebuilds_measured", "idle_switches", "idle_switch_s_total"]
 MODELLED_KEYS = ["predicted_ttft_s", "predicted_tpot_ms_p50", "ttft_error_pct", "tpot_error_pct",
-                 "tpot_step_mape_pct", "accuracy_proxy_min", "corrections_final"]
+                 "tpot_step_mape_pct", "accuracy_proxy_min", "corrections_final", "errors", "predicted_tpot_ms_p99",
+                 "predicted_switch_s_total", "kv_holds"]
+TUNED_ON = ("office_emu", "walk_away_disconnect")   # cluster and trace the emulation was tuned with (docs/cluster.md)
+SWITCH_S = 1e-3          # s: a step whose measured plan switch took longer than this contains a switch
 
 
 @dataclass
@@ -175,6 +179,8 @@ def run(inp: Inputs, out) -> dict:
                                                       "cores": cores.tolist()})
     atomic_write_json(out / "trace.json", chrome_trace(spans, messages, [d.name for d in cluster.devices], spans_base))
     m = summarize(rows, res, acc, prof, start_s, profile_s, policy)
+    m.update(cluster=inp.cluster.name, trace=inp.tcfg.name, model=spec.name,
+             held_out_cluster=inp.cluster.name != TUNED_ON[0], held_out_trace=inp.tcfg.name != TUNED_ON[1])
     m["rpc_call_ms"] = [round(float(c) * 1e3, 4) for c in call_s]        # per device, measured
     return m
 
@@ -209,6 +215,16 @@ def summarize(rows: list[dict], res: dict, acc: dict, prof, start_s: float, prof
         mt = m["measured_tpot_compute_ms_p50"]
         m["tpot_error_pct"] = 100.0 * (m["predicted_tpot_ms_p50"] - mt) / mt
         m["tpot_step_mape_pct"] = 100.0 * float(np.mean(np.abs(pred - comp) / comp))
+        # as the user sees it: the step estimate plus the planner's estimate of the switch it decided
+        m["predicted_tpot_ms_p99"] = 1e3 * float(np.percentile(
+            pred + np.array([r.get("predicted_switch_s", 0.0) for r in dec]), 99))
+    m["errors"] = prediction_errors(rows)
+    m["switch_steps"] = int(sum(_switched(r) for r in rows))
+    m["kv_rebuilds_measured"] = int(sum(bool(r.get("recompute", False)) for r in rows))
+    m["predicted_switch_s_total"] = float(sum(r.get("predicted_switch_s", 0.0) for r in rows))
+    m["kv_holds"] = int(getattr(policy, "kv_holds", 0))
+    idle = [r for r in res["replans"] if r.get("phase") == "idle"]
+    m["idle_switches"], m["idle_switch_s_total"] = len(idle), float(sum(r["switch_s"] for r in idle))
     m["disconnects"], m["rejoins"] = _transitions(res["links"])
     m["replans"] = len(res["replans"])
     m["replan_steps_after_disconnect"] = _replan_lag(rows, len(policy.ctx.cluster.devices))
@@ -229,6 +245,34 @@ def summarize(rows: list[dict], res: dict, acc: dict, prof, start_s: float, prof
 
     m["accuracy_basis"] = score_basis(policy.ctx.table.spec.name)
     return m
+
+
+def _switched(r: dict) -> bool:
+    """The step contains a plan switch: the policy re-planned, or the coordinator spent time switching (loads, KV
+    moves, a history re-prefill) or retried after a link fell."""
+    return bool(r["replanned"]) or r["switch_s"] > SWITCH_S or r["retries"] > 0
+
+
+def prediction_errors(rows: list[dict]) -> dict:
+    """Errors of both planner estimates, per phase, over all steps and without the steps that contain a plan switch:
+    `recosted` = the plan that ran re-costed for the step's links and KV (`predicted_s`), `plan` = the planner's own
+    estimate when it made the plan (`predicted_plan_s`), both against the measured step without the switch
+    (`measured_step_s`). p50 error = (median predicted − median measured) / median measured, in %; MAPE = mean of
+    |predicted − measured| / measured per step, in %; n = steps."""
+    out: dict = {}
+    for phase in ("prefill", "decode"):
+        for subset in ("all", "no_switch"):
+            rs = [r for r in rows if r["phase"] == phase and (subset == "all" or not _switched(r))]
+            out[f"{phase}_{subset}_n"] = len(rs)
+            if not rs:
+                continue
+            meas = np.array([r["measured_step_s"] for r in rs])
+            for name, key in (("recosted", "predicted_s"), ("plan", "predicted_plan_s")):
+                pred = np.array([r[key] for r in rs])
+                mm = float(np.median(meas))
+                out[f"{phase}_{subset}_{name}_p50_error_pct"] = 100.0 * (float(np.median(pred)) - mm) / mm
+                out[f"{phase}_{subset}_{name}_mape_pct"] = 100.0 * float(np.mean(np.abs(pred - meas) / meas))
+    return out
 
 
 def _transitions(links: list[dict]) -> tuple[int, int]:
@@ -295,7 +339,8 @@ def main(cfg: DictConfig) -> None:
         raise ConfigError(f"live.max_retries: a step failed {inp.live.max_retries + 1} times, its links falling "
                           f"during it each time ({' '.join(str(e).split())[:120]}); raise live.max_retries or lower "
                           f"live.trace_speed") from None
-    write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=MODELLED_KEYS, inputs=["qos_tpot_ms"])
+    write_run_outputs(out, cfg, m, measured=MEASURED_KEYS, modelled=MODELLED_KEYS,
+                      inputs=["qos_tpot_ms", "held_out_cluster", "held_out_trace"])
     print(f"{inp.cluster.name}/{inp.spec.name}/{m['planner']}/{inp.tcfg.name}: TTFT measured "
           f"{m.get('measured_ttft_s', float('nan')):.3f} s vs predicted {m.get('predicted_ttft_s', float('nan')):.3f} s"
           f" ({m.get('ttft_error_pct', float('nan')):+.1f} %); TPOT p50 measured "

@@ -19,13 +19,17 @@ plan switches, each device's compute seconds (the workers' own time of their cal
 message seconds (the rest of the calls to that device: latency, transfer, RPC). The policy's corrections per device /
 phase and per link and its planning margin after the step are logged in the step's row. A bridge the policy returns
 (the running plan with communication scaling or pruning, while a re-planned placement would load) runs for that step
-as in the simulator; the cluster loads plans in the foreground, so the re-planned placement loads at the next step the
-policy returns no bridge.
+as in the simulator. The workers load plans in the foreground, so a placement the simulator would load in the
+background (a non-urgent re-plan) loads in the user's think time instead, the loaded placement (or its bridge) running
+until then; an urgent re-plan or a device change loads at once.
 
 Every row carries the planner's estimate of the step (`predicted_s`, modelled: the fitted latency regression + the
 planner's comm model, for the plan that ran, re-costed for the links and KV length of that step — a plan kept by the
-controller's hysteresis was searched under older links; its estimate at search time is `predicted_plan_s`) and the wall
-time it took (`measured_s`, measured, switch / reload / KV work included).
+controller's hysteresis was searched under older links; its estimate at search time is `predicted_plan_s`), the
+planner's estimate of the one-time cost of the switch it decided (`predicted_switch_s`: the KV rebuild of restored ATTN
+shards, `planner.voltron.policy.restores_kv`; `kv_held` when it deferred a restore instead) and the wall time it took
+(`measured_s`, measured, switch / reload / KV work included; `recompute` when the coordinator re-prefilled the
+context before the step).
 """
 from __future__ import annotations
 
@@ -195,6 +199,7 @@ class LiveConversation:
         self.coord: Coordinator | None = None
         self.lost: set[int] = set()
         self.prefill_plan = None
+        self.pending = None             # a decode plan whose load waits for the user's think time (`_background`)
         self.oom = False
 
     def planner_view(self, links: LinkState) -> LinkState:
@@ -271,7 +276,7 @@ class LiveConversation:
         return out
 
     def _row(self, turn, tok, phase, d: Decision, plan, measured, trace_s, links, retries, switch_s,
-             n_tokens: int, step_s: float) -> None:
+             n_tokens: int, step_s: float, recomputes: int) -> None:
         prec = np.bincount(plan.precision, minlength=3)
         kv_after = len(self.coord.history)
         now = self.policy.estimate(plan, n_tokens, kv_after - n_tokens, links)     # this step's links and KV
@@ -280,10 +285,12 @@ class LiveConversation:
         self.policy.observe(plan, n_tokens, kv_after - n_tokens, links, step_s, busy, link)
         r = {"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s, "kv_len": kv_after,
              "predicted_s": float(now.est_time_s), "predicted_comm_s": float(now.est_comm_s),
-             "predicted_plan_s": float(plan.est_time_s),
+             "predicted_plan_s": float(plan.est_time_s), "predicted_switch_s": float(d.switch_est_s),
+             "kv_held": bool(d.kv_held), "load_deferred": self.pending is not None,
              "measured_s": measured, "switch_s": switch_s, "measured_step_s": measured - switch_s,
              "observed_step_s": step_s, "replanned": bool(d.replanned), "bridge": plan is d.bridge,
-             "retries": retries, "recomputes": self.coord.recomputes,
+             "retries": retries, "recompute": self.coord.recomputes > recomputes,
+             "recomputes": self.coord.recomputes,
              "n_fp16": int(prec[0]), "n_int8": int(prec[1]), "n_int4": int(prec[2]), "n_tp": plan.n_tp,
              "pruned_shards": int(plan.pruned.sum()), "connected": int(links.connected.sum()),
              "accuracy_proxy": float(self.policy.accuracy(plan))}
@@ -301,6 +308,7 @@ class LiveConversation:
         """Decide (maybe re-plan), run; on a link that fell during the step, decide again and re-run."""
         retries = 0
         t_first, sw_first = time.monotonic(), (self.coord.switch_s if self.coord is not None else 0.0)
+        rc_first = self.coord.recomputes if self.coord is not None else 0
         while True:
             links = self.planner_view(driver.apply())
             trace_s = self.clock.now()
@@ -309,9 +317,12 @@ class LiveConversation:
                 self.oom = True
                 return None
             down = {k for k in range(1, len(self.handles)) if not bool(links.connected[k])}
+            kept = phase == "decode" and self._background(d, down)
+            if kept:                  # the loaded placement (or the policy's bridge of it) runs while the new loads
+                decode = d.bridge if d.bridge is not None else self.coord.plans["decode"]
             fresh = self.coord is None or prefill is not self.coord.plans["prefill"] or \
                 decode is not self.coord.plans["decode"]
-            if d.replanned or fresh or self.lost != down:
+            if (d.replanned and not kept) or fresh or self.lost != down:
                 self._adopt(prefill, decode, links, need)
                 self.replans.append({"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s,
                                      "wall_s": time.monotonic(),
@@ -333,9 +344,44 @@ class LiveConversation:
             # measured from the first attempt: re-planning and re-running after a link fell are part of the step;
             # the closed loop observes the attempt that ran, without its plan switch
             self._row(turn, tok, phase, d, ran, t1 - t_first, trace_s, links, retries,
-                      self.coord.switch_s - sw_first, n_tokens, (t1 - t_run) - (self.coord.switch_s - sw_run))
+                      self.coord.switch_s - sw_first, n_tokens, (t1 - t_run) - (self.coord.switch_s - sw_run),
+                      rc_first)
             self.rows[-1].update(t_start=t_first, t_end=t1)
             return out
+
+    def _background(self, d: Decision, down: set[int]) -> bool:
+        """A non-urgent decode re-plan loads in the background in the simulator (the running plan keeps running,
+        paper §4.3 "Overhead Mitigation"); the workers load in the foreground, so the cluster defers the load to
+        the user's think time (`_idle_switch`) and keeps running the loaded placement — or the bridge the policy
+        makes of it — as the simulator does while a load is pending. True while such a load is pending."""
+        if self.coord is None or self.lost != down or self.coord.active is not self.coord.maps["decode"]:
+            self.pending = None
+            return False
+        if d.replanned:
+            self.pending = None if d.urgent else d.plan
+        return self.pending is not None and d.plan is self.pending
+
+    def _idle_switch(self, turn: int, kv: int, driver: LinkDriver) -> None:
+        """The user's think time (`think_s`, not waited for): the policy's switch for the wait (`Policy.end_turn`)
+        runs now — its loads and KV rebuild outside the turns' TTFT and TPOT; logged in `replans.json` (phase
+        `idle`, measured `switch_s`, the planner's `predicted_switch_s`)."""
+        links = self.planner_view(driver.apply())
+        d = self.policy.end_turn(links, self.budgets, kv, self.cfg.think_s)
+        pending, self.pending = self.pending, None
+        if d is None or d.oom:
+            if pending is None:
+                return
+            d = Decision(plan=pending, replanned=True)          # the deferred load, in the wait
+        t0, rc = time.monotonic(), self.coord.recomputes
+        self._adopt(self.prefill_plan, d.plan, links, kv + 1)
+        try:
+            self.coord._activate("decode")
+        except LinkDown:                # the coordinator rebuilds its caches at the next step (`dirty`)
+            pass
+        self.replans.append({"turn": turn, "token": -1, "phase": "idle", "trace_s": self.clock.now(),
+                             "wall_s": time.monotonic(), "connected": int(links.connected.sum()), "retry": 0,
+                             "bridge": False, "summary": d.plan.summary(), "switch_s": time.monotonic() - t0,
+                             "predicted_switch_s": float(d.switch_est_s), "recompute": self.coord.recomputes > rc})
 
     def warm_up(self, driver: LinkDriver) -> float:
         """Load the first turn's plan (links at the trace start) before the conversation starts: the model is resident
@@ -391,6 +437,7 @@ class LiveConversation:
                 kv = len(self.coord.history)            # the turn's last token is answered, not fed back
                 if self.oom:
                     break
+                self._idle_switch(ti, kv, driver)
         finally:
             driver.stop()
             driver.join(timeout=2)

@@ -50,6 +50,11 @@ def test_live_conversation_with_disconnect_and_rejoin(tmp_path):
             "target_tpot_s"} <= set(steps.columns)
     assert (steps["busy_s_d0"] > 0).all() and (steps["link_s_1"] > 0).any()
     assert "measured_tpot_ms_p99" in m["measured_keys"] and m["corrections_final"]
+    # the switch costs the planner charged and both of its estimates judged, with and without switch steps
+    assert {"predicted_switch_s", "kv_held", "recompute"} <= set(steps.columns)
+    assert {"decode_all_plan_p50_error_pct", "decode_no_switch_recosted_p50_error_pct",
+            "prefill_all_recosted_p50_error_pct"} <= set(m["errors"]), m["errors"]
+    assert m["cluster"] == "office_emu" and m["trace"] == "walk_away_disconnect" and not m["held_out_cluster"]
     trace = json.loads((out / "trace.json").read_text())
     names = {e["args"]["name"] for e in trace["traceEvents"] if e.get("name") == "thread_name"}
     assert any("main <-> d1" in n for n in names) and any(n.startswith("d2 ") for n in names)
