@@ -21,6 +21,8 @@ Topics (by the app that made the runs):
 - `multidevice` (`experiments.multidevice`): modelled TTFT, TPOT and QoS per planner × cluster.
 - `multidevice-report` (`experiments.multidevice_report`): the cluster × model family × planner tables of
   docs/multidevice.md "Results" (each section from the newest run directory that has it).
+- `validate_cluster` (`experiments.validate_cluster`): the emulated cluster's predicted vs measured TTFT / TPOT per
+  cluster × trace, both planner estimates, with and without plan-switch steps (docs/cluster.md).
 - `host-<machine kind>` (`experiments.validate`): predicted vs measured cold TTFT per configuration, one page per
   machine kind (CPU model, family, model number); a new report replaces the page (the latest report only).
 - `peer-<machine kind>` (`experiments.validate peer=llamacpp`): cold TTFT beside perplexity, ours and llama.cpp's
