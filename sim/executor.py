@@ -104,6 +104,7 @@ class PlanExecutor:
         # x CPU time per class of work while other threads use the other cores: beside compute, beside memory-system
         # work (HostRuntime.corun_*, measured)
         self.dispatch = Dispatcher(plan)
+        self.n_tasks = len(plan.tasks)
         self.idle: dict[str, list[Event]] = {r: [] for r in QUEUED}
         self.all_done = self.env.event()
         self.spans: list[Span] = []
@@ -141,7 +142,8 @@ class PlanExecutor:
     def _mem(self, delta: int) -> None:
         if delta:
             self.mem += delta
-            self.peak_mem = max(self.peak_mem, self.mem)
+            if self.mem > self.peak_mem:
+                self.peak_mem = self.mem
             self.mem_samples.append((self.env.now, self.mem))
 
     def _read_done(self, t_end: list[float]) -> None:
@@ -186,7 +188,7 @@ class PlanExecutor:
         for j in joins:
             self._mem(-self.plan.tasks[j].mem_free)
         self._wake(wake, waker)
-        if self.dispatch.finished and not self.all_done.triggered:
+        if self.dispatch.done == self.n_tasks and not self.all_done.triggered:     # dispatch.finished, inline
             self.all_done.succeed()
 
     def _occupy(self, seconds: float, threads: int, dram_bytes: float, on_core: bool = True, owner: object = None,
@@ -361,7 +363,8 @@ class PlanExecutor:
         hand-off; `thread_wake_busy_s` while other threads occupy every core, `thread_wake_idle_core_s` while some
         run and a core is idle: it starts there) and spends `thread_wake_cpu_s` of core time on the wake-up."""
         env, rt, me = self.env, self.rt, (resource, idx)
-        self.cores.unpack(me)
+        if self.cores.packs:
+            self.cores.unpack(me)
         ev = env.event()
         self.idle[resource].append(ev)
         self.sleeping.add(me)
@@ -522,14 +525,17 @@ class PlanExecutor:
             unit, threads, core = "npu", 1, 0
         cpu_s = 0.0
         on_core = unit == "cpu" or self.rt.npu_on_cpu_core
+        locked = self.gil is not None and on_core
+        split_gemm_only = self.rt.cpu_split_gemm_only
         for w in t.works:
             dur = cost.op_time(w, unit, threads, core)
-            py = min(dur, self._python_s(w, unit)) if self.gil is not None and on_core else 0.0
+            py = min(dur, self._python_s(w, unit)) if locked else 0.0
             if py > 0:                                      # the runtime's dispatch of the op
                 cpu_s += py
                 yield self._runtime(py, owner=me)
-            gemm = w.kind in GEMM_KINDS
-            occ = threads if gemm or not self.rt.cpu_split_gemm_only else 1   # threads the op occupies
+            kind = w.kind
+            gemm = kind in GEMM_KINDS
+            occ = threads if gemm or not split_gemm_only else 1   # threads the op occupies
             pooled = gemm and threads > 1 and unit == "cpu"
             if pooled:                               # the GEMM's helpers: polling still, or woken now
                 wake = self._pool_start(me)
@@ -537,11 +543,10 @@ class PlanExecutor:
                     yield env.timeout(wake)
             if dur - py > 0:
                 cpu_s += (dur - py) * occ if on_core else 0.0
-                yield self._occupied(dur - py, occ, cost.dram_bytes(w, unit), on_core=on_core, owner=me,
-                                     cls=KIND_CLASS.get(w.kind, ""))
+                yield self._occupied(dur - py, occ, cost.dram_bytes(w, unit), on_core, me, KIND_CLASS.get(kind, ""))
             if pooled:
                 self._pool_end(me, threads)
-            if dur - py > 0 and on_core and self.gil is not None:   # the kernel returns: re-take the lock
+            if dur - py > 0 and locked:             # the kernel returns: re-take the lock
                 cpu_s += yield from self._retake(me)
         return unit, cpu_s
 
@@ -553,7 +558,8 @@ class PlanExecutor:
                 if r.nbytes > 0:
                     bisect.insort(self.pool, r.nbytes)
         self._mem(-t.mem_free)
-        self.cores.unpack((resource, idx))                  # its task ended: a packed thread is free again
+        if self.cores.packs:                                 # its task ended: a packed thread is free again
+            self.cores.unpack((resource, idx))
         self._after(*self.dispatch.complete(tid), waker=(resource, idx))
 
     def _unpack(self, t, fresh: int, me: tuple[str, int]):

@@ -32,7 +32,8 @@ class _Job:
         self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
         self.part_of = part_of                                    # the barrier it is a part of (event None)
         self.owner = owner                                        # the thread the job belongs to (None: anonymous)
-        self.eps = max(left * _DONE, 1e-12)
+        eps = left * _DONE
+        self.eps = eps if eps >= 1e-12 else 1e-12                  # max(left * _DONE, 1e-12), without the call
         self.random = False                                       # flash: a scattered read (sim.flash)
         self.request = 0                                          # flash: request size, B
         self.slow = slow                                          # cores: x CPU time while other cores compute
@@ -148,7 +149,7 @@ class SharedRate:
                 self.samples.append((env.now, 0.0))
             return
         dt = -1.0
-        if (self._plain_share and not self.uniform_caps and len(active) > 1
+        if (self._plain_share and not self.uniform_caps
                 and sum([j.cap for j in active]) <= self.capacity * (1.0 - 1e-9)):
             # `_share`'s water filling when every job is below its fair share (see there): each gets its cap; the
             # next completion in the same pass
@@ -171,12 +172,7 @@ class SharedRate:
             self.samples.append((env.now, sum([j.rate for j in active])))
         if dt < 0:
             return
-        self._set_timer(dt)
-
-    def _set_timer(self, dt: float) -> None:
-        """A timer `dt` s from now carrying the generation: a later change makes it stale (`_on_timer`)."""
-        env = self.env
-        at = env.now + dt
+        at = env.now + dt                  # a timer carrying the generation (a later change makes it stale)
         if at == env.now:
             env.call_later(dt, self._timer, self.gen)
         else:
@@ -356,11 +352,17 @@ class Cores(SharedRate):
                     d = (0.0 if 0.0 > d else d) / rate
                     if dt < 0 or d < dt:
                         dt = d
-            if dt >= 0:
-                self._set_timer(dt)
+            env = self.env
+            now = env.now
+            if dt >= 0:                    # the timer, as in SharedRate._reschedule
+                at = now + dt
+                if at == now:
+                    env.call_later(dt, self._timer, self.gen)
+                else:
+                    env._eid += 1
+                    heappush(env._heap, (at, env._eid, self._timer, self.gen))
             if not occ < capacity:
                 occ = capacity
-            now = self.env.now
             if occ >= capacity - 1e-9:
                 self.full_at = now
             self.occupied.append((now, occ))
