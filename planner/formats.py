@@ -35,16 +35,16 @@ INSTR_PER_BLOCK_STRIPE = 3  # mask, shift, or (Fig. 8)
 INSTR_FIXED_PER_STRIPE = 2  # offset/sign-extend to INT8 + store; fitted so the Fig. 4a allocation gives 0.48 instr/w
 
 # llama.cpp block formats: bits per weight including block scales (ggml-common.h: block bytes x 8 / 32 weights for
-# Q4_0 18 B, Q4_1 20 B, Q5_0 22 B, Q5_1 24 B, Q8_0 34 B; / 256 weights for the K-quants).
+# Q4_0 and IQ4_NL 18 B, Q4_1 20 B, Q5_0 22 B, Q5_1 24 B, Q8_0 34 B; / 256 weights for the K-quants).
 GGML_BPW = {"Q2_K": 2.625, "Q3_K": 3.4375, "Q4_K": 4.5, "Q5_K": 5.5, "Q6_K": 6.5625, "Q8_0": 8.5,
-            "Q4_0": 4.5, "Q4_1": 5.0, "Q5_0": 5.5, "Q5_1": 6.0}
+            "Q4_0": 4.5, "Q4_1": 5.0, "Q5_0": 5.5, "Q5_1": 6.0, "IQ4_NL": 4.5}
 # llama.cpp file types (`llama_model_quantize` ftype): a file type names one tensor type per linear weight, or a mix
 # (Q4_K_M); `ggml_tensor_types` gives the per-tensor types llama.cpp writes for it.
 GGML_FTYPES = (*GGML_BPW, "Q4_K_M", "Q5_K_M")
 QK_K = 256                 # weights per K-quant super-block: a row of another length cannot hold a K-quant
 # llama.cpp's fallback for a tensor whose row length is not a multiple of QK_K (llama-quant.cpp, tensor_type
 # fallback): the K-quant becomes the legacy block type of about the same size.
-K_FALLBACK = {"Q2_K": "Q4_0", "Q3_K": "Q4_0", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
+K_FALLBACK = {"Q2_K": "IQ4_NL", "Q3_K": "IQ4_NL", "Q4_K": "Q5_0", "Q5_K": "Q5_1", "Q6_K": "Q8_0"}
 # ggml-cpu's repacking on x86 with AVX2 / AVX-512 (ggml-cpu/repack.cpp, ggml_repack_get_optimal_repack_type, the
 # version llama-cpp-python 0.3.16 vendors): these tensor types are re-laid out at load into interleaved 8x8 blocks
 # (the CPU_REPACK buffer: llama.cpp's log names q4_0_8x8 and q4_K_8x8 on this host) when their row count is a
