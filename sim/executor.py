@@ -187,7 +187,8 @@ class PlanExecutor:
     def _after(self, wake: list[str], joins: list[int], waker: object = None) -> None:
         for j in joins:
             self._mem(-self.plan.tasks[j].mem_free)
-        self._wake(wake, waker)
+        if wake:
+            self._wake(wake, waker)
         if self.dispatch.done == self.n_tasks and not self.all_done.triggered:     # dispatch.finished, inline
             self.all_done.succeed()
 
@@ -342,11 +343,13 @@ class PlanExecutor:
                 yield from self._sleep(resource, idx)
                 continue
             tid, stolen, wake = got
-            self._wake(wake, me)
+            if wake:
+                self._wake(wake, me)
             t = self.plan.tasks[tid]
             start = env.now
             fresh = self._fresh_bytes(t)
-            self._mem(t.mem_alloc)
+            if t.mem_alloc:
+                self._mem(t.mem_alloc)
             if resource == "load":
                 unit, cpu_s = "io", (yield from self._load(t, fresh, me))
             elif resource == "graph":
@@ -557,7 +560,8 @@ class PlanExecutor:
             for r in t.tensors:
                 if r.nbytes > 0:
                     bisect.insort(self.pool, r.nbytes)
-        self._mem(-t.mem_free)
+        if t.mem_free:
+            self._mem(-t.mem_free)
         if self.cores.packs:                                 # its task ended: a packed thread is free again
             self.cores.unpack((resource, idx))
         self._after(*self.dispatch.complete(tid), waker=(resource, idx))
