@@ -53,6 +53,9 @@ class HybridPlanner(OptionBuilder, SequentialAssign):
         self.tpos[self.types] = np.arange(self.T)
         self._cache: dict = {}
         self._compute_cache: dict = {}
+        self._base_cache: dict = {}                                         # prune-independent part (`_base`)
+        self._link_cache: dict = {}                                         # per link state (`_link_part`)
+        self._set_bits = 1 << np.arange(self.D)                             # device d -> bit d of a set's mask
         self._prop_cache: dict = {}
         self._static_cache: dict = {}                                       # per-planner constants (`_static`)
         self._zeros = np.zeros(table.n, dtype=np.int64)

@@ -56,6 +56,18 @@ class PrecisionSearch:
         return prec
 
     def _eval(self, envs: list[tuple[PhaseEnv, float]], m: int, prune: float, act) -> tuple[bool, bool]:
+        # the stages of one search ask some configurations twice (e.g. all-lowest precision at the pruning the
+        # compute stage found, then again with every target): answered from the first evaluation
+        key = (m, prune, id(act), tuple((id(env), qos) for env, qos in envs))
+        hit = self._seen.get(key)
+        if hit is None:
+            hit = self._seen[key] = self._evaluate(envs, m, prune, act)
+        fits_all, qos_all, chosen = hit
+        if fits_all:
+            self._probe = (m, prune, act, chosen)
+        return fits_all, qos_all
+
+    def _evaluate(self, envs: list[tuple[PhaseEnv, float]], m: int, prune: float, act) -> tuple[bool, bool, list]:
         prec = self.precision_at(m)
         fits_all, qos_all = True, True
         opts = self._opts.get(prune)
@@ -69,9 +81,7 @@ class PrecisionSearch:
             qos_all &= fits and (est <= qos or qos == np.inf)
             if not fits_all:
                 break
-        if fits_all:
-            self._probe = (m, prune, act, chosen)
-        return fits_all, qos_all
+        return fits_all, qos_all, chosen
 
     def _smallest(self, pred, lo: int, hi: int) -> int:
         """Smallest x in [lo, hi] with pred(x) true, assuming pred(hi) is true and pred is monotone."""
@@ -85,11 +95,14 @@ class PrecisionSearch:
 
     # ---- the search, in its stages ---------------------------------------------------------------------------------
     def search(self, envs: list[tuple[PhaseEnv, float]], act: np.ndarray | None = None,
-               hint: int | None = None, min_prune: float = 0.0) -> SearchResult:
+               hint: int | None = None, min_prune: float = 0.0, prune_hint: float | None = None) -> SearchResult:
         """envs: (phase env, QoS time budget in s) pairs that must hold together (e.g. prefill + decode).
 
         `hint`: the previous solution; the search then gallops outward from it (1, 2, 4 … away) before bisecting,
         so a small change of conditions costs O(log |Δm|) plan evaluations instead of O(log N).
+
+        `prune_hint`: the previous solution's pruned fraction; the pruning stages gallop from it the same way (a
+        pruned fraction costs an option table of its own, so this saves table builds as well as evaluations).
 
         `min_prune`: a floor on the pruned fraction (shards lost with a departed device, see controller.py).
 
@@ -101,10 +114,15 @@ class PrecisionSearch:
         k0 = min(int(np.ceil(min_prune * self.prune_steps - 1e-9)), top) if min_prune > 0 else 0
         p0 = k0 / self.prune_steps
         self._opts: dict = {}
+        self._seen: dict = {}
         self._probe = None
         self._envs, self._act = envs, act
+        k_hint = None if prune_hint is None else int(round(prune_hint * self.prune_steps))
 
-        if hint is not None and 0 <= hint <= self.m_max and all(self._ev(hint, p0)):
+        # a previous solution that pruned more than the floor: all-lowest precision (the fastest, smallest plan) is
+        # tried first, since if it fails unpruned the previous answer cannot work unpruned either
+        pruned_before = k_hint is not None and k_hint > k0 and not all(self._ev(self.m_max, p0))
+        if hint is not None and 0 <= hint <= self.m_max and not pruned_before and all(self._ev(hint, p0)):
             # fast path (token-level re-plans): the previous answer still works → gallop down from it
             hi, lo = self._gallop_down(hint, lambda m: all(self._ev(m, p0)))
             return self._finish(self._smallest(lambda m: all(self._ev(m, p0)), lo, hi), p0)
@@ -112,12 +130,12 @@ class PrecisionSearch:
         fits_max, qos_max = self._ev(self.m_max, p0)
         prune = p0
         if not fits_max:
-            prune = self._prune_to_fit(k0, top)
+            prune = self._prune_to_fit(k0, top, k_hint)
             if prune is None:                                  # nothing fits even at the largest pruning
                 return self._best_effort(top / self.prune_steps, fits=False)
             fits_max, qos_max = self._ev(self.m_max, prune)
         if not qos_max and self.compute_pruning and any(e.phase == 1 for e, _ in envs):
-            prune, fits_max, qos_max = self._prune_for_compute(prune, top, fits_max, qos_max)
+            prune, fits_max, qos_max = self._prune_for_compute(prune, top, fits_max, qos_max, k_hint)
         envs_q = envs
         if not qos_max:
             envs_q = self._reachable_targets(prune)
@@ -137,36 +155,65 @@ class PrecisionSearch:
         return self._eval(self._envs, m, prune, self._act)
 
     @staticmethod
-    def _gallop_down(hint: int, pred) -> tuple[int, int]:
-        """pred(hint) holds: step down 1, 2, 4 … while pred holds; returns (hi, lo) bracketing the smallest m."""
+    def _gallop_down(hint: int, pred, lo: int = 0) -> tuple[int, int]:
+        """pred(hint) holds: step down 1, 2, 4 … (not below `lo`) while pred holds; returns (hi, lo) bracketing the
+        smallest x."""
         hi, step = hint, 1
-        while hi - step >= 0 and pred(hi - step):
+        while hi - step >= lo and pred(hi - step):
             hi -= step
             step *= 2
-        return hi, max(hi - step + 1, 0)
+        return hi, max(hi - step + 1, lo)
+
+    @staticmethod
+    def _gallop_up(hint: int, pred, hi: int) -> tuple[int, int]:
+        """pred(hint) fails and pred(hi) holds: step up 1, 2, 4 … while pred fails; returns (lo, hi) bracketing the
+        smallest x."""
+        lo, step = hint + 1, 1
+        while lo + step - 1 < hi and not pred(lo + step - 1):
+            lo += step
+            step *= 2
+        return lo, min(lo + step - 1, hi)
+
+    def _gallop(self, ok, hint: int, lo: int, hi: int) -> tuple[int, int]:
+        """[lo, hi] holding the smallest x with ok(x), galloped from `hint` in [lo, hi] (either direction)."""
+        if ok(hint):
+            hi, lo = self._gallop_down(hint, ok, lo)
+            return lo, hi
+        return self._gallop_up(hint, ok, hi)
 
     def _bracket(self, ok, hint: int | None) -> tuple[int, int]:
         """[lo, hi] holding the smallest m with ok(m): the whole range, or galloped from `hint` (either direction)."""
-        lo, hi = 0, self.m_max
         if hint is not None and 0 <= hint <= self.m_max:
-            if ok(hint):                     # (with pruning or a dropped target the predicate differs from above)
-                hi, lo = self._gallop_down(hint, ok)
-            else:
-                lo, step = hint + 1, 1
-                while lo + step - 1 < self.m_max and not ok(lo + step - 1):
-                    lo += step
-                    step *= 2
-                hi = min(lo + step - 1, self.m_max)
-        return lo, hi
+            return self._gallop(ok, hint, 0, self.m_max)   # (with pruning or a dropped target the predicate differs)
+        return 0, self.m_max
 
-    def _prune_to_fit(self, k0: int, top: int) -> float | None:
-        """Smallest pruned fraction k/prune_steps (> the floor k0) at which all-lowest precision fits; None if none."""
-        if k0 >= top or not self._ev(self.m_max, top / self.prune_steps)[0]:
+    def _smallest_k(self, pred, lo: int, top: int, k_hint: int | None) -> int | None:
+        """Smallest pruning step k in [lo, top] with pred(k) (monotone), None if even pred(top) fails; galloped from
+        `k_hint` when it lies in [lo, top), so that top is only evaluated (its option table built) when reached."""
+        if k_hint is not None and lo <= k_hint < top:
+            if pred(k_hint):
+                hi, lo = self._gallop_down(k_hint, pred, lo)
+                return self._smallest(pred, lo, hi)
+            lo, step = k_hint + 1, 1                           # gallop up; top is built only if reached
+            while True:
+                x = min(lo + step - 1, top)
+                if pred(x):
+                    return self._smallest(pred, lo, x)
+                if x == top:
+                    return None
+                lo, step = x + 1, 2 * step
+        if not pred(top):
             return None
-        k = self._smallest(lambda k: self._ev(self.m_max, k / self.prune_steps)[0], max(1, k0 + 1), top)
-        return k / self.prune_steps
+        return self._smallest(pred, lo, top)
 
-    def _prune_for_compute(self, prune: float, top: int, fits_max: bool, qos_max: bool):
+    def _prune_to_fit(self, k0: int, top: int, k_hint: int | None = None) -> float | None:
+        """Smallest pruned fraction k/prune_steps (> the floor k0) at which all-lowest precision fits; None if none."""
+        if k0 >= top:
+            return None
+        k = self._smallest_k(lambda k: self._ev(self.m_max, k / self.prune_steps)[0], max(1, k0 + 1), top, k_hint)
+        return None if k is None else k / self.prune_steps
+
+    def _prune_for_compute(self, prune: float, top: int, fits_max: bool, qos_max: bool, k_hint: int | None = None):
         """Computation breaks the TPOT target even at all-INT4: prune more shards (the same fraction from every
         layer, least important shards first) up to (prune_steps - 1)/prune_steps, if that reaches the target
         (accuracy traded for QoS, paper §4.3.1); an unreachable target stays best effort. (prune, fits, qos)."""
@@ -178,10 +225,11 @@ class PrecisionSearch:
             return f and q
 
         k_cur = int(round(prune * self.prune_steps))
-        if k_cur < top and dec_ok(top):
-            k = self._smallest(dec_ok, k_cur + 1, top)
-            prune = k / self.prune_steps
-            fits_max, qos_max = self._ev(self.m_max, prune)
+        if k_cur < top:
+            k = self._smallest_k(dec_ok, k_cur + 1, top, k_hint)
+            if k is not None:
+                prune = k / self.prune_steps
+                fits_max, qos_max = self._ev(self.m_max, prune)
         return prune, fits_max, qos_max
 
     def _reachable_targets(self, prune: float) -> list[tuple[PhaseEnv, float]] | None:
