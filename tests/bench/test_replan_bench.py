@@ -76,15 +76,17 @@ def test_replan_benchmark():
         last[:] = r.m, r.prune_frac
         return r
 
-    traj_ts, pruned_tokens = [], 0
+    traj_ts, traj_cpu_ts, pruned_tokens = [], [], 0
     for _ in range(TRAJ_PASSES):                                          # each pass starts without a previous plan
         last[:] = None, None
         for e in traj:
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.thread_time()
             r = token_replan(e)
             traj_ts.append((time.perf_counter() - t0) * 1e3)
+            traj_cpu_ts.append((time.thread_time() - c0) * 1e3)       # the re-plan's own CPU time (no waiting)
             pruned_tokens += r.prune_frac > 0
     traj_ms = float(np.median(traj_ts)), float(np.percentile(traj_ts, 90))
+    traj_cpu_ms = float(np.median(traj_cpu_ts)), float(np.percentile(traj_cpu_ts, 90))
     last[:] = None, None
     traj_cpu = _cpu_ms_per_call(token_replan, traj)
     cold_ms = _median_ms(cold, envs)
@@ -115,6 +117,7 @@ def test_replan_benchmark():
         "replan_token_ms_p50": traj_ms[0], "replan_token_ms_p90": traj_ms[1],
         "replan_token_p90_over_median": traj_ms[1] / traj_ms[0], "replan_token_samples": len(traj_ts),
         "replan_token_pruned_share": pruned_tokens / len(traj_ts),
+        "replan_token_thread_cpu_ms_p50": traj_cpu_ms[0], "replan_token_thread_cpu_ms_p90": traj_cpu_ms[1],
         "target_token_p90_over_median_met": traj_ms[1] <= TARGET_P90_OVER_MEDIAN * traj_ms[0],
         "target_token_p90_ms_met": traj_ms[1] <= TARGET_P90_MS,
         "target_1ms_met_token": traj_ms[0] <= 1.0, "replan_token_cpu_ms_mean": traj_cpu,
@@ -130,6 +133,7 @@ def test_replan_benchmark():
     print("\nre-plan benchmark (measured on this host, same run)")
     print(f"{'what':48s} {'median ms':>10s} {'p90 ms':>8s}")
     print(f"{'Qwen2.5-14B/office token re-plan (warm start)':48s} {traj_ms[0]:10.3f} {traj_ms[1]:8.3f}")
+    print(f"{'  same, thread CPU time of each re-plan (pooled)':48s} {traj_cpu_ms[0]:10.3f} {traj_cpu_ms[1]:8.3f}")
     print(f"{'  same, process CPU time per re-plan (best of 3)':48s} {traj_cpu:10.3f}")
     print(f"{'Qwen2.5-14B/office re-plan, tables rebuilt':48s} {cold_ms[0]:10.3f} {cold_ms[1]:8.3f}")
     print(f"{'Qwen2.5-14B/office re-plan, tables cached':48s} {warm_ms[0]:10.3f} {warm_ms[1]:8.3f}")
