@@ -315,6 +315,13 @@ def _run(cfg: DictConfig, c: ValidateConfig, out: Path) -> dict[str, Any]:
     if peer_runs:
         m.update(_peer_metrics(peer_runs, run_.token, c.peer_gguf, m.get("measured_ttft_from_open_s")))
         from experiments.peer_table import quality
+        from experiments.protocol_peer import predict_peer
+
+        # the simulator's llama.cpp policy for the same file and settings (modelled; docs/hil.md "The llama.cpp
+        # policy"): beside the measured peer, never part of our own prediction's error
+        m["predicted_peer_ttft_s"] = predict_peer(c.model, host, c.peer_gguf, c.prompt_tokens,
+                                                  host.device.cpu_cores)[1]["ttft_s"]
+        m["peer_ttft_error_pct"] = 100.0 * (m["predicted_peer_ttft_s"] / m["peer_ttft_s"] - 1.0)
 
         m.update(quality(c.model, c.quant, gguf, run_.packed_path, dev.cpu_cores))   # perplexities, untimed
     atomic_write_text(out / "plan.json", run_.plan.to_json())

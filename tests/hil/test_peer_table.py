@@ -96,6 +96,8 @@ def test_validate_with_the_peer_records_both_clocks_and_both_perplexities(tmp_pa
     assert m["measured_ttft_from_open_s"] > m["measured_ttft_s"] and m["huge_pages"] == 0.0
     assert 0 < m["peer_perf_prompt_eval_s"] and m["peer_perf_load_s"] + m["peer_perf_prompt_eval_s"] <= m["peer_ttft_s"]
     assert all(1 < m[k] < 1e4 for k in ("peer_ppl", "ppl_packed")) and m["ppl_slices"] >= 1
+    assert m["predicted_peer_ttft_s"] > 0 and "predicted_peer_ttft_s" in m["modelled_keys"]   # the llama.cpp policy
+    assert m["peer_ttft_error_pct"] == pytest.approx(100 * (m["predicted_peer_ttft_s"] / m["peer_ttft_s"] - 1))
     rows = list(csv.DictReader((run / "peer_table.csv").open()))
     assert [(x["runtime"], x["weights"], x["like_for_like"]) for x in rows] == [
         ("ours (edgeflow)", f"{m['bits']}-bit", "yes"), ("llama.cpp", "Q8_0", "yes")]
