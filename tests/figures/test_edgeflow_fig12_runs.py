@@ -92,3 +92,44 @@ def test_missing_run_runs_the_experiment_before_the_figure(monkeypatch, tmp_path
     assert "edgeflow_fig12_table4: 2 of 14 quantize + evaluate runs not on disk (run: x): running them first, " \
            "about 3 min (modelled; missing=skip leaves the figure out)" in err
     assert (tmp_path / "edgeflow_fig12_table4.png").stat().st_size > 0
+
+
+def _fake_run(d: Path, method: str, bits: int, ppl: float, **change) -> None:
+    """A run directory as experiments.quantize writes it (the parts `runs` reads), one field changed by `change`."""
+    import dataclasses
+    import json
+    import os
+
+    import yaml
+
+    from experiments.quantize import code_sha256
+    from experiments.resume import file_digest
+    from quant.arch import model_spec
+    from quant.gguf_model import gguf_path
+
+    gguf = Path(gguf_path(model_spec(fig12.MODEL))).resolve()
+    quant = {**dataclasses.asdict(fig12.settings("full")), **change.get("quant", {})}
+    d.mkdir(parents=True)
+    (d / "config.yaml").write_text(yaml.safe_dump({"model": {"name": fig12.MODEL}, "quant": quant, "method": method,
+                                                   "bits": bits, "budget": None, "pack": False}))
+    (d / "inputs.json").write_text(json.dumps({"files": {str(gguf): change.get("gguf", file_digest(gguf))}}))
+    metrics = {"method": method, "ppl": ppl, "quant_code_sha256": change.get("code", code_sha256())}
+    (d / "metrics.json").write_text(json.dumps(metrics))
+    if "age_s" in change:
+        t = (d / "metrics.json").stat().st_mtime - change["age_s"]
+        os.utime(d / "metrics.json", (t, t))
+
+
+def test_runs_are_matched_by_settings_model_file_and_code(tmp_path):
+    try:
+        _fake_run(tmp_path / "a", "edgeflow", 5, 17.0)
+    except Exception as e:                  # no SmolLM2 GGUF here
+        pytest.skip(f"SmolLM2 GGUF not available: {e}")
+    _fake_run(tmp_path / "old", "edgeflow", 5, 99.0, age_s=60)                   # older: the newest wins
+    _fake_run(tmp_path / "b", "int8", 4, 28.0)                                   # fixed width: counted at 8
+    _fake_run(tmp_path / "c", "cmpq", 5, 1.0, code="0" * 64)                     # other quant/ sources
+    _fake_run(tmp_path / "d", "smoothquant", 5, 1.0, quant={"alpha_steps": 5})   # other settings
+    _fake_run(tmp_path / "e", "shadow_outlier", 5, 1.0, gguf="0" * 64)           # other model file
+    found = fig12.runs([tmp_path])
+    assert sorted(found) == [("edgeflow", 5), ("int8", 8)]
+    assert found["edgeflow", 5][1]["ppl"] == 17.0 and found["int8", 8][0] == tmp_path / "b"
