@@ -248,9 +248,9 @@ def summarize(rows: list[dict], res: dict, acc: dict, prof, start_s: float, prof
 
 
 def _switched(r: dict) -> bool:
-    """The step contains a plan switch: the policy re-planned, or the coordinator spent time switching (loads, KV
-    moves, a history re-prefill) or retried after a link fell."""
-    return bool(r["replanned"]) or r["switch_s"] > SWITCH_S or r["retries"] > 0
+    """The step contains a plan switch: the coordinator spent time switching (loads, KV moves, a history
+    re-prefill) or retried after a link fell (a re-plan whose load is deferred or loads nothing switches nothing)."""
+    return r["switch_s"] > SWITCH_S or r["retries"] > 0
 
 
 def prediction_errors(rows: list[dict]) -> dict:

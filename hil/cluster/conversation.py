@@ -21,7 +21,8 @@ phase and per link and its planning margin after the step are logged in the step
 (the running plan with communication scaling or pruning, while a re-planned placement would load) runs for that step
 as in the simulator. The workers load plans in the foreground, so a placement the simulator would load in the
 background (a non-urgent re-plan) loads in the user's think time instead, the loaded placement (or its bridge) running
-until then; an urgent re-plan or a device change loads at once.
+until then; an urgent re-plan or a device change loads at once; a turn's decode placement is activated before its
+first token is shown (its load counts in the TTFT).
 
 Every row carries the planner's estimate of the step (`predicted_s`, modelled: the fitted latency regression + the
 planner's comm model, for the plan that ran, re-costed for the links and KV length of that step — a plan kept by the
@@ -322,7 +323,7 @@ class LiveConversation:
                 decode = d.bridge if d.bridge is not None else self.coord.plans["decode"]
             fresh = self.coord is None or prefill is not self.coord.plans["prefill"] or \
                 decode is not self.coord.plans["decode"]
-            if (d.replanned and not kept) or fresh or self.lost != down:
+            if fresh or self.lost != down:          # (a re-plan to the plans the coordinator holds loads nothing)
                 self._adopt(prefill, decode, links, need)
                 self.replans.append({"turn": turn, "token": tok, "phase": phase, "trace_s": trace_s,
                                      "wall_s": time.monotonic(),
@@ -349,12 +350,29 @@ class LiveConversation:
             self.rows[-1].update(t_start=t_first, t_end=t1)
             return out
 
+    def _decode_ready(self) -> None:
+        """The turn's decode placement is activated before its first token is shown: the simulator loads it in the
+        background during the prefill, the workers cannot, so its load (and any KV move or rebuild) counts in the
+        TTFT (10 s target) rather than in the first token's TPOT; added to the prefill row as switch time."""
+        t0, rc = time.monotonic(), self.coord.recomputes
+        try:
+            self.coord._activate("decode")
+        except LinkDown:                # the coordinator rebuilds its caches at the next step (`dirty`)
+            pass
+        dt, r = time.monotonic() - t0, self.rows[-1]
+        r["measured_s"] += dt
+        r["switch_s"] += dt
+        r["t_end"] += dt
+        r["recompute"] = bool(r["recompute"] or self.coord.recomputes > rc)
+        r["recomputes"] = self.coord.recomputes
+
     def _background(self, d: Decision, down: set[int]) -> bool:
         """A non-urgent decode re-plan loads in the background in the simulator (the running plan keeps running,
         paper §4.3 "Overhead Mitigation"); the workers load in the foreground, so the cluster defers the load to
         the user's think time (`_idle_switch`) and keeps running the loaded placement — or the bridge the policy
         makes of it — as the simulator does while a load is pending. True while such a load is pending."""
-        if self.coord is None or self.lost != down or self.coord.active is not self.coord.maps["decode"]:
+        if self.coord is None or self.lost != down or self.coord.active is not self.coord.maps["decode"] \
+                or d.plan is self.coord.plans["decode"]:
             self.pending = None
             return False
         if d.replanned:
@@ -420,6 +438,7 @@ class LiveConversation:
                                     driver, kv + n_in, n_in)
                 if logits is None:
                     break
+                self._decode_ready()
                 kv += n_in
                 out = [int(np.argmax(logits))]
                 for k in range(1, turn.n_out):
