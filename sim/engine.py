@@ -114,7 +114,7 @@ class AllDone(Event):
     matters (events triggered now are processed in the order they were triggered). A barrier with parts takes no
     `events`: a timeout due now is processed before events triggered now, which would reorder the two kinds."""
 
-    __slots__ = ("_left",)
+    __slots__ = ("_left", "_waiting")
 
     def __init__(self, env: Environment, events=(), parts: int = 0) -> None:
         self.env = env
@@ -144,11 +144,14 @@ class AllDone(Event):
         """One of the `parts` is triggered now: the last one's processing (one event later) triggers this."""
         self._left -= 1
         if not self._left:
-            self._left = 1
-            last = Event(self.env)              # the last part's event, triggered now: its processing triggers this
-            last._value = None
-            last.callbacks.append(self._check)
-            self.env._now_q.append(last)
+            # this event stands in for the last part's event, triggered now: processed, it triggers itself
+            self._waiting, self.callbacks = self.callbacks, [self._last_part]
+            self.env._now_q.append(self)
+
+    def _last_part(self, _ev: Event) -> None:
+        self.callbacks = self._waiting
+        self._value = None
+        self.env._now_q.append(self)
 
 
 class Environment:

@@ -332,7 +332,14 @@ class Cores(SharedRate):
 
     def _reschedule(self) -> None:
         active = self.active
-        if not (self.packs or self.record or self.n_slow or not self.uniform_caps) and active:
+        if not active and not self.packs and not self.record:     # the general path below with nothing to share
+            self.gen += 1
+            now = self.env.now
+            if 0 >= self.capacity - 1e-9:
+                self.full_at = now
+            self.occupied.append((now, 0))
+            return
+        if not (self.packs or self.record or self.n_slow or not self.uniform_caps):
             # plain water filling (cap = weight: in arrival order), the next completion and the occupancy in one
             # pass: the same float operations in the same order as the general path below
             self.gen += 1
