@@ -67,6 +67,7 @@ from sim.sharing import NO_SLOW, Cores, SharedRate
 KIND_CLASS = {"matmul": "gemm", "lm_head": "gemm", "attention": "elementwise", "elementwise": "elementwise",
               "unpack": "unpack"}
 GEMM_KINDS = ("matmul", "lm_head")     # the op kinds a runtime splits over its GEMM pool
+FRESH_USERS = ("load", "unpack")       # the resources whose tasks' cost depends on their fresh memory (first touch)
 
 
 RA_GAP_BYTES = 128 << 10   # B, ranges this close count as one sequential stream (the kernel's default readahead window)
@@ -347,7 +348,7 @@ class PlanExecutor:
                 self._wake(wake, me)
             t = self.plan.tasks[tid]
             start = env.now
-            fresh = self._fresh_bytes(t)
+            fresh = self._fresh_bytes(t) if resource in FRESH_USERS else 0    # (pure for the other resources)
             if t.mem_alloc:
                 self._mem(t.mem_alloc)
             if resource == "load":

@@ -89,8 +89,7 @@ class SharedRate:
             for j in self.active:
                 j.left -= j.rate * dt
         self.last = now
-        job = _Job(float(amount), float(cap), float(weight), ev, owner, float(slow[0]), float(slow[1]), bool(memory),
-                   bool(neutral), part_of)
+        job = _Job(float(amount), float(cap), float(weight), ev, owner, slow[0], slow[1], memory, neutral, part_of)
         if job.slow != 1.0 or job.slow_mem != 1.0:
             self.n_slow += 1
         self.active.append(job)
@@ -345,20 +344,30 @@ class Cores(SharedRate):
             self.gen += 1
             capacity = self.capacity
             occ = wsum = sum([j.weight for j in active])
-            left = capacity
             dt = -1.0
-            for j in active:
-                w = j.weight
-                fair = left * w / wsum
-                cap = j.cap
-                j.rate = rate = fair if fair < cap else cap
-                left -= rate
-                wsum -= w
-                if rate > 0:
+            if occ <= capacity * (1.0 - 1e-9):
+                # fewer threads than cores: every fair share is above its cap (by far more than rounding), each
+                # job runs at its cap, as the water filling below gives
+                for j in active:
+                    j.rate = rate = j.cap
                     d = j.left
                     d = (0.0 if 0.0 > d else d) / rate
                     if dt < 0 or d < dt:
                         dt = d
+            else:
+                left = capacity
+                for j in active:
+                    w = j.weight
+                    fair = left * w / wsum
+                    cap = j.cap
+                    j.rate = rate = fair if fair < cap else cap
+                    left -= rate
+                    wsum -= w
+                    if rate > 0:
+                        d = j.left
+                        d = (0.0 if 0.0 > d else d) / rate
+                        if dt < 0 or d < dt:
+                            dt = d
             env = self.env
             now = env.now
             if dt >= 0:                    # the timer, as in SharedRate._reschedule
@@ -413,10 +422,14 @@ class Cores(SharedRate):
     def busy_core_s(self) -> float:
         """Core-seconds the cores were occupied from 0 to now (a job slowed by co-running occupies its cores all the
         same; `samples` hold the progress rates)."""
-        total, end = 0.0, self.env.now
-        for (t, occ), (t1, _o) in zip(self.occupied, [*self.occupied[1:], (end, 0.0)]):
-            total += occ * max(0.0, t1 - t)
-        return total
+        total = 0.0
+        t, occ = self.occupied[0]
+        for t1, occ1 in self.occupied:              # each sample holds until the next one (the first: 0 s)
+            d = t1 - t
+            total += occ * (d if d > 0.0 else 0.0)
+            t, occ = t1, occ1
+        d = self.env.now - t
+        return total + occ * (d if d > 0.0 else 0.0)
 
     def run(self, seconds: float, threads: int = 1, owner: object = None, slow: tuple[float, float] = (1.0, 1.0),
             memory: bool = False, neutral: bool = False, part_of: AllDone | None = None) -> Event | None:
