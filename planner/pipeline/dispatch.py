@@ -7,7 +7,7 @@
 - CPU task stealing: an idle CPU takes the head of the NPU queue when more than `steal_threshold` NPU ops are ready
   and the head is stealable (an INT8 matmul).
 Other resources (loaders, unpackers, graph threads) take ready tasks in plan order (task id). `join` tasks complete the
-moment they become ready. The simulator (`sim.executor`, SimPy, single-threaded) calls it directly; the HIL runner
+moment they become ready. The simulator (`sim.executor`, one event loop) calls it directly; the HIL runner
 (`hil.runner`, OS threads) calls it under one lock. Both wake idle workers of the resources `push`/`pop` name.
 Ties are broken by task id, so a run is deterministic for a given completion order.
 """
