@@ -79,6 +79,21 @@ def test_private_copy(tmp_path):
     assert peer.private_copy(src, tmp_path / "out").read_bytes() == src.read_bytes()
 
 
+
+def test_synthetic_peer_file_is_a_copy_nobody_else_maps(tmp_path, monkeypatch):
+    """The generated Q8_0 is the synthetic model's tokenizer source, kept mapped by the shared GGUF reader: llama.cpp
+    must read a copy, or its header pages survive every eviction."""
+    import quant.synth
+    from quant.arch import model_spec
+
+    gen = tmp_path / "gen" / "m.q8_0.gguf"
+    gen.parent.mkdir()
+    gen.write_bytes(b"GGUF" + bytes(range(256)) * 10)
+    monkeypatch.setattr(quant.synth, "ensure_gguf", lambda spec, kind="q8_0": gen)
+    monkeypatch.setattr(peer, "PEER_COPIES", tmp_path / "peer")
+    got = peer.peer_gguf_file(model_spec("llama3_2_1b_synth"), "q8_0")
+    assert got.parent == tmp_path / "peer" and got != gen and got.read_bytes() == gen.read_bytes()
+
 @needs_extra
 def test_cold_ttft_on_tiny_synthetic_model(tmp_path):
     import importlib.util
