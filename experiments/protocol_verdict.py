@@ -133,8 +133,9 @@ def speedup_verdict(speedups: Sequence[dict[str, Any]]) -> Verdict | None:
 
 def verdicts(m: dict[str, Any], rows: Sequence[dict[str, Any]], speedups: Sequence[dict[str, Any]]
              ) -> list[Verdict]:
-    """Every criterion that the set's data can speak to, in the order of the module docstring."""
-    if m.get("protocol_n") is None:
+    """Every criterion that the set's data can speak to, in the order of the module docstring; none for a peer set
+    (real llama.cpp against the llama.cpp policy: it has its own acceptance line, experiments.protocol_peer)."""
+    if m.get("protocol_n") is None or m.get("protocol_peer"):
         return []
     out = [bias_verdict(m), mean_abs_verdict(rows), rows_verdict(rows), speedup_verdict(speedups)]
     return [v for v in out if v is not None]

@@ -65,3 +65,4 @@ def test_verdicts_render_one_line_each():
     assert [v.outcome for v in vs] == [MET, MET, MET]
     assert verdicts_md(vs).count("\n") == 2 and "**met**" in verdicts_md(vs)
     assert verdicts({"protocol_n": None}, [], []) == []
+    assert verdicts({**_m(-2.0, -6.0, 3.0), "protocol_peer": True}, [_row(2, -1, 4)] * 3, []) == []
