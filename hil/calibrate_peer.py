@@ -177,9 +177,13 @@ def derive(times: list[FileTimes], specs: dict[str, ModelSpec], dev: SocProfile,
 
 
 def _version() -> str:
-    from hil.peer import peer_version
+    """llama.cpp's version for the source lines; "?" without the extra (derive works on recorded times)."""
+    from hil.peer import PeerUnavailable, peer_version
 
-    return peer_version()
+    try:
+        return peer_version()
+    except PeerUnavailable:
+        return "?"
 
 
 def default_files(models=MODELS, ftypes=FTYPES) -> list[tuple[ModelSpec, str, Path]]:
