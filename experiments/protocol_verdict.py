@@ -98,13 +98,8 @@ def rows_verdict(rows: Sequence[dict[str, Any]]) -> Verdict | None:
     reach = [r for r in have if r in ok or (
         (lo := _num(r.get("error_lo_pct"))) is not None and (hi := _num(r.get("error_hi_pct"))) is not None
         and _closest_to_zero(lo, hi) <= ROW_TOL_PCT)]
-    need = math.ceil(ROW_SHARE_MIN * len(have) - 1e-9)
     name = f"inside the interval or within ±{ROW_TOL_PCT:g} % for ≥ {100 * ROW_SHARE_MIN:g} % of configurations"
-    detail = (f"{len(ok)} of {len(have)} (need {need}); {len(reach)} reach ±{ROW_TOL_PCT:g} % somewhere in their "
-              f"interval")
-    if len(ok) >= need:
-        return Verdict(name, MET, detail)
-    return Verdict(name, NOT_MET if len(reach) < need else UNJUDGED, detail)
+    return _share_verdict(name, len(ok), len(reach), len(have), ROW_SHARE_MIN, ROW_TOL_PCT)
 
 
 def speedup_verdict(speedups: Sequence[dict[str, Any]]) -> Verdict | None:
@@ -122,13 +117,18 @@ def speedup_verdict(speedups: Sequence[dict[str, Any]]) -> Verdict | None:
         return _closest_to_zero(e_lo, e_hi) <= SPEEDUP_TOL_PCT
 
     reach = [s for s in have if s in ok or reaches(s)]
-    need = math.ceil(SPEEDUP_SHARE_MIN * len(have) - 1e-9)
     name = f"paired speed-ups within ±{SPEEDUP_TOL_PCT:g} % for ≥ 7 in 9 cells"
-    detail = (f"{len(ok)} of {len(have)} (need {need}); {len(reach)} reach ±{SPEEDUP_TOL_PCT:g} % somewhere in "
-              f"their interval")
-    if len(ok) >= need:
+    return _share_verdict(name, len(ok), len(reach), len(have), SPEEDUP_SHARE_MIN, SPEEDUP_TOL_PCT)
+
+
+def _share_verdict(name: str, ok: int, reach: int, n: int, share: float, tol: float) -> Verdict:
+    """A share criterion: met with `ok` of `n` passing; not met when even the `reach` cases whose interval touches
+    the tolerance somewhere fall short of the share."""
+    need = math.ceil(share * n - 1e-9)
+    detail = f"{ok} of {n} (need {need}); {reach} reach ±{tol:g} % somewhere in their interval"
+    if ok >= need:
         return Verdict(name, MET, detail)
-    return Verdict(name, NOT_MET if len(reach) < need else UNJUDGED, detail)
+    return Verdict(name, NOT_MET if reach < need else UNJUDGED, detail)
 
 
 def verdicts(m: dict[str, Any], rows: Sequence[dict[str, Any]], speedups: Sequence[dict[str, Any]]
