@@ -631,7 +631,7 @@ def protocol_page(topic: str, runs: list[Run]) -> Page:
         HEADER, f"# Validation protocol, set `{m['protocol']}`{held} — {machine_kind(r.machine)}", "",
         about_md(m) + " docs/hil.md \"Validation protocol\" defines the protocol; the set is "
         f"conf/protocol/{m['protocol']}.yaml.", "",
-        SUMMARY_BEGIN, summary_md(m), verdicts_md(verdicts(m, recs(df), recs(sp))), "",
+        SUMMARY_BEGIN, "\n".join(filter(None, [summary_md(m), verdicts_md(verdicts(m, recs(df), recs(sp)))])), "",
         f"_{_short_provenance([r])}._", SUMMARY_END, "",
         tables_md(recs(df), recs(sp), m["protocol_level"]),
         f"The per-configuration table as CSV: [{topic}.csv]({topic}.csv).", "",
