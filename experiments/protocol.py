@@ -156,6 +156,17 @@ def draw_configurations(draws: list[Draw], seed: int) -> list[Configuration]:
     return out
 
 
+def runnable_spec(c: Configuration) -> ModelSpec:
+    """The configuration's model, which must have weights on this machine (one ConfigError line otherwise)."""
+    try:
+        spec = model_spec(c.model)
+    except FileNotFoundError as e:
+        raise ConfigError(f"protocol.configurations[{c.key}].model: {e}") from None
+    if spec.weights == WeightSource.twin:
+        raise ConfigError(f"protocol.configurations[{c.key}]: {c.model} has no weights on this machine")
+    return spec
+
+
 def check_spec(p: ProtocolSpec) -> None:
     """Every configuration runnable here and within the set's ranges; a drawn set equal to its draw."""
     if p.peer:                  # experiments.protocol_peer.check_peer_spec (validate runs it)
@@ -165,12 +176,7 @@ def check_spec(p: ProtocolSpec) -> None:
             raise ConfigError(f"protocol.configurations[{c.key}].weight_type: only a peer set (peer: true) names a "
                               f"llama.cpp file type")
         framework_spec(c.framework, f"protocol.configurations[{c.key}].framework")
-        try:
-            spec = model_spec(c.model)
-        except FileNotFoundError as e:
-            raise ConfigError(f"protocol.configurations[{c.key}].model: {e}") from None
-        if spec.weights == WeightSource.twin:
-            raise ConfigError(f"protocol.configurations[{c.key}]: {c.model} has no weights on this machine")
+        spec = runnable_spec(c)
         if spec.weights == WeightSource.synthetic and _method(c.framework) != "edgeflow":
             raise ConfigError(f"protocol.configurations[{c.key}]: a synthetic model is packed with EdgeFlow's "
                               f"allocation only; {c.framework} reads per-channel INT8")

@@ -21,8 +21,8 @@ from typing import Any, Callable
 
 from experiments.common import ConfigError
 from experiments.hostrun import COLD_RESIDENT_MAX, RERUN_TRIES
-from experiments.protocol import Prepared, ProtocolSpec, RunRecord, framework_spec, schedule
-from quant.arch import ModelSpec, WeightSource, model_spec
+from experiments.protocol import Prepared, ProtocolSpec, RunRecord, framework_spec, runnable_spec, schedule
+from quant.arch import ModelSpec, model_spec
 
 # the host runtime's mechanics of the project's Python runner, off for llama.cpp (planner.host_runtime): its
 # interpreter lock and per-tensor / per-op Python, its GEMM pool and NPU stand-in, worker wake-ups (ggml's
@@ -43,12 +43,7 @@ def check_peer_spec(p: ProtocolSpec) -> None:
             raise ConfigError(f"{where}.framework: a peer set runs llama.cpp (policy llamacpp), not {c.framework}")
         if not c.weight_type:
             raise ConfigError(f"{where}.weight_type: a peer set names the llama.cpp file type of every configuration")
-        try:
-            spec = model_spec(c.model)
-        except FileNotFoundError as e:
-            raise ConfigError(f"{where}.model: {e}") from None
-        if spec.weights == WeightSource.twin:
-            raise ConfigError(f"{where}: {c.model} has no weights on this machine")
+        runnable_spec(c)
 
 
 def peer_threads(host) -> int:
