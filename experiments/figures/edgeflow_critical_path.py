@@ -112,6 +112,22 @@ def path_legend(axes, anchor_ax, **kw) -> None:
     anchor_ax.legend([seen[o] for o in order], order, **kw)
 
 
+def path_row(fig, gs, row: int, df: pd.DataFrame, workloads, ylabel: str, share_y: bool = False,
+             rotate: bool = True) -> None:
+    """Under a figure's panels: one critical-path panel per workload (two columns of grid `gs` each) in its `row`,
+    a bar per framework stacked by resource, and one legend of the resources."""
+    cp, paths = path_of(df), []
+    for j, w in enumerate(workloads):
+        ax = fig.add_subplot(gs[row, 2 * j:2 * j + 2], sharey=paths[0] if share_y and paths else None)
+        stacked(ax, cp[cp.workload == w], "framework", value="value", rotate=rotate)
+        ax.set_title(label(w), fontsize=8)
+        ax.tick_params(axis="x", labelsize=6)
+        if j == 0:
+            ax.set_ylabel(ylabel, fontsize=8)
+        paths.append(ax)
+    path_legend(paths, paths[-1])
+
+
 def plot(df: pd.DataFrame, fig) -> None:
     wls = list(dict.fromkeys(df.workload))
     axes = []

@@ -8,8 +8,7 @@ import pandas as pd
 
 from experiments.figures.base import FigureSpec, fig_legend, note
 from experiments.figures.data import grouped_bars, sweep_frame
-from experiments.figures.edgeflow_critical_path import path_frame, path_legend, path_of, stacked
-from experiments.figures.names import label
+from experiments.figures.edgeflow_critical_path import path_frame, path_row
 from sim.coldstart.sweep import MAIN_FRAMEWORKS
 
 GRID = {"full": (MAIN_FRAMEWORKS, ("lambada", "mmlu", "hellaswag")),
@@ -47,14 +46,5 @@ def plot(df: pd.DataFrame, fig) -> None:
         ax.set_ylabel(lab)
         axes.append(ax)
     fig_legend(fig, axes)
-    cp, paths = path_of(df), []
-    for j, w in enumerate(wls):
-        ax = fig.add_subplot(gs[1, 2 * j:2 * j + 2])
-        stacked(ax, cp[cp.workload == w], "framework", value="value", rotate=False)
-        ax.set_title(label(w), fontsize=8)
-        ax.tick_params(axis="x", labelsize=6)
-        if j == 0:
-            ax.set_ylabel("critical path (s)", fontsize=8)
-        paths.append(ax)
-    path_legend(paths, paths[-1])
+    path_row(fig, gs, 1, df, wls, "critical path (s)", rotate=False)
     note(fig, "simulated")

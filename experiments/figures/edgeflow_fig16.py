@@ -9,8 +9,7 @@ import pandas as pd
 
 from experiments.figures.base import FigureSpec, fig_legend, note
 from experiments.figures.data import grouped_bars, sweep_frame
-from experiments.figures.edgeflow_critical_path import path_frame, path_legend, path_of, stacked
-from experiments.figures.names import label
+from experiments.figures.edgeflow_critical_path import path_frame, path_row
 from sim.coldstart.sweep import WORKLOADS
 
 STEPS = ("llmnpu_mat", "ef_pipe", "ef_place", "ef_priority", "edgeflow")
@@ -51,14 +50,5 @@ def plot(df: pd.DataFrame, fig) -> None:
         ax.tick_params(axis="x", labelsize=7)
         axes.append(ax)
     fig_legend(fig, axes)
-    cp, paths = path_of(df), []
-    for j, w in enumerate(wls):
-        ax = fig.add_subplot(gs[1, 2 * j:2 * j + 2], sharey=paths[0] if paths else None)
-        stacked(ax, cp[cp.workload == w], "framework", value="value")
-        ax.set_title(label(w), fontsize=8)
-        ax.tick_params(axis="x", labelsize=6)
-        if j == 0:
-            ax.set_ylabel("prefill critical path (s)", fontsize=8)
-        paths.append(ax)
-    path_legend(paths, paths[-1])
+    path_row(fig, gs, 1, df, wls, "prefill critical path (s)", share_y=True)
     note(fig, "simulated")
