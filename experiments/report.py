@@ -18,6 +18,8 @@ Topics (by the app that made the runs):
 - `coldstart-ablation` (`experiments.coldstart` runs of EdgeFlow's ablation steps, `--topic coldstart-ablation`): per
   step and prompt length, the TTFT, its change from the step before and the resource that bounds the cold start
   (`planner.critical_path`); its summary is the step table of docs/coldstart.md "Ablation steps".
+- `coldstart-sensitivity` (`experiments.coldstart_sensitivity`): modelled TTFT per framework with each parameter
+  without a source varied; its summary is the table of docs/coldstart.md "Assumptions and sensitivity".
 - `multidevice` (`experiments.multidevice`): modelled TTFT, TPOT and QoS per planner × cluster.
 - `multidevice-report` (`experiments.multidevice_report`): the cluster × model family × planner tables of
   docs/multidevice.md "Results" (each section from the newest run directory that has it).
@@ -31,7 +33,7 @@ Topics (by the app that made the runs):
 README blocks: `<!-- results: PATTERN -->` … `<!-- /results -->`, where PATTERN names a page (`coldstart`) or a glob
 of pages (`host-*`); the block holds each page's summary and a link to it. `tests/test_report.py` checks that the
 committed README equals what `--readme` makes of the committed pages. `--readme` refreshes the same blocks in the
-docs pages of `DOC_BLOCKS` (docs/coldstart.md's ablation table).
+docs pages of `DOC_BLOCKS` (docs/coldstart.md's ablation and sensitivity tables).
 """
 from __future__ import annotations
 
@@ -649,6 +651,8 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
         raise ReportError(f"run dirs: one app per page (found {', '.join(a or '?' for a in apps)})")
     if apps[0] == "experiments.multidevice_report":               # one page, every section
         return [multidevice_report_page(topic or "multidevice-report", runs)]
+    if apps[0] == "experiments.coldstart_sensitivity":            # one page, the newest run
+        return [sensitivity_page(topic or "coldstart-sensitivity", runs)]
     if apps[0] == "experiments.validate":
         groups: dict[str, list[Run]] = {}
         for r in runs:                   # a protocol set's page apart from the invocations' page (protocol_page)
@@ -667,6 +671,29 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
             else ablation_page(t, rs) if t == ABLATION_TOPIC and apps[0] == "experiments.coldstart"
             else build_page(t, rs)
             for t, rs in sorted(groups.items())]
+
+
+def sensitivity_page(topic: str, runs: list[Run]) -> Page:
+    """The page of the newest `experiments.coldstart_sensitivity` run: each framework's TTFT per variant of a
+    parameter without a source, and EdgeFlow's speed-up over llama.cpp (`sim.coldstart.sensitivity.markdown`)."""
+    from sim.coldstart.sensitivity import markdown
+
+    r = max(runs, key=lambda x: (x.finished_utc or "", x.dir.name))
+    m = r.metrics
+    if not m.get("sensitivity_rows"):
+        raise ReportError(f"{r.dir / 'metrics.json'}: no sensitivity_rows "
+                          "(not an experiments.coldstart_sensitivity run)")
+    md = "\n".join([
+        HEADER, "# Cold-start sensitivity to the parameters without a source", "",
+        "Each parameter of the phone profile without a published source (its YAML comment says `assumed`), each "
+        "modelling assumption, and llama.cpp's own costs (measured on the project's host, 0 = not modelled on the "
+        "phone) at ½× / 2× or under the alternative assumption; the default is the conservative choice "
+        "(docs/coldstart.md \"Assumptions and sensitivity\", `sim.coldstart.sensitivity`). Every number is modelled "
+        "by the cold-start simulator.", "",
+        SUMMARY_BEGIN, f"TTFT in s (modelled) and its change from the default, {m['model']} on {m['device']}, "
+        f"{m['bits']:g} bits:", "", markdown(m["sensitivity_rows"]), "", f"_{_short_provenance([r])}._",
+        SUMMARY_END, "", f"The rows as CSV: [{topic}.csv]({topic}.csv).", "", _manifest_md([r]), ""])
+    return Page(topic, md, pd.DataFrame(m["sensitivity_rows"]))
 
 
 def _by_pair(pairs: list[tuple[str, str, float]]) -> dict[tuple[str, str], list[float]]:

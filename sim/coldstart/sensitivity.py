@@ -2,10 +2,13 @@
 
 The assumed parameters are read from the device profile itself: every value whose YAML comment says `assumed`
 (`conf/device/<device>.yaml`), plus the modelling assumptions that are not profile values (NPU driver slots, the
-EdgeFlow thread split, the restore cost per byte). For each, every framework's TTFT is simulated with the parameter at
-½× and 2× (or under the alternative assumption) at two prompt lengths; the default is the conservative choice.
+EdgeFlow thread split, the restore cost per byte) and llama.cpp's own costs, which were measured on the project's
+host but not on a phone (`llamacpp_fixed_s`, `llamacpp_repack_gbps`: 0 = not modelled in the phone profile, the
+choice that favours the llama.cpp baseline). For each, every framework's TTFT is simulated with the parameter at ½×
+and 2× (or under the alternative assumption) at two prompt lengths; the default is the conservative choice.
 
     python -m sim.coldstart.sensitivity               # markdown table (Llama3-8B, Xiaomi 15 Pro, 5 bits), modelled
+    python -m experiments.coldstart_sensitivity       # the same rows into a run directory -> docs/results/ page
 """
 from __future__ import annotations
 
@@ -24,6 +27,7 @@ FRAMEWORKS = ("llamacpp", "mnn", "llmnpu_plus", "ef_pack", "ef_pipe", "edgeflow"
 WORKLOADS = ("lambada", "mmlu")
 FACTORS = (0.5, 2.0)
 POWER_KEYS = ("power_",)     # energy only: no effect on TTFT
+BASELINE, OURS = "llamacpp", "edgeflow"     # the speed-up column: BASELINE's TTFT / OURS'
 
 
 def assumed_keys(device: str) -> list[str]:
@@ -38,9 +42,47 @@ def assumed_keys(device: str) -> list[str]:
 
 Variant = Callable[[SocProfile, FrameworkSpec], tuple[SocProfile, FrameworkSpec]]
 
+# llama.cpp's own code outside weight reads and matmuls (planner/pipeline/cpu_plan.py step 1, 3, 4), measured on the
+# project's host by hil.calibrate_peer (llama-cpp-python 0.3.16, 2 threads, warm files; docs/hil.md "The llama.cpp
+# policy"; the host of docs/results/host-protocol-peer-amd-epyc-family-26-model-2.md): medians over 6 files
+# (SmolLM2-135M and the synthetic 1B, Q8_0 / Q4_0 / Q4_K_M) of the model open (52.9 ms: GGUF metadata, 49,152-token
+# vocabulary parse, Llama()'s own set-up), the context (1.3 ms) and the first eval's intercept (1.3 ms).
+HOST_LLAMACPP_FIXED_S = 0.0554      # s, measured (sum of the three medians)
+HOST_CPU_GHZ = 2.596                # GHz, measured: that host's nominal clock (/proc/cpuinfo), where it ran
+# ggml-cpu's repack layouts in llama.cpp 0.3.16 (the version the policy models): the repack traits compiled into its
+# libggml-cpu are q4_0 4x4 / 4x8 / 8x8, q4_K 8x8, q2_K 8x8 and iq4_nl 4x4 / 8x8 (ggml/src/ggml-cpu/repack.cpp,
+# ggml_repack_get_optimal_repack_type); on ARM with i8mm / dotprod Q4_0 becomes q4_0_4x8 / 4x4 and IQ4_NL iq4_nl_4x4.
+# No Q8_0 layout exists in it, so the phone figures' Q8_0 file (conf/framework/llamacpp.yaml) is used as read on any
+# CPU. Later llama.cpp adds q8_0_4x8 / 4x4 for ARM (the same function), which this policy does not model.
+GGML_REPACK_ARM_0_3_16 = ("Q4_0", "IQ4_NL")
+
+
+def phone_llamacpp_fixed_s(dev: SocProfile) -> float:
+    """s, llama.cpp's fixed part transferred from the host measurement: the open, the vocabulary parse and the graph
+    set-up run on one thread, so the host's time is scaled by the clock ratio of the fastest cores (equal work per
+    cycle assumed: the profiles carry no scalar IPC; the ½× / 2× rows bracket it)."""
+    return HOST_LLAMACPP_FIXED_S * HOST_CPU_GHZ / dev.cpu_big_ghz
+
+
+def llamacpp_variants(dev: SocProfile) -> list[tuple[str, str, Variant]]:
+    """llama.cpp's own costs that the phone profile leaves at 0 (not measured on a phone; the default favours the
+    llama.cpp baseline): its fixed part transferred from the host at ½×, 1× and 2×, and a repack rate."""
+    out: list[tuple[str, str, Variant]] = []
+    fixed = phone_llamacpp_fixed_s(dev)
+    for f in (0.5, 1.0, 2.0):
+        out.append(("llamacpp_fixed_s (host-measured, clock-scaled)", f"{f:g}x: {1e3 * f * fixed:.1f} ms",
+                    lambda d, fw, v=f * fixed: (dataclasses.replace(d, llamacpp_fixed_s=v), fw)))
+    rate = dev.cpu_copy_gbps             # a repack reads and rewrites every byte it re-lays out, as a copy does
+    wt = load_conf("framework", "llamacpp", FrameworkSpec).weight_type
+    why = (f"{wt} is repacked on ARM" if wt in GGML_REPACK_ARM_0_3_16
+           else f"{wt} has no repack layout in llama.cpp 0.3.16")
+    out.append(("llamacpp_repack_gbps", f"{rate:g} GB/s (= cpu_copy_gbps); {why}",
+                lambda d, fw: (dataclasses.replace(d, llamacpp_repack_gbps=rate), fw)))
+    return out
+
 
 def variants(device: str) -> list[tuple[str, str, Variant]]:
-    """(parameter, variant label, transform) for every assumption."""
+    """(parameter, variant label, transform) for every assumption; llama.cpp's own costs last."""
     out: list[tuple[str, str, Variant]] = []
     for key in assumed_keys(device):
         for f in FACTORS:
@@ -60,41 +102,61 @@ def variants(device: str) -> list[tuple[str, str, Variant]]:
     out.append(("EdgeFlow thread split", "4 compute threads (9 threads on 8 cores)",
                 lambda d, fw: (d, dataclasses.replace(fw, compute_threads=4) if fw.graph_threads == 1 and
                                fw.policy.startswith(("ef_p", "edgeflow")) and fw.policy != "ef_pack" else fw)))
+    out.extend(llamacpp_variants(load_conf("device", device, SocProfile)))
     return out
 
 
-def table(model: str = "llama3_8b", device: str = "xiaomi15pro", bits: float = 5.0) -> list[dict]:
+def table(model: str = "llama3_8b", device: str = "xiaomi15pro", bits: float = 5.0,
+          frameworks: tuple[str, ...] = FRAMEWORKS, workloads: tuple[str, ...] = WORKLOADS,
+          parameters: tuple[str, ...] | None = None) -> list[dict]:
+    """One row per (prompt, variant): each framework's TTFT in s (modelled) under the variant; the `(default)` row
+    first per prompt. `parameters` keeps only the variants whose parameter name starts with one of them."""
     spec = load_conf("model", model, ModelSpec)
     dev0 = load_conf("device", device, SocProfile)
+    vs = [v for v in variants(device) if parameters is None or v[0].startswith(tuple(parameters))]
     rows = []
 
-    def ttft(dev, fws: dict, wl) -> dict:
-        return {f: run_one(spec, dev, fw, wl, ColdStartSettings(bits=bits, write_trace=False))[0]["ttft_s"]
-                for f, fw in fws.items()}
+    def ttft(dev, fws: dict, wl) -> tuple[dict, int]:
+        out = {f: run_one(spec, dev, fw, wl, ColdStartSettings(bits=bits, write_trace=False))[0]
+               for f, fw in fws.items()}
+        return {f: m["ttft_s"] for f, m in out.items()}, next(iter(out.values()))["prompt_tokens"]
 
-    fws0 = {f: load_conf("framework", f, FrameworkSpec) for f in FRAMEWORKS}
-    for w in WORKLOADS:
+    fws0 = {f: load_conf("framework", f, FrameworkSpec) for f in frameworks}
+    for w in workloads:
         wl = load_conf("workload", w, WorkloadSpec)
-        base = ttft(dev0, fws0, wl)
-        rows.append({"parameter": "(default)", "variant": "", "workload": w, **base})
-        for key, label, t in variants(device):
+        base, tokens = ttft(dev0, fws0, wl)
+        rows.append({"parameter": "(default)", "variant": "", "workload": w, "prompt_tokens": tokens, **base})
+        for key, label, t in vs:
             fws, dev = {}, dev0
             for f, fw in fws0.items():
                 dev, fws[f] = t(dev0, fw)
-            rows.append({"parameter": key, "variant": label, "workload": w, **ttft(dev, fws, wl)})
+            rows.append({"parameter": key, "variant": label, "workload": w, "prompt_tokens": tokens,
+                         **ttft(dev, fws, wl)[0]})
     return rows
 
 
+def frameworks_of(rows: list[dict]) -> list[str]:
+    return [f for f in rows[0] if f not in ("parameter", "variant", "workload", "prompt_tokens")]
+
+
 def markdown(rows: list[dict]) -> str:
-    head = "| parameter | variant | prompt | " + " | ".join(FRAMEWORKS) + " |"
-    lines = [head, "|" + "---|" * (3 + len(FRAMEWORKS))]
+    """The rows as a Markdown table: TTFT in s and its change from the default per framework, and EdgeFlow's
+    speed-up over llama.cpp (their TTFT ratio; default -> variant) where both frameworks are in the rows."""
+    fws = frameworks_of(rows)
+    speedup = BASELINE in fws and OURS in fws
+    head = "| parameter | variant | prompt | " + " | ".join(fws) + (f" | {OURS} speed-up over {BASELINE} |"
+                                                                  if speedup else " |")
+    lines = [head, "|" + "---|" * (3 + len(fws) + speedup)]
     base = {r["workload"]: r for r in rows if r["parameter"] == "(default)"}
     for r in rows:
-        cells = []
-        for f in FRAMEWORKS:
-            b = base[r["workload"]][f]
-            cells.append(f"{r[f]:.2f}" if r is base[r["workload"]] else f"{r[f]:.2f} ({100 * (r[f] - b) / b:+.0f} %)")
-        lines.append(f"| {r['parameter']} | {r['variant']} | {r['workload']} | " + " | ".join(cells) + " |")
+        b, cells = base[r["workload"]], []
+        for f in fws:
+            cells.append(f"{r[f]:.2f}" if r is b else f"{r[f]:.2f} ({100 * (r[f] - b[f]) / b[f]:+.1f} %)")
+        if speedup:
+            s0, s1 = b[BASELINE] / b[OURS], r[BASELINE] / r[OURS]
+            cells.append(f"{s0:.2f}x" if r is b else f"{s0:.2f}x -> {s1:.2f}x")
+        lines.append(f"| {r['parameter']} | {r['variant']} | {r['workload']} ({r['prompt_tokens']} tok) | "
+                     + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
