@@ -15,6 +15,8 @@ command is rebuilt from Hydra's `.hydra/overrides.yaml` and the rest is reported
 
 Topics (by the app that made the runs):
 - `coldstart` (`experiments.coldstart`): modelled TTFT per framework × workload, one table per model/device/bits.
+  The same runs under `--topic coldstart-frameworks`, `coldstart-bits`, `coldstart-models` are the TTFT tables of
+  docs/coldstart.md (every framework; bit budgets; other models).
 - `coldstart-ablation` (`experiments.coldstart` runs of EdgeFlow's ablation steps, `--topic coldstart-ablation`): per
   step and prompt length, the TTFT, its change from the step before and the resource that bounds the cold start
   (`planner.critical_path`); its summary is the step table of docs/coldstart.md "Ablation steps".
@@ -33,7 +35,7 @@ Topics (by the app that made the runs):
 README blocks: `<!-- results: PATTERN -->` … `<!-- /results -->`, where PATTERN names a page (`coldstart`) or a glob
 of pages (`host-*`); the block holds each page's summary and a link to it. `tests/test_report.py` checks that the
 committed README equals what `--readme` makes of the committed pages. `--readme` refreshes the same blocks in the
-docs pages of `DOC_BLOCKS` (docs/coldstart.md's ablation and sensitivity tables).
+docs pages of `DOC_BLOCKS` (docs/coldstart.md's TTFT, ablation and sensitivity tables).
 """
 from __future__ import annotations
 
@@ -188,8 +190,11 @@ def _natural(name: str) -> list:
 
 
 def _cell(v: Any) -> Any:
-    """A per-run table cell: integral floats as integers (`bits` 5.0 -> 5), other floats to 3 decimals."""
-    if isinstance(v, float) and v == v:
+    """A per-run table cell: integral floats as integers (`bits` 5.0 -> 5), other floats to 3 decimals, a missing
+    value (None, NaN) as `–`."""
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    if isinstance(v, float):
         return f"{v:g}" if v.is_integer() else f"{v:.3f}"
     return v
 
@@ -231,6 +236,7 @@ def coldstart_table(runs: list[Run]) -> pd.DataFrame:
     rows = [{"model": _m(r, "model"), "device": _m(r, "device"), "bits": _m(r, "bits"),
              "framework": _m(r, "framework"), "workload": _m(r, "workload"), "prompt_tokens": _m(r, "prompt_tokens"),
              "ttft_s": _m(r, "ttft_s"), "load_s": _m(r, "load_s"), "prefill_s": _m(r, "prefill_s"),
+             "cpu_bubble_rate": _m(r, "cpu_bubble_rate"), "npu_bubble_rate": _m(r, "npu_bubble_rate"),
              "peak_mem_gb": _m(r, "peak_mem_gb"), "energy_j": _m(r, "energy_j"), "run": r.dir.name} for r in runs]
     return pd.DataFrame(rows).sort_values(["model", "device", "bits", "framework", "prompt_tokens", "run"],
                                           kind="stable", ignore_index=True)
@@ -539,7 +545,8 @@ TOPICS: dict[str, Topic] = {
         "experiments.coldstart", "Simulated cold start",
         "Time to first token of each framework's cold start (flash → first token) as modelled by the cold-start "
         "simulator (docs/coldstart.md); every number is modelled, nothing end-to-end is fitted. Columns of the CSV: "
-        "TTFT, its load and prefill parts, peak memory (GB) and energy (J).",
+        "TTFT, its load and prefill parts, the CPU and NPU bubble rates (1 - busy / prefill; empty: no NPU), peak "
+        "memory (GB) and energy (J).",
         coldstart_table, coldstart_summary),
     "experiments.multidevice": Topic(
         "experiments.multidevice", "Simulated multi-device execution",
