@@ -70,13 +70,13 @@ def llamacpp_variants(dev: SocProfile) -> list[tuple[str, str, Variant]]:
     out: list[tuple[str, str, Variant]] = []
     fixed = phone_llamacpp_fixed_s(dev)
     for f in (0.5, 1.0, 2.0):
-        out.append(("llamacpp_fixed_s (host-measured, clock-scaled)", f"{f:g}x: {1e3 * f * fixed:.1f} ms",
+        out.append(("llamacpp_fixed_s (host, clock-scaled)", f"{f:g}x: {1e3 * f * fixed:.1f} ms",
                     lambda d, fw, v=f * fixed: (dataclasses.replace(d, llamacpp_fixed_s=v), fw)))
     rate = dev.cpu_copy_gbps             # a repack reads and rewrites every byte it re-lays out, as a copy does
     wt = load_conf("framework", "llamacpp", FrameworkSpec).weight_type
-    why = (f"{wt} is repacked on ARM" if wt in GGML_REPACK_ARM_0_3_16
-           else f"{wt} has no repack layout in llama.cpp 0.3.16")
-    out.append(("llamacpp_repack_gbps", f"{rate:g} GB/s (= cpu_copy_gbps); {why}",
+    why = (f"{wt}: repacked on ARM" if wt in GGML_REPACK_ARM_0_3_16
+           else f"{wt}: no repack layout in llama.cpp 0.3.16")
+    out.append(("llamacpp_repack_gbps", f"{rate:g} GB/s (copy rate); {why}",
                 lambda d, fw: (dataclasses.replace(d, llamacpp_repack_gbps=rate), fw)))
     return out
 

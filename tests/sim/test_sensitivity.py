@@ -34,7 +34,7 @@ def test_fixed_part_is_the_host_measurement_scaled_by_clock():
     assert dev.llamacpp_fixed_s == 0 and dev.llamacpp_repack_gbps == 0      # not modelled on the phone
     assert sens.phone_llamacpp_fixed_s(dev) == pytest.approx(0.0554 * 2.596 / 4.32)
     names = [v[0] for v in sens.variants("xiaomi15pro")]
-    assert names[-4:] == ["llamacpp_fixed_s (host-measured, clock-scaled)"] * 3 + ["llamacpp_repack_gbps"]
+    assert names[-4:] == ["llamacpp_fixed_s (host, clock-scaled)"] * 3 + ["llamacpp_repack_gbps"]
 
 
 def test_fixed_part_raises_llamacpp_ttft_by_its_time_and_leaves_edgeflow(rows):
@@ -51,7 +51,7 @@ def test_fixed_part_raises_llamacpp_ttft_by_its_time_and_leaves_edgeflow(rows):
 
 def test_repack_row_is_zero_for_q8_0_because_of_the_format(rows):
     (rep,) = [r for r in rows if r["parameter"] == "llamacpp_repack_gbps"]
-    assert "Q8_0 has no repack layout" in rep["variant"]
+    assert "Q8_0: no repack layout" in rep["variant"]
     assert rep["llamacpp"] == rows[0]["llamacpp"] and rep["edgeflow"] == rows[0]["edgeflow"]
     fw = load_conf("framework", "llamacpp", FrameworkSpec)
     assert fw.weight_type == "Q8_0" and "Q8_0" not in sens.GGML_REPACK_ARM_0_3_16
