@@ -44,7 +44,7 @@ def test_fixed_part_raises_llamacpp_ttft_by_its_time_and_leaves_edgeflow(rows):
     assert [r["variant"].split("x:")[0] for r in fixed] == ["0.5", "1", "2"]
     t = sens.phone_llamacpp_fixed_s(xiaomi())
     for f, r in zip((0.5, 1.0, 2.0), fixed):
-        assert r["llamacpp"] - base["llamacpp"] == pytest.approx(f * t, rel=0.05)     # serial before everything
+        assert r["llamacpp"] - base["llamacpp"] == pytest.approx(f * t, rel=1e-6)     # serial before everything
         assert r["edgeflow"] == base["edgeflow"]
     assert base["llamacpp"] < fixed[0]["llamacpp"] < fixed[1]["llamacpp"] < fixed[2]["llamacpp"]
 
