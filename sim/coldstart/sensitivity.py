@@ -19,7 +19,7 @@ from typing import Callable
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
 from planner.workload import WorkloadSpec
-from quant.arch import ModelSpec
+from quant.arch import model_spec
 from sim.coldstart.run import ColdStartSettings, run_one
 from sim.coldstart.sweep import CONF, load_conf
 
@@ -111,7 +111,7 @@ def table(model: str = "llama3_8b", device: str = "xiaomi15pro", bits: float = 5
           parameters: tuple[str, ...] | None = None) -> list[dict]:
     """One row per (prompt, variant): each framework's TTFT in s (modelled) under the variant; the `(default)` row
     first per prompt. `parameters` keeps only the variants whose parameter name starts with one of them."""
-    spec = load_conf("model", model, ModelSpec)
+    spec = model_spec(model)                           # the weight source typed (a real model's bits: its weights)
     dev0 = load_conf("device", device, SocProfile)
     vs = [v for v in variants(device) if parameters is None or v[0].startswith(tuple(parameters))]
     rows = []
