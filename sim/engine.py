@@ -122,13 +122,14 @@ class AllDone(Event):
         self._value = PENDING
         self._ok = True
         left = parts
-        check = self._check
-        for ev in events:
-            cbs = ev.callbacks
-            if cbs is None:                     # processed already
-                continue
-            left += 1
-            cbs.append(check)
+        if events:
+            check = self._check
+            for ev in events:
+                cbs = ev.callbacks
+                if cbs is None:                 # processed already
+                    continue
+                left += 1
+                cbs.append(check)
         self._left = left
         if not left:
             self._value = None

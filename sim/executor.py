@@ -51,6 +51,7 @@ order) are already resident (EdgeFlow Fig. 2's prefetching): their loads skip th
 from __future__ import annotations
 
 import bisect
+import gc
 import math
 
 from planner.cost.base import CostModel
@@ -220,7 +221,10 @@ class PlanExecutor:
         slow = self._corun.get(cls)
         if slow is None:
             slow = self._corun[cls] = self.rt.corun(cls)
-        self.cores.run(seconds, threads, owner, slow, cls in MEMORY_CLASSES, False, done)
+            if slow[0] < 1.0 or slow[1] < 1.0:           # Cores.run's check, once per class of work
+                raise ValueError(f"cores job: slow factors must be >= 1 (got {slow})")
+        th = float(threads)                              # Cores.run, inline
+        self.cores.use(seconds * threads, th, th, owner, slow, cls in MEMORY_CLASSES, False, done)
         if dram:
             self.dram.use(dram_bytes, dram_bytes / seconds, 1.0, None, NO_SLOW, False, False, done)
         return done
@@ -565,7 +569,9 @@ class PlanExecutor:
             self._mem(-t.mem_free)
         if self.cores.packs:                                 # its task ended: a packed thread is free again
             self.cores.unpack((resource, idx))
-        self._after(*self.dispatch.complete(tid), waker=(resource, idx))
+        wake, joins = self.dispatch.complete(tid)
+        if joins or wake or self.dispatch.done == self.n_tasks:
+            self._after(wake, joins, (resource, idx))
 
     def _unpack(self, t, fresh: int, me: tuple[str, int]):
         """An unpack task on one thread, as the runner does it: per packed tensor (`OpWork.calls` kernel calls per
@@ -606,10 +612,17 @@ class PlanExecutor:
                 env.process(self._worker(r, i))
         self._after(*self.dispatch.start())
         if self.plan.tasks:
+            # the run allocates many short-lived objects and frees them by reference counting: the cyclic collector
+            # would only re-traverse the plan meanwhile (paused, as `timeit` does; restored on every exit path)
+            collecting = gc.isenabled()
+            gc.disable()
             try:
                 env.run(until=self.all_done)
             except RuntimeError:        # no events left before all_done -> reported below
                 pass
+            finally:
+                if collecting:
+                    gc.enable()
         if not self.dispatch.finished:
             raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
         return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples,

@@ -148,8 +148,14 @@ class SharedRate:
                 self.samples.append((env.now, 0.0))
             return
         dt = -1.0
-        if (self._plain_share and not self.uniform_caps
-                and sum([j.cap for j in active]) <= self.capacity * (1.0 - 1e-9)):
+        if self._plain_share and not self.uniform_caps:
+            n = len(active)     # sum() of one or two caps is their plain sum: no list for the common cases
+            caps = (active[0].cap if n == 1 else active[0].cap + active[1].cap if n == 2
+                    else sum([j.cap for j in active]))
+            below = caps <= self.capacity * (1.0 - 1e-9)
+        else:
+            below = False
+        if below:
             # `_share`'s water filling when every job is below its fair share (see there): each gets its cap; the
             # next completion in the same pass
             for j in active:
@@ -184,6 +190,28 @@ class SharedRate:
         now = self.env.now
         dt = now - self.last
         active = self.active
+        if len(active) == 1:               # one job (most timers): the general path below for one job
+            j = active[0]
+            if dt > 0:
+                j.left = left = j.left - j.rate * dt
+            else:
+                left = j.left
+            self.last = now
+            if left > j.eps and not j.rate > 0:     # the closest running job: there is none
+                raise ValueError("min() arg is an empty sequence")
+            active.pop()
+            if j.slow != 1.0 or j.slow_mem != 1.0:
+                self.n_slow -= 1
+            ev = j.event
+            if ev is None:
+                j.part_of.part_done()
+            else:                          # ev.succeed(), inline
+                ev._value = None
+                self.env._now_q.append(ev)
+            self._reschedule()
+            if self.listeners:
+                self._notify()
+            return
         done = []
         if dt > 0:                         # _advance, inline, with the completed jobs in the same pass
             for j in active:
@@ -343,7 +371,9 @@ class Cores(SharedRate):
             # pass: the same float operations in the same order as the general path below
             self.gen += 1
             capacity = self.capacity
-            occ = wsum = sum([j.weight for j in active])
+            n = len(active)     # sum() of one or two weights is their plain sum: no list for the common cases
+            occ = wsum = (active[0].weight if n == 1 else active[0].weight + active[1].weight if n == 2
+                          else sum([j.weight for j in active]))
             dt = -1.0
             if occ <= capacity * (1.0 - 1e-9):
                 # fewer threads than cores: every fair share is above its cap (by far more than rounding), each
