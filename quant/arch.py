@@ -63,6 +63,11 @@ class ModelSpec:
 
     def __post_init__(self) -> None:
         check_name(self.name, "model.name")
+        try:                                 # a YAML file read without Hydra gives the weight source as a string
+            self.weights = WeightSource(self.weights)
+        except ValueError:
+            raise ValueError(f"model.weights must be one of {[w.value for w in WeightSource]} "
+                             f"(got {self.weights!r})") from None
         for key in ("n_layers", "d_model", "n_heads", "n_kv_heads", "head_dim", "vocab"):
             if getattr(self, key) <= 0:
                 raise ValueError(f"model.{key} must be > 0 (got {getattr(self, key)})")
@@ -170,9 +175,7 @@ def conf_yaml(group: str, name: str, conf_dir: str | Path | None = None) -> dict
 
 def model_spec(name: str) -> ModelSpec:
     """ModelSpec of conf/model/<name>.yaml without Hydra (for scripts, tests and `python -m quant.twin_fit`)."""
-    d = conf_yaml("model", name)
-    d["weights"] = WeightSource(d.get("weights", "twin"))
-    return ModelSpec(**d)
+    return ModelSpec(**conf_yaml("model", name))
 
 
 def smollm2_spec() -> ModelSpec:

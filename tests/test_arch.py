@@ -40,3 +40,11 @@ def test_bad_model_value_names_key(compose):
     cfg = compose(overrides=["+model=llama3_8b", "model.n_kv_heads=5"])
     with pytest.raises(ConfigError, match="n_kv_heads"):
         typed(cfg.model, ModelSpec, "model")
+
+
+def test_weight_source_from_plain_yaml_string_is_typed_and_bad_one_named():
+    from quant.arch import WeightSource
+    shape = dict(name="x", n_layers=1, d_model=8, d_ffn=8, n_heads=1, n_kv_heads=1, head_dim=8, vocab=8)
+    assert ModelSpec(**shape, weights="synthetic").weights is WeightSource.synthetic
+    with pytest.raises(ValueError, match="model.weights must be one of"):
+        ModelSpec(**shape, weights="bogus")
