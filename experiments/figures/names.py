@@ -94,6 +94,9 @@ NAMES: dict[str, str] = {
     "npu_dispatch_s": "NPU dispatch time",
     "npu_driver_slots": "NPU driver slots",
     "npu_prepare_s_per_gb (restore cost)": "NPU graph restore cost per GB",
+    # llama.cpp's own costs, measured on the project's host and transferred to the phone (sim/coldstart/sensitivity.py)
+    "llamacpp_fixed_s (host, clock-scaled)": "llama.cpp fixed part (host, clock-scaled)",
+    "llamacpp_repack_gbps": "llama.cpp repack rate",
     # cold-start phases and metrics
     "setup_s": "set-up",
     "load_s": "load weights",
