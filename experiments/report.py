@@ -22,6 +22,9 @@ Topics (by the app that made the runs):
   (`planner.critical_path`); its summary is the step table of docs/coldstart.md "Ablation steps".
 - `coldstart-sensitivity` (`experiments.coldstart_sensitivity`): modelled TTFT per framework with each parameter
   without a source varied; its summary is the table of docs/coldstart.md "Assumptions and sensitivity".
+- `coldstart-calibration` (`experiments.coldstart_calibration`): the phone profile's fit and its simulated components
+  against the EdgeFlow figures; the same run under `--topic coldstart-threshold`: EdgeFlow's TTFT with the stealing
+  threshold fixed. Their summaries are the tables of docs/coldstart.md "Calibration".
 - `multidevice` (`experiments.multidevice`): modelled TTFT, TPOT and QoS per planner × cluster.
 - `multidevice-report` (`experiments.multidevice_report`): the cluster × model family × planner tables of
   docs/multidevice.md "Results" (each section from the newest run directory that has it).
@@ -660,6 +663,8 @@ def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:
         return [multidevice_report_page(topic or "multidevice-report", runs)]
     if apps[0] == "experiments.coldstart_sensitivity":            # one page, the newest run
         return [sensitivity_page(topic or "coldstart-sensitivity", runs)]
+    if apps[0] == "experiments.coldstart_calibration":            # one page per topic, the newest run
+        return [calibration_page(topic or "coldstart-calibration", runs)]
     if apps[0] == "experiments.validate":
         groups: dict[str, list[Run]] = {}
         for r in runs:                   # a protocol set's page apart from the invocations' page (protocol_page)
@@ -701,6 +706,52 @@ def sensitivity_page(topic: str, runs: list[Run]) -> Page:
         f"{m['bits']:g} bits:", "", markdown(m["sensitivity_rows"]), "", f"_{_short_provenance([r])}._",
         SUMMARY_END, "", f"The rows as CSV: [{topic}.csv]({topic}.csv).", "", _manifest_md([r]), ""])
     return Page(topic, md, pd.DataFrame(m["sensitivity_rows"]))
+
+
+THRESHOLD_TOPIC = "coldstart-threshold"
+
+
+def calibration_page(topic: str, runs: list[Run]) -> Page:
+    """The page of the newest `experiments.coldstart_calibration` run: the fit and the simulated components against
+    the figures, or, under THRESHOLD_TOPIC, EdgeFlow's TTFT with the stealing threshold fixed
+    (`sim.coldstart.calibration`'s Markdown tables)."""
+    from sim.coldstart.calibration import check_markdown, fit_markdown, threshold_markdown
+
+    r = max(runs, key=lambda x: (x.finished_utc or "", x.dir.name))
+    m = r.metrics
+    if not m.get("check_rows") or not m.get("fit_rows") or not m.get("threshold_rows"):
+        raise ReportError(f"{r.dir / 'metrics.json'}: no fit_rows / check_rows / threshold_rows "
+                          "(not an experiments.coldstart_calibration run)")
+    setting = f"{m['model']} on {m['device']}"
+    if topic == THRESHOLD_TOPIC:
+        title = "EdgeFlow's cold start with the stealing threshold fixed"
+        about = ("EdgeFlow's cold start with the stealing threshold it derives from the modelled CPU / NPU matmul "
+                 "time ratio (EdgeFlow §4.3) replaced by a fixed one, beside `ef_priority` (the same plan without "
+                 "stealing) and the derived threshold (docs/coldstart.md \"Calibration\", "
+                 "`sim.coldstart.calibration.threshold_rows`). Every number is modelled by the cold-start simulator.")
+        summary = (f"TTFT in s and stolen NPU ops (modelled), {setting}, {m['bits']:g} bits:\n\n"
+                   + threshold_markdown(m["threshold_rows"]))
+        table = pd.DataFrame(m["threshold_rows"])
+    else:
+        title = "Cold-start calibration: the phone profile against the EdgeFlow component figures"
+        about = ("The fit of the phone profile (`sim.coldstart.calibration.fit_profile`: one parameter per figure "
+                 "by root finding on the same simulator, in the order of the first table; flash and copy rates "
+                 "iterate to a joint solution) next to the values the profile stores, and every component scenario "
+                 "simulated with the stored profile against the figure's value (`tests/sim/test_calibration.py` "
+                 "requires ±10 %; check rows are not fitted). The stealing threshold is derived from the modelled "
+                 "rates and only reported. Figure values are the EdgeFlow paper's; every other number is modelled "
+                 "(docs/coldstart.md \"Calibration\").")
+        summary = (f"Fit ({m['rounds']} rounds) and stored profile values, {setting}:\n\n"
+                   + fit_markdown(m["fit_rows"])
+                   + f"\n\nSimulated (modelled, stored profile) against the figures, {setting}:\n\n"
+                   + check_markdown(m["check_rows"]))
+        table = pd.DataFrame([{"table": "fit", **x} for x in m["fit_rows"]]
+                             + [{"table": "check", **x} for x in m["check_rows"]])
+    md = "\n".join([
+        HEADER, f"# {title}", "", about, "",
+        SUMMARY_BEGIN, summary, "", f"_{_short_provenance([r])}._", SUMMARY_END, "",
+        f"The rows as CSV: [{topic}.csv]({topic}.csv).", "", _manifest_md([r]), ""])
+    return Page(topic, md, table)
 
 
 def _by_pair(pairs: list[tuple[str, str, float]]) -> dict[tuple[str, str], list[float]]:

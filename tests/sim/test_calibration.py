@@ -13,6 +13,7 @@ from sim.coldstart.calibration import (
     CPU_GEMM_SOURCE,
     EF_COMPUTE_THREADS,
     EF_FIRST_CORE,
+    NOT_FITTED,
     REPORTED,
     TARGETS,
     calibration_report,
@@ -73,3 +74,73 @@ def test_profile_values_are_the_fit():
                 "npu_ctx_deserialize_gbps", "npu_int8_tops", "cpu_int8_gemm_gops_per_ghz", "npu_compose_s_per_gb",
                 "npu_optimize_s_per_gb", "npu_prepare_s_per_gb"):
         assert getattr(dev, key) == pytest.approx(getattr(fit, key), rel=0.01), key
+
+
+def test_check_rows_are_the_report_against_the_figures(report):
+    """The generated calibration table (docs/results/coldstart-calibration.md) holds every target and reported check,
+    the fitted rows first, each with its error against the figure."""
+    from sim.coldstart.calibration import check_markdown, check_rows
+
+    rows = check_rows(llama(), xiaomi())
+    fitted, checks = [k for k in TARGETS if k not in NOT_FITTED], [k for k in TARGETS if k in NOT_FITTED]
+    assert [r["key"] for r in rows] == fitted + checks + list(REPORTED)
+    for r in rows:
+        assert r["simulated"] == pytest.approx(report[r["key"]])
+        if r["role"] != "reported":
+            assert r["error_pct"] == pytest.approx(100 * (report[r["key"]] / TARGETS[r["key"]] - 1))
+    md = check_markdown(rows)
+    assert md.count("\n") == len(rows) + 1 and f"{report['fig4b_load_mixed']:.2f} s" in md
+
+
+def test_fixed_threshold_rows_match_the_derived_threshold_run():
+    """The threshold table replaces only the plan's threshold: its derived row is EdgeFlow's own run, its ef_priority
+    row steals nothing, a lower fixed threshold steals more (docs/results/coldstart-threshold.md)."""
+    from planner.framework import FrameworkSpec
+    from sim.coldstart.calibration import threshold_rows
+    from sim.coldstart.run import ColdStartSettings, run_one
+    from sim.coldstart.sweep import load_conf
+
+    fws = {f: load_conf("framework", f, FrameworkSpec) for f in ("ef_priority", "edgeflow")}
+    rows = threshold_rows(llama(), xiaomi(), fws, {"mmlu": 471}, thresholds=(3, 8))
+    own = run_one(llama(), xiaomi(), fws["edgeflow"], None, ColdStartSettings(prompt_tokens=471, write_trace=False))[0]
+    (derived,) = [r for r in rows if "derived" in r["threshold"]]
+    assert derived["steal_threshold"] == own["steal_threshold"] and derived["mmlu_ttft_s"] == own["ttft_s"]
+    assert rows[0]["framework"] == "ef_priority" and rows[0]["mmlu_stolen_ops"] == 0
+    fixed = {r["steal_threshold"]: r["mmlu_stolen_ops"] for r in rows if r["framework"] == "edgeflow"}
+    assert fixed[3] > fixed[8] > 0
+
+
+def test_app_run_becomes_the_calibration_and_threshold_pages(tmp_path):
+    import json
+    import os
+    import subprocess
+    import sys
+
+    from experiments import report as rep
+    from tests.conftest import REPO
+
+    out = tmp_path / "run"
+    r = subprocess.run([sys.executable, "-m", "experiments.coldstart_calibration", "--out", str(out), "--workloads",
+                        "lambada", "--rounds", "1"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert r.returncode == 0, r.stderr[-2000:]
+    runs = rep.load_runs([out])
+    (cal,) = rep.pages_for(runs)
+    (thr,) = rep.pages_for(runs, rep.THRESHOLD_TOPIC)
+    assert cal.topic == "coldstart-calibration" and thr.topic == "coldstart-threshold"
+    m = json.loads((out / "metrics.json").read_text())
+    summary = rep.page_summary(cal.markdown)
+    assert summary.count("| `") == len(m["fit_rows"]) and "| Fig. 4b load raw INT8 | fitted |" in summary
+    assert len(cal.table) == len(m["fit_rows"]) + len(m["check_rows"])
+    assert "| no stealing (ef_priority) |" in rep.page_summary(thr.markdown) and len(thr.table) == 5
+    man = json.loads((out / "manifest.json").read_text())
+    assert man["app"] == "experiments.coldstart_calibration" and f"`{man['command']}`" in cal.markdown
+
+
+def test_app_bad_argument_is_one_line_exit_2(tmp_path):
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-m", "experiments.coldstart_calibration", "--out", str(tmp_path / "x"),
+                        "--workloads", "lambada,nope"], capture_output=True, text=True, cwd=tmp_path)
+    assert r.returncode == 2 and "--workloads: unknown nope" in r.stderr and not (tmp_path / "x").exists()
