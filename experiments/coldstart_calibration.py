@@ -1,6 +1,7 @@
 """The cold-start calibration run (docs/coldstart.md "Calibration"): the fit of the phone profile to the EdgeFlow
 component figures, the simulated components against the figures, the derived stealing threshold, and EdgeFlow's TTFT
-with the threshold fixed (`sim.coldstart.calibration`), simulated into one run directory, which
+with the threshold fixed and every framework's at
+the CPU GEMM rate the paper's threshold implies (`sim.coldstart.calibration`), simulated into one run directory, which
 `python -m experiments.report` turns into docs/results/coldstart-calibration.md (fit and checks) and, with
 `--topic coldstart-threshold`, docs/results/coldstart-threshold.md (the threshold table).
 
@@ -9,7 +10,7 @@ with the threshold fixed (`sim.coldstart.calibration`), simulated into one run d
     python -m experiments.report outputs/coldstart_calibration --topic coldstart-threshold
 
 The figures are of Llama3-8B on the Xiaomi 15 Pro, so model and device are fixed. `--workloads` takes the prompts of
-the threshold table, `--rounds` the fit's rounds. Writes `metrics.json` (every row, all modelled) and `manifest.json`
+the threshold tables, `--rounds` the fit's rounds. Writes `metrics.json` (every row, all modelled) and `manifest.json`
 (the commit, this machine's identity and the exact command; `experiments.common.run_manifest`). Exit status 2 on a bad
 argument (the usage line and a one-line error naming the argument).
 """
@@ -31,7 +32,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     known = tuple(sorted(p.stem for p in (CONF / "workload").glob("*.yaml") if not p.stem.endswith("_schema")))
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="outputs/coldstart_calibration", help="run directory")
-    ap.add_argument("--workloads", default=",".join(THRESHOLD_WORKLOADS), help="prompts of the threshold table")
+    ap.add_argument("--workloads", default=",".join(THRESHOLD_WORKLOADS), help="prompts of the threshold tables")
     ap.add_argument("--rounds", type=int, default=4, help="rounds of the joint fit (1..10)")
     a = ap.parse_args(argv)
     items = tuple(x for x in a.workloads.split(",") if x)
@@ -69,7 +70,9 @@ def main(argv: list[str] | None = None) -> int:
     metrics = {"model": MODEL, "device": DEVICE, "bits": cal.FIG4B_BUDGET, "rounds": a.rounds,
                "fit_rows": cal.fit_rows(spec, dev, cal.fit_profile(spec, dev, rounds=a.rounds)),
                "check_rows": cal.check_rows(spec, dev),
-               "threshold_rows": cal.threshold_rows(spec, dev, fws, wls)}
+               "threshold_rows": cal.threshold_rows(spec, dev, fws, wls),
+               "consistent_rows": cal.consistent_rate_rows(
+                   spec, dev, {f: load_conf("framework", f, FrameworkSpec) for f in cal.CONSISTENT_FRAMEWORKS}, wls)}
     man = run_manifest()
     man["app"] = APP                                            # also when called in-process
     man["command"] = " ".join(["python", "-m", APP, *map(shlex.quote, argv)])

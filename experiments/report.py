@@ -24,7 +24,8 @@ Topics (by the app that made the runs):
   without a source varied; its summary is the table of docs/coldstart.md "Assumptions and sensitivity".
 - `coldstart-calibration` (`experiments.coldstart_calibration`): the phone profile's fit and its simulated components
   against the EdgeFlow figures; the same run under `--topic coldstart-threshold`: EdgeFlow's TTFT with the stealing
-  threshold fixed. Their summaries are the tables of docs/coldstart.md "Calibration".
+  threshold fixed, and at the CPU rate the paper's threshold implies. Their summaries are the tables of
+  docs/coldstart.md "Calibration".
 - `multidevice` (`experiments.multidevice`): modelled TTFT, TPOT and QoS per planner × cluster.
 - `multidevice-report` (`experiments.multidevice_report`): the cluster × model family × planner tables of
   docs/multidevice.md "Results" (each section from the newest run directory that has it).
@@ -715,23 +716,28 @@ def calibration_page(topic: str, runs: list[Run]) -> Page:
     """The page of the newest `experiments.coldstart_calibration` run: the fit and the simulated components against
     the figures, or, under THRESHOLD_TOPIC, EdgeFlow's TTFT with the stealing threshold fixed
     (`sim.coldstart.calibration`'s Markdown tables)."""
-    from sim.coldstart.calibration import check_markdown, fit_markdown, threshold_markdown
+    from sim.coldstart.calibration import check_markdown, consistent_markdown, fit_markdown, threshold_markdown
 
     r = max(runs, key=lambda x: (x.finished_utc or "", x.dir.name))
     m = r.metrics
-    if not m.get("check_rows") or not m.get("fit_rows") or not m.get("threshold_rows"):
-        raise ReportError(f"{r.dir / 'metrics.json'}: no fit_rows / check_rows / threshold_rows "
+    if not all(m.get(k) for k in ("fit_rows", "check_rows", "threshold_rows", "consistent_rows")):
+        raise ReportError(f"{r.dir / 'metrics.json'}: no fit_rows / check_rows / threshold_rows / consistent_rows "
                           "(not an experiments.coldstart_calibration run)")
     setting = f"{m['model']} on {m['device']}"
     if topic == THRESHOLD_TOPIC:
         title = "EdgeFlow's cold start with the stealing threshold fixed"
         about = ("EdgeFlow's cold start with the stealing threshold it derives from the modelled CPU / NPU matmul "
                  "time ratio (EdgeFlow §4.3) replaced by a fixed one, beside `ef_priority` (the same plan without "
-                 "stealing) and the derived threshold (docs/coldstart.md \"Calibration\", "
-                 "`sim.coldstart.calibration.threshold_rows`). Every number is modelled by the cold-start simulator.")
+                 "stealing) and the derived threshold; then the CPU baselines and EdgeFlow with the profile's "
+                 "sourced CPU INT8 GEMM rate and with the rate at which the derived threshold is the paper's "
+                 "(docs/coldstart.md \"Calibration\", `sim.coldstart.calibration.threshold_rows`, "
+                 "`consistent_rate_rows`). Every number is modelled by the cold-start simulator.")
         summary = (f"TTFT in s and stolen NPU ops (modelled), {setting}, {m['bits']:g} bits:\n\n"
-                   + threshold_markdown(m["threshold_rows"]))
-        table = pd.DataFrame(m["threshold_rows"])
+                   + threshold_markdown(m["threshold_rows"])
+                   + f"\n\nTTFT in s (modelled) at the sourced and at the threshold-consistent CPU INT8 GEMM rate, "
+                   f"{setting}, {m['bits']:g} bits:\n\n" + consistent_markdown(m["consistent_rows"]))
+        table = pd.DataFrame([{"table": "threshold", **x} for x in m["threshold_rows"]]
+                             + [{"table": "cpu_rate", **x} for x in m["consistent_rows"]])
     else:
         title = "Cold-start calibration: the phone profile against the EdgeFlow component figures"
         about = ("The fit of the phone profile (`sim.coldstart.calibration.fit_profile`: one parameter per figure "

@@ -216,7 +216,8 @@ COMPONENTS = {                # TARGETS / REPORTED key -> what the row shows
     "steal_threshold_4_threads": "stealing threshold with a 4-thread pool (§4.3)",
 }
 THRESHOLDS = (3, 5, 8)        # fixed stealing thresholds of the threshold table, besides the derived one
-THRESHOLD_WORKLOADS = ("lambada", "mmlu", "hellaswag")
+THRESHOLD_WORKLOADS = ("lambada", "winogrande", "obqa", "mmlu", "hellaswag")
+CONSISTENT_FRAMEWORKS = ("llamacpp", "mnn", "edgeflow")     # the CPU baselines and EdgeFlow at the consistent rate
 
 
 def fit_rows(spec: ModelSpec, dev: SocProfile, fitted: SocProfile) -> list[dict]:
@@ -288,6 +289,31 @@ def threshold_rows(spec: ModelSpec, dev: SocProfile, frameworks: dict[str, Frame
     return sorted(rows, key=lambda r: (r["framework"] == "edgeflow", r["steal_threshold"]))
 
 
+def consistent_gemm_rate(spec: ModelSpec, dev: SocProfile) -> float:
+    """GOP/s per core per GHz: the CPU INT8 GEMM rate at which the derived threshold (EdgeFlow's 3-thread pool) is
+    the paper's (the matmul time ratio scales inversely with the CPU rate)."""
+    return dev.cpu_int8_gemm_gops_per_ghz * steal_ratio(spec, dev) / STEAL_THRESHOLD_PAPER
+
+
+def consistent_rate_rows(spec: ModelSpec, dev: SocProfile, frameworks: dict[str, FrameworkSpec],
+                         workloads: dict[str, int]) -> list[dict]:
+    """Each framework's TTFT (s) per prompt with the profile's sourced CPU GEMM rate and with the threshold-consistent
+    one (`consistent_gemm_rate`), and the stealing threshold its plan derives."""
+    from sim.coldstart.run import ColdStartSettings, run_one
+
+    rate = consistent_gemm_rate(spec, dev)
+    rows = []
+    for name, fw in frameworks.items():
+        for label, d in (("sourced", dev), ("threshold-consistent", replace(dev, cpu_int8_gemm_gops_per_ghz=rate))):
+            row = {"framework": name, "cpu_rate": label, "gops_per_ghz": d.cpu_int8_gemm_gops_per_ghz}
+            for w, tokens in workloads.items():
+                m = run_one(spec, d, fw, None, ColdStartSettings(bits=FIG4B_BUDGET, prompt_tokens=tokens,
+                                                                 write_trace=False))[0]
+                row.update({f"{w}_ttft_s": m["ttft_s"], f"{w}_tokens": tokens, "steal_threshold": m["steal_threshold"]})
+            rows.append(row)
+    return rows
+
+
 def _md(head: list[str], rows: list[list[str]]) -> str:
     return "\n".join(["| " + " | ".join(head) + " |", "|" + "---|" * len(head),
                       *["| " + " | ".join(r) + " |" for r in rows]])
@@ -323,6 +349,16 @@ def threshold_markdown(rows: list[dict]) -> str:
             f"stolen ops ({' / '.join(wls)})"]
     return _md(head, [[r["threshold"], *[f"{r[w + '_ttft_s']:.2f}" for w in wls],
                        " / ".join(str(r[w + "_stolen_ops"]) for w in wls)] for r in rows])
+
+
+def consistent_markdown(rows: list[dict]) -> str:
+    """TTFT (s) per prompt, per framework and CPU GEMM rate (with the threshold EdgeFlow's plan derives)."""
+    wls = [k[:-len("_ttft_s")] for k in rows[0] if k.endswith("_ttft_s")]
+    head = ["framework", "CPU INT8 GEMM rate (GOP/s per core per GHz)",
+            *[f"{w} ({rows[0][w + '_tokens']} tok)" for w in wls]]
+    return _md(head, [[r["framework"], f"{r['gops_per_ghz']:.2f} ({r['cpu_rate']})"
+                       + (f", threshold {r['steal_threshold']}" if r["steal_threshold"] else ""),
+                       *[f"{r[w + '_ttft_s']:.2f}" for w in wls]] for r in rows])
 
 
 if __name__ == "__main__":   # print the fitted / sourced values and the check table

@@ -132,7 +132,12 @@ def test_app_run_becomes_the_calibration_and_threshold_pages(tmp_path):
     summary = rep.page_summary(cal.markdown)
     assert summary.count("| `") == len(m["fit_rows"]) and "| Fig. 4b load raw INT8 | fitted |" in summary
     assert len(cal.table) == len(m["fit_rows"]) + len(m["check_rows"])
-    assert "| no stealing (ef_priority) |" in rep.page_summary(thr.markdown) and len(thr.table) == 5
+    assert "| no stealing (ef_priority) |" in rep.page_summary(thr.markdown)
+    assert len(thr.table) == len(m["threshold_rows"]) + len(m["consistent_rows"]) == 5 + 6
+    # at the threshold-consistent CPU rate EdgeFlow's plan derives the paper's threshold and the CPU baselines speed up
+    by = {(r["framework"], r["cpu_rate"]): r for r in m["consistent_rows"]}
+    assert by["edgeflow", "threshold-consistent"]["steal_threshold"] == 5 < by["edgeflow", "sourced"]["steal_threshold"]
+    assert by["llamacpp", "threshold-consistent"]["lambada_ttft_s"] < by["llamacpp", "sourced"]["lambada_ttft_s"]
     man = json.loads((out / "manifest.json").read_text())
     assert man["app"] == "experiments.coldstart_calibration" and f"`{man['command']}`" in cal.markdown
 
