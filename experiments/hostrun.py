@@ -199,7 +199,7 @@ def build_host_plan(spec: ModelSpec, host: HostProfile, fw: FrameworkSpec, bits:
     path = packed_model(spec, method, bits, fmt, qs)
     dev = host.device
     cost = make_cost_model("table", dev, str(host.cost_table))
-    if fw.policy == "llamacpp":             # the runner runs llama.cpp's schedule with its own kernels
+    if fw.policy in ("llamacpp", "mnn"):    # the runner runs the framework's schedule with its own kernels
         from planner.pipeline.cpu_plan import runner_device
 
         dev = runner_device(dev)

@@ -102,8 +102,9 @@ class ProtocolSpec:
     level: float = ps.LEVEL
     bootstrap: int = ps.N_BOOT
     heldout: bool = False             # true: a judging set, never used to choose or tune a mechanism
-    peer: bool = False                # true: measured = llama.cpp itself (hil.peer), predicted = the simulator's
-    #                                   llama.cpp policy for its file (experiments.protocol_peer)
+    peer: bool = False                # true: measured = llama.cpp or MNN itself (hil.peer, hil.mnn_peer),
+    #                                   predicted = the simulator's policy of that framework for its file
+    #                                   (experiments.protocol_peer)
     draw: list[Draw] = field(default_factory=list)       # non-empty: `configurations` must equal the draw
     configurations: list[Configuration] = field(default_factory=list)
 
@@ -589,8 +590,8 @@ def run_set(p: ProtocolSpec, host_fn: Callable[[], Any], quant, out: Path, host_
             ) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
     """Prepare, run and judge the set `p` on this host; write the run directory's files (module doc). `host_fn()`:
     the calibrated host profile, called inside the memory hold. `peer`: for a peer set, the module that prepares
-    and runs it (experiments.protocol_peer: `prepare(p, host, progress)`, `execute(p, prepared, host, progress)`,
-    `criterion_md(metrics)`); its runs are llama.cpp's, so no logits check. Returns (metrics, measured, modelled,
+    and runs it (experiments.protocol_peer.Peer: `prepare(p, host, progress)`, `execute(p, prepared, host, progress)`,
+    `criterion_md(metrics)`); its runs are the peer's, so no logits check. Returns (metrics, measured, modelled,
     input keys)."""
     from hil.hostmem import footprint_bytes, hold
     from hil.runner_state import huge_pages

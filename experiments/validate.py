@@ -707,16 +707,13 @@ def run_protocol(cfg: DictConfig) -> dict[str, Any]:
     watch_parent()
     c, p = settings(cfg), protocol_spec(cfg.protocol)
     peer = None
-    if p.peer:                                  # measured: llama.cpp itself (experiments.protocol_peer)
-        from experiments import protocol_peer as peer
-        from hil.peer import INSTALL_HINT, available
+    if p.peer:                                  # measured: llama.cpp or MNN itself (experiments.protocol_peer)
+        from experiments.protocol_peer import PEERS, peer_for
 
-        if not available():
-            raise ConfigError(f"protocol={p.name}: {INSTALL_HINT}")
-        peer.check_peer_spec(p)
-        if c.huge_pages:                        # llama.cpp's buffers get none here: its first touch is 4 KiB pages'
-            print("protocol=peer: huge_pages=false (llama.cpp's buffers get no transparent huge pages; the profile "
-                  "calibrated so is used: calibrate huge_pages=false)", file=sys.stderr)
+        peer = peer_for(p)
+        if c.huge_pages:                        # the peer's buffers get none here: its first touch is 4 KiB pages'
+            print(f"protocol={p.name}: huge_pages=false ({PEERS[peer.policy]}'s buffers get no transparent huge "
+                  f"pages; the profile calibrated so is used: calibrate huge_pages=false)", file=sys.stderr)
             c = dataclasses.replace(c, huge_pages=False)
     out = run_dir()
     prepare_run_dir(out, FILES)

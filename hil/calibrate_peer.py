@@ -225,8 +225,18 @@ def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] |
 
 
 def write_fields(store: Path, fields: dict, src: dict[str, str], times: list[FileTimes]) -> None:
-    """The fields and their sources into `store`'s device.json, the per-file times beside: the store rewritten as one
-    unit (hil.host.write_store, under its lock; `store` may be the link or the version directory it points to)."""
+    """The fields and their sources into `store`'s device.json, the per-file times beside (write_profile_fields)."""
+    write_profile_fields(store, fields, src, "llamacpp_calibration",
+                         [{"model": t.model, "ftype": t.ftype, "file_bytes": t.file_bytes, "open_s": t.open_s,
+                           "weights_s": t.weights_s, "context_s": t.context_s, "binding_s": t.binding_s,
+                           "eval_s": {str(k): v for k, v in t.eval_s.items()}, "resident": t.resident}
+                          for t in times])
+
+
+def write_profile_fields(store: Path, fields: dict, src: dict[str, str], key: str, records: list[dict]) -> None:
+    """Measured profile `fields` and their sources into `store`'s device.json, the raw `records` beside under `key`:
+    the store rewritten as one unit (hil.host.write_store, under its lock; `store` may be the link or the version
+    directory it points to). Shared by the llama.cpp and MNN steps (hil.calibrate_mnn)."""
     from hil.host import STORE_FILES, store_lock, write_store
 
     link = store_link(store)
@@ -235,11 +245,7 @@ def write_fields(store: Path, fields: dict, src: dict[str, str], times: list[Fil
         doc = parts["device.json"]
         doc["profile"].update(fields)
         doc.setdefault("sources", {}).update(src)
-        doc["llamacpp_calibration"] = [{"model": t.model, "ftype": t.ftype, "file_bytes": t.file_bytes,
-                                        "open_s": t.open_s, "weights_s": t.weights_s, "context_s": t.context_s,
-                                        "binding_s": t.binding_s,
-                                        "eval_s": {str(k): v for k, v in t.eval_s.items()}, "resident": t.resident}
-                                       for t in times]
+        doc[key] = records
         SocProfile(**doc["profile"])              # still a valid profile
         write_store(link, parts)
 
@@ -284,24 +290,33 @@ def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Ca
     return msg
 
 
+def host_stores() -> tuple[list[Path], list[str]]:
+    """This machine's stored full host profiles (without huge pages first, then with; those that exist) and a line
+    per one that is missing. Shared by the llama.cpp and MNN steps' entry points."""
+    from hil.host import DEFAULT_ROOT, host_identity, load_stored
+
+    stores, why_not = [], []
+    for huge in (False, True):
+        prof, d, why = load_stored(Path(DEFAULT_ROOT), host_identity(), quick=False, huge=huge)
+        if prof is None:
+            why_not.append(f"huge_pages={str(huge).lower()}: no usable host profile ({why})")
+        else:
+            stores.append(d)
+    return stores, why_not
+
+
 def main(argv: list[str]) -> int:
     """python -m hil.calibrate_peer [--remeasure]: the llama.cpp step alone, measured once and written into this
     machine's stored full host profiles (with and without huge pages, those that exist; python -m
     experiments.calibrate device=host [huge_pages=false] makes one and runs this step too)."""
     import sys
 
-    from hil.host import DEFAULT_ROOT, host_identity, load_stored
-
     if any(a not in ("--remeasure",) for a in argv):
         print("usage: python -m hil.calibrate_peer [--remeasure]", file=sys.stderr)
         return 2
-    stores = []
-    for huge in (False, True):
-        prof, d, why = load_stored(Path(DEFAULT_ROOT), host_identity(), quick=False, huge=huge)
-        if prof is None:
-            print(f"huge_pages={str(huge).lower()}: no usable host profile ({why})", file=sys.stderr)
-        else:
-            stores.append(d)
+    stores, why_not = host_stores()
+    for line in why_not:
+        print(line, file=sys.stderr)
     if not stores:
         print("run python -m experiments.calibrate device=host huge_pages=false first", file=sys.stderr)
         return 1

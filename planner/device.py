@@ -65,6 +65,16 @@ class SocProfile:
     #                                           prompt eval per "<file type>@<d_model>" (weight matmul FLOPs per s of
     #                                           the eval's per-token time, the graph's other ops included);
     #                                           empty: Q8_0 at cpu_int8_gemm_gops_per_ghz, K-quants slowed down
+    # ---- MNN's own code on this CPU (planner/pipeline/cpu_plan.py build_mnn_plan; 0 / empty = not measured) ----
+    mnn_fixed_s: float = 0.0                  # s, its own code outside weight reads, weight set-up and matmuls: model
+    #                                           create and load (graph, tokenizer, backend) and the prompt forward's
+    #                                           fixed part (graph resize and allocation, LM head)
+    mnn_load_gbps: dict[str, float] = field(default_factory=dict)   # GB/s of its load's own work per weight-file
+    #                                           byte beyond the read (the CPU backend's weight re-layout), one thread,
+    #                                           per "b<weight bits>"; absent = not modelled
+    mnn_gemm_gops_per_ghz: dict[str, float] = field(default_factory=dict)   # GOP/s per core per GHz of its prompt
+    #                                           forward per "b<weight bits>@<d_model>" (weight matmul FLOPs per s of
+    #                                           the forward's per-token time, the graph's other ops included)
     # ---- NPU ----------------------------------------------------------------------------------------------------
     npu_int8_tops: float = 0.0                # TOP/s, statically optimized INT8 matmul (HMX), compute roof
     npu_weight_gbps: float = 0.0              # GB/s, weight streaming roof of one NPU matmul (small-m bound)

@@ -5,7 +5,8 @@ Every term is a device-profile parameter (see `planner/device.py` and `conf/devi
   vs weight-streaming roof, which dominates for few tokens, e.g. the 1-token lm_head).
 - NPU-inefficient ops (norm, SwiGLU, (de)quantize, add): CPU time x npu_inefficient_factor + dispatch (Fig. 5b).
 - CPU matmul: 2mkn / (cpu_int8_gemm_gops_per_ghz x effective GHz of the threads) (x K-quant slowdown); a matmul of
-  llama.cpp's whose `wfmt` names a measured rate (`llamacpp_gemm_gops_per_ghz`) at that rate, without overhead.
+  llama.cpp's or MNN's whose `wfmt` names a measured rate (`llamacpp_gemm_gops_per_ghz`, `mnn_gemm_gops_per_ghz`) at
+  that rate, without overhead.
 - CPU attention (FP16): 4 m ctx h d / (cpu_fp16_gflops_per_ghz x effective GHz).
 - CPU elementwise: bytes / (cpu_elementwise_gbps_per_core x effective cores) + cpu_op_overhead_s.
 - Unpack (one thread): max(SIMD instructions / (ipc x GHz) + scalar cycles / GHz, bytes written / cpu_copy_gbps).
@@ -44,6 +45,8 @@ class AnalyticCostModel(CostModel):
         if work.kind in ("matmul", "lm_head"):
             if work.wfmt in d.llamacpp_gemm_gops_per_ghz:     # llama.cpp's measured eval rate for its file type:
                 return work.flops / (d.llamacpp_gemm_gops_per_ghz[work.wfmt] * 1e9 * ghz)   # no per-op overhead
+            if work.wfmt in d.mnn_gemm_gops_per_ghz:          # MNN's, per weight bits ("b8@576")
+                return work.flops / (d.mnn_gemm_gops_per_ghz[work.wfmt] * 1e9 * ghz)
             rate = d.cpu_int8_gemm_gops_per_ghz * 1e9 * ghz
             if work.wfmt == "kquant":
                 rate /= d.cpu_kquant_gemm_slowdown

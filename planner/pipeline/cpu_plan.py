@@ -20,7 +20,13 @@ device parameter measured by hil.calibrate_peer on the host):
    the K-quants slowed down (`cpu_kquant_gemm_slowdown`), every op costed.
 Per-tensor types and bytes: planner.formats.ggml_tensor_types (llama.cpp's quantizer rules for a file type).
 MNN: all INT8 per-channel weights are read by one loader thread, then the whole prompt is computed on the CPU with
-INT8 GEMMs and dynamic activation quantization.
+INT8 GEMMs and dynamic activation quantization. With MNN's own costs measured on the device (hil.calibrate_mnn:
+`mnn_fixed_s`, `mnn_load_gbps`, `mnn_gemm_gops_per_ghz`) the plan is MNN 3.x's LLM runtime as the MNN peer runs it
+(hil.mnn_peer; docs/hil.md "The MNN peer"): its own fixed code (create, load, the forward's fixed part), then one
+thread reading the weight file layer by layer (`mnn_layers`: `weight_bits` weights in blocks of `quant_block` input
+channels, an FP32 scale and zero point per block; the LM head shared with the token embedding) with the CPU
+backend's weight re-layout on the same thread, then one forward of the whole prompt at MNN's measured rate for its
+weight bits (other ops inside the rate, as for llama.cpp).
 """
 from __future__ import annotations
 
@@ -134,9 +140,11 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
 
 
 def runner_device(dev: SocProfile) -> SocProfile:
-    """`dev` without llama.cpp's own measured costs: for a llama.cpp-style plan that the project's runner executes
-    with its own kernels (hil.runner: no vocabulary parse, no repack, its INT8 GEMMs), not llama.cpp itself."""
-    return replace(dev, llamacpp_fixed_s=0.0, llamacpp_repack_gbps=0.0, llamacpp_gemm_gops_per_ghz={})
+    """`dev` without llama.cpp's and MNN's own measured costs: for a llama.cpp- or MNN-style plan that the project's
+    runner executes with its own kernels (hil.runner: no vocabulary parse, no repack, its INT8 GEMMs), not the
+    framework itself."""
+    return replace(dev, llamacpp_fixed_s=0.0, llamacpp_repack_gbps=0.0, llamacpp_gemm_gops_per_ghz={},
+                   mnn_fixed_s=0.0, mnn_load_gbps={}, mnn_gemm_gops_per_ghz={})
 
 
 def _matmuls_only(b: PlanBuilder, spec: ModelSpec) -> None:
@@ -148,7 +156,33 @@ def _matmuls_only(b: PlanBuilder, spec: ModelSpec) -> None:
             t.works = [w for w in t.works if w.kind == "matmul"]
 
 
-def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int) -> Plan:
+MNN_ALPHA_BYTES = 8         # B per block: FP32 scale and zero point (llmexport's asymmetric block quantization)
+
+
+def mnn_layers(spec: ModelSpec, bits: int, block: int) -> list[int]:
+    """B of the MNN weight file per layer (n_layers + 1 entries, last: the LM head, which the token embedding shares)
+    for `bits`-bit weights in blocks of `block` input channels (0 = one block per output channel)."""
+    def nbytes(c: int, d: int) -> int:
+        blocks = d * (1 if block <= 0 else -(-c // block))
+        return (c * d * bits + 7) // 8 + MNN_ALPHA_BYTES * blocks
+
+    per_layer = sum(nbytes(c, d) for c, d in spec.linear_shapes().values())
+    return [per_layer] * spec.n_layers + [nbytes(spec.d_model, spec.vocab)]
+
+
+def mnn_rate_key(dev: SocProfile, bits: int, d_model: int) -> str:
+    """MNN's measured rate for `bits`-bit weights at the nearest measured d_model ("b<bits>@<d>"), else int8."""
+    have = [k for k in dev.mnn_gemm_gops_per_ghz if k.split("@")[0] == f"b{bits}"]
+    if have:
+        return min(have, key=lambda k: (abs(math.log(int(k.split("@")[1]) / d_model)), k))
+    return "int8"
+
+
+def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, weight_bits: int = 8,
+                   quant_block: int = 0) -> Plan:
+    wfmt = mnn_rate_key(dev, weight_bits, spec.d_model)
+    if wfmt != "int8":
+        return _mnn_measured_plan(spec, dev, fw, tokens, weight_bits, quant_block, wfmt)
     b = PlanBuilder()
     emb = add_embedding(b, spec, tokens)
     linear = spec.layer_params() - 2 * spec.d_model
@@ -163,3 +197,25 @@ def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: 
     return Plan(framework="mnn", model=spec.name, device=dev.name, prompt_tokens=tokens, chunk_tokens=fw.chunk_tokens,
                 tasks=b.tasks, loader_threads=fw.loader_threads, unpack_threads=1, cpu_threads=fw.compute_threads,
                 schedule=SchedulePolicy(), info=dict(flash_bytes=sum(per_layer)))
+
+
+def _mnn_measured_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, bits: int, block: int,
+                       wfmt: str) -> Plan:
+    """MNN's LLM runtime with its measured costs (module doc)."""
+    per_layer = mnn_layers(spec, bits, block)
+    b = PlanBuilder()
+    prev = b.add("mnn.fixed", "load", [], duration_s=dev.mnn_fixed_s, phase="setup") if dev.mnn_fixed_s > 0 else -1
+    loaded = []
+    gbps = dev.mnn_load_gbps.get(f"b{bits}", 0.0)
+    for i, n in enumerate(per_layer):
+        own = n / (gbps * 1e9) if gbps > 0 else 0.0
+        prev = b.add(f"read.L{i}", "load", [prev], layer=i, read_bytes=n, tensors=layer_refs(spec, i),
+                     request_bytes=dev.flash_bulk_request_bytes, mem_alloc=n, phase="load", duration_s=own)
+        loaded.append(prev)
+    emb = add_embedding(b, spec, tokens, [prev])
+    add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, loaded, start=emb, cpu_wfmt=wfmt, layer_serial=True)
+    _matmuls_only(b, spec)
+    return Plan(framework="mnn", model=spec.name, device=dev.name, prompt_tokens=tokens, chunk_tokens=fw.chunk_tokens,
+                tasks=b.tasks, loader_threads=1, unpack_threads=1, cpu_threads=fw.compute_threads,
+                schedule=SchedulePolicy(), info=dict(flash_bytes=sum(per_layer), weight_bits=bits,
+                                                     quant_block=block, gemm_rate=wfmt))

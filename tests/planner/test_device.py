@@ -10,7 +10,7 @@ from planner.device import SocProfile
 from planner.host_runtime import NO_RUNTIME, HostRuntime
 from sim.coldstart.sweep import load_conf
 
-MAX_DEVICE_FIELDS = 45          # a lean device: flash, memory, CPU, NPU, power and its name
+MAX_DEVICE_FIELDS = 48          # a lean device: flash, memory, CPU, NPU, power, its name and the two peers' own costs
 
 
 def test_the_device_profile_is_lean_and_apart_from_the_runtime():
