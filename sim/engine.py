@@ -222,16 +222,22 @@ class Environment:
     def _loop(self) -> None:
         heap, urgent, now_q = self._heap, self._urgent_q, self._now_q
         pop_now = now_q.popleft
+        now = self.now                  # the loop is the only writer of self.now
         while True:
             if urgent:
                 ev = urgent.popleft()
-            elif heap and (not now_q or heap[0][0] == self.now):    # due now (scheduled earlier: before anything
-                at, _eid, fn, arg = heappop(heap)                   # triggered now) or, nothing left now, next
-                self.now = at
+            elif now_q:
+                if heap and heap[0][0] == now:      # due now (scheduled earlier: before anything triggered now)
+                    at, _eid, fn, arg = heappop(heap)
+                    self.now = now = at
+                    fn(arg)
+                    continue
+                ev = pop_now()
+            elif heap:                              # nothing left now: the next
+                at, _eid, fn, arg = heappop(heap)
+                self.now = now = at
                 fn(arg)
                 continue
-            elif now_q:
-                ev = pop_now()
             else:
                 return
             cbs, ev.callbacks = ev.callbacks, None

@@ -535,6 +535,7 @@ class PlanExecutor:
         on_core = unit == "cpu" or self.rt.npu_on_cpu_core
         locked = self.gil is not None and on_core
         split_gemm_only = self.rt.cpu_split_gemm_only
+        spin_s, wake_s = self.rt.gemm_pool_spin_s, self.rt.gemm_pool_wake_s
         for w in t.works:
             dur = cost.op_time(w, unit, threads, core)
             py = min(dur, self._python_s(w, unit)) if locked else 0.0
@@ -546,13 +547,17 @@ class PlanExecutor:
             occ = threads if gemm or not split_gemm_only else 1   # threads the op occupies
             pooled = gemm and threads > 1 and unit == "cpu"
             if pooled:                               # the GEMM's helpers: polling still, or woken now
-                wake = self._pool_start(me)
+                if self.pool_spin:
+                    wake = self._pool_start(me)
+                else:                                # _pool_start with no helpers polling, inline
+                    self.pool_wakes += 1
+                    wake = wake_s
                 if wake > 0:
                     yield env.timeout(wake)
             if dur - py > 0:
                 cpu_s += (dur - py) * occ if on_core else 0.0
                 yield self._occupied(dur - py, occ, cost.dram_bytes(w, unit), on_core, me, KIND_CLASS.get(kind, ""))
-            if pooled:
+            if pooled and spin_s > 0:
                 self._pool_end(me, threads)
             if dur - py > 0 and locked:             # the kernel returns: re-take the lock
                 cpu_s += yield from self._retake(me)

@@ -149,10 +149,35 @@ class SharedRate:
             return
         dt = -1.0
         if self._plain_share and not self.uniform_caps:
-            n = len(active)     # sum() of one or two caps is their plain sum: no list for the common cases
-            caps = (active[0].cap if n == 1 else active[0].cap + active[1].cap if n == 2
-                    else sum([j.cap for j in active]))
-            below = caps <= self.capacity * (1.0 - 1e-9)
+            n = len(active)
+            if n <= 2 and not self.record:
+                # the path below for one or two jobs below the capacity (sum() of one or two caps is their plain
+                # sum), unrolled: the same float operations in the same order
+                j = active[0]
+                if n == 1:
+                    rate = j.cap
+                    if rate <= self.capacity * (1.0 - 1e-9):
+                        j.rate = rate
+                        d = j.left
+                        self._timer_in((0.0 if 0.0 > d else d) / rate)
+                        return
+                else:
+                    k = active[1]
+                    rate, rk = j.cap, k.cap
+                    if rate + rk <= self.capacity * (1.0 - 1e-9):
+                        j.rate = rate
+                        k.rate = rk
+                        d = j.left
+                        dt = (0.0 if 0.0 > d else d) / rate
+                        d = k.left
+                        d = (0.0 if 0.0 > d else d) / rk
+                        self._timer_in(d if d < dt else dt)
+                        return
+                below = False
+            else:
+                caps = (active[0].cap if n == 1 else active[0].cap + active[1].cap if n == 2
+                        else sum([j.cap for j in active]))
+                below = caps <= self.capacity * (1.0 - 1e-9)
         else:
             below = False
         if below:
@@ -177,8 +202,15 @@ class SharedRate:
             self.samples.append((env.now, sum([j.rate for j in active])))
         if dt < 0:
             return
-        at = env.now + dt                  # a timer carrying the generation (a later change makes it stale)
-        if at == env.now:
+        self._timer_in(dt)
+
+    def _timer_in(self, dt: float) -> None:
+        """The timer of the next completion, `dt` s from now, carrying the generation (a later change makes it
+        stale)."""
+        env = self.env
+        now = env.now
+        at = now + dt
+        if at == now:
             env.call_later(dt, self._timer, self.gen)
         else:
             env._eid += 1
@@ -297,7 +329,9 @@ class Cores(SharedRate):
 
     def __init__(self, env: Environment, capacity: float, record: bool = True) -> None:
         super().__init__(env, capacity, record)
-        self.occupied: list[tuple[float, float]] = [(0.0, 0.0)]   # (time s, cores occupied) at every change
+        # cores occupied since the last change (at _occ_t s) and the core-seconds occupied before it: the integral of
+        # `busy_core_s`, summed at every change in time order
+        self._occ, self._occ_t, self._busy = 0.0, 0.0, 0.0
         self.packs: dict[object, object] = {}     # woken thread -> the waker whose core it was put on (`pack`)
         self.full_at = 0.0                        # s, when every core was last occupied (or the start)
 
@@ -361,10 +395,7 @@ class Cores(SharedRate):
         active = self.active
         if not active and not self.packs and not self.record:     # the general path below with nothing to share
             self.gen += 1
-            now = self.env.now
-            if 0 >= self.capacity - 1e-9:
-                self.full_at = now
-            self.occupied.append((now, 0))
+            self._set_occupied(0)
             return
         if not (self.packs or self.record or self.n_slow or not self.uniform_caps):
             # plain water filling (cap = weight: in arrival order), the next completion and the occupancy in one
@@ -372,6 +403,20 @@ class Cores(SharedRate):
             self.gen += 1
             capacity = self.capacity
             n = len(active)     # sum() of one or two weights is their plain sum: no list for the common cases
+            if n == 1:
+                j = active[0]
+                occ = j.weight
+                if occ <= capacity * (1.0 - 1e-9):      # the path below for one job below capacity, unrolled
+                    j.rate = rate = j.cap
+                    d = j.left
+                    self._timer_in((0.0 if 0.0 > d else d) / rate)
+                    now = self.env.now                  # _set_occupied(occ), inline (occ < capacity)
+                    if occ >= capacity - 1e-9:
+                        self.full_at = now
+                    d = now - self._occ_t
+                    self._busy += self._occ * (d if d > 0.0 else 0.0)
+                    self._occ, self._occ_t = occ, now
+                    return
             occ = wsum = (active[0].weight if n == 1 else active[0].weight + active[1].weight if n == 2
                           else sum([j.weight for j in active]))
             dt = -1.0
@@ -398,20 +443,9 @@ class Cores(SharedRate):
                         d = (0.0 if 0.0 > d else d) / rate
                         if dt < 0 or d < dt:
                             dt = d
-            env = self.env
-            now = env.now
-            if dt >= 0:                    # the timer, as in SharedRate._reschedule
-                at = now + dt
-                if at == now:
-                    env.call_later(dt, self._timer, self.gen)
-                else:
-                    env._eid += 1
-                    heappush(env._heap, (at, env._eid, self._timer, self.gen))
-            if not occ < capacity:
-                occ = capacity
-            if occ >= capacity - 1e-9:
-                self.full_at = now
-            self.occupied.append((now, occ))
+            if dt >= 0:
+                self._timer_in(dt)
+            self._set_occupied(occ if occ < capacity else capacity)
             return
         SharedRate._reschedule(self)
         if self.packs:
@@ -420,10 +454,16 @@ class Cores(SharedRate):
             occ = sum([j.cap for j in self.active])
             if not occ < self.capacity:
                 occ = self.capacity
+        self._set_occupied(occ)
+
+    def _set_occupied(self, occ: float) -> None:
+        """`occ` cores are occupied from now on (`busy_core_s`, `full_at`)."""
         now = self.env.now
         if occ >= self.capacity - 1e-9:
             self.full_at = now
-        self.occupied.append((now, occ))
+        d = now - self._occ_t
+        self._busy += self._occ * (d if d > 0.0 else 0.0)
+        self._occ, self._occ_t = occ, now
 
     def full_without(self, owner: object = None) -> bool:
         """Other threads than `owner` occupy every core (a packed pair occupies its waker's cores)."""
@@ -452,14 +492,8 @@ class Cores(SharedRate):
     def busy_core_s(self) -> float:
         """Core-seconds the cores were occupied from 0 to now (a job slowed by co-running occupies its cores all the
         same; `samples` hold the progress rates)."""
-        total = 0.0
-        t, occ = self.occupied[0]
-        for t1, occ1 in self.occupied:              # each sample holds until the next one (the first: 0 s)
-            d = t1 - t
-            total += occ * (d if d > 0.0 else 0.0)
-            t, occ = t1, occ1
-        d = self.env.now - t
-        return total + occ * (d if d > 0.0 else 0.0)
+        d = self.env.now - self._occ_t
+        return self._busy + self._occ * (d if d > 0.0 else 0.0)
 
     def run(self, seconds: float, threads: int = 1, owner: object = None, slow: tuple[float, float] = (1.0, 1.0),
             memory: bool = False, neutral: bool = False, part_of: AllDone | None = None) -> Event | None:
