@@ -241,6 +241,7 @@ def coldstart_table(runs: list[Run]) -> pd.DataFrame:
              "framework": _m(r, "framework"), "workload": _m(r, "workload"), "prompt_tokens": _m(r, "prompt_tokens"),
              "ttft_s": _m(r, "ttft_s"), "load_s": _m(r, "load_s"), "prefill_s": _m(r, "prefill_s"),
              "cpu_bubble_rate": _m(r, "cpu_bubble_rate"), "npu_bubble_rate": _m(r, "npu_bubble_rate"),
+             "read_gb": None if _m(r, "bytes_read") is None else _m(r, "bytes_read") / 1e9,
              "peak_mem_gb": _m(r, "peak_mem_gb"), "energy_j": _m(r, "energy_j"), "run": r.dir.name} for r in runs]
     return pd.DataFrame(rows).sort_values(["model", "device", "bits", "framework", "prompt_tokens", "run"],
                                           kind="stable", ignore_index=True)
@@ -549,8 +550,8 @@ TOPICS: dict[str, Topic] = {
         "experiments.coldstart", "Simulated cold start",
         "Time to first token of each framework's cold start (flash → first token) as modelled by the cold-start "
         "simulator (docs/coldstart.md); every number is modelled, nothing end-to-end is fitted. Columns of the CSV: "
-        "TTFT, its load and prefill parts, the CPU and NPU bubble rates (1 - busy / prefill; empty: no NPU), peak "
-        "memory (GB) and energy (J).",
+        "TTFT, its load and prefill parts, the CPU and NPU bubble rates (1 - busy / prefill; empty: no NPU), bytes "
+        "read from flash (GB), peak memory (GB) and energy (J).",
         coldstart_table, coldstart_summary),
     "experiments.multidevice": Topic(
         "experiments.multidevice", "Simulated multi-device execution",

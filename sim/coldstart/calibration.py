@@ -217,7 +217,7 @@ COMPONENTS = {                # TARGETS / REPORTED key -> what the row shows
 }
 THRESHOLDS = (3, 5, 8)        # fixed stealing thresholds of the threshold table, besides the derived one
 THRESHOLD_WORKLOADS = ("lambada", "winogrande", "obqa", "mmlu", "hellaswag")
-CONSISTENT_FRAMEWORKS = ("llamacpp", "mnn", "edgeflow")     # the CPU baselines and EdgeFlow at the consistent rate
+CONSISTENT_FRAMEWORKS = ("llamacpp", "mnn", "ef_priority", "edgeflow")  # CPU baselines; EdgeFlow without, with stealing
 
 
 def fit_rows(spec: ModelSpec, dev: SocProfile, fitted: SocProfile) -> list[dict]:

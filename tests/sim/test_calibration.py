@@ -133,7 +133,7 @@ def test_app_run_becomes_the_calibration_and_threshold_pages(tmp_path):
     assert summary.count("| `") == len(m["fit_rows"]) and "| Fig. 4b load raw INT8 | fitted |" in summary
     assert len(cal.table) == len(m["fit_rows"]) + len(m["check_rows"])
     assert "| no stealing (ef_priority) |" in rep.page_summary(thr.markdown)
-    assert len(thr.table) == len(m["threshold_rows"]) + len(m["consistent_rows"]) == 5 + 6
+    assert len(thr.table) == len(m["threshold_rows"]) + len(m["consistent_rows"]) == 5 + 2 * 4
     # at the threshold-consistent CPU rate EdgeFlow's plan derives the paper's threshold and the CPU baselines speed up
     by = {(r["framework"], r["cpu_rate"]): r for r in m["consistent_rows"]}
     assert by["edgeflow", "threshold-consistent"]["steal_threshold"] == 5 < by["edgeflow", "sourced"]["steal_threshold"]
