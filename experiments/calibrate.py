@@ -215,6 +215,10 @@ def run(cfg: DictConfig) -> dict[str, Any]:
 
     peer_step(store, strict_bool(cfg.remeasure, "remeasure"), strict_bool(cfg.quick, "quick"),
               log=lambda msg: print(msg, file=sys.stderr))
+    from hil.calibrate_mnn import mnn_step  # MNN's own costs (only with the mnn extra and converted models)
+
+    mnn_step(store_link(store).resolve(), strict_bool(cfg.remeasure, "remeasure"), strict_bool(cfg.quick, "quick"),
+             log=lambda msg: print(msg, file=sys.stderr))
     store = store_link(store).resolve()             # a measuring step rewrote the store whole (a new version)
     table = store / table.name
     device_doc = json.loads((store / "device.json").read_text())

@@ -12,7 +12,9 @@ so no I/O from the disk enters a figure), as hil.mnn_peer runs it (use_mmap=fals
   FLOPs per token / b / the threads' GHz (SocProfile.thread_ghz); the forward's fixed part is the intercept a;
 - `mnn_fixed_s` = the load's fixed part + the median forward intercept.
 `python -m hil.calibrate_mnn [--remeasure]` writes them into this machine's stored full host profiles (device.json,
-its sources, the per-directory times beside as `mnn_calibration`; hil.calibrate_peer.write_profile_fields). Without the
+its sources, the per-directory times beside as `mnn_calibration`; hil.calibrate_peer.write_profile_fields);
+`python -m experiments.calibrate device=host` runs the same step (`mnn_step`) when MNN and the converted models are
+there. Without the
 extra it raises hil.peer.PeerUnavailable (one line); without a converted directory, hil.mnn_convert's error.
 """
 from __future__ import annotations
@@ -133,12 +135,21 @@ def _version() -> str:
         return "?"
 
 
-def default_dirs(models=MODELS, bits=BITS) -> list[tuple[ModelSpec, int, Path]]:
-    """(spec, bits, MNN directory) of the peer's models (hil.mnn_convert: converted and cached on first use)."""
-    from hil.mnn_convert import ensure_mnn_model
+def default_dirs(convert: bool = True, models=MODELS, bits=BITS) -> list[tuple[ModelSpec, int, Path]] | None:
+    """(spec, bits, MNN directory) of the peer's models: converted and cached on first use (hil.mnn_convert) with
+    `convert`, else those already converted, or None when one is missing."""
+    from hil.mnn_convert import cached_mnn_model, ensure_mnn_model
     from quant.arch import model_spec
 
-    return [(model_spec(m), b, ensure_mnn_model(model_spec(m), b)) for m in models for b in bits]
+    out = []
+    for m in models:
+        for b in bits:
+            spec = model_spec(m)
+            d = ensure_mnn_model(spec, b) if convert else cached_mnn_model(spec, b)
+            if d is None:
+                return None
+            out.append((spec, b, d))
+    return out
 
 
 def calibrate(dev: SocProfile, dirs: list[tuple[ModelSpec, int, Path]], prompts=PROMPTS, threads: int | None = None,
@@ -168,22 +179,34 @@ def has_fields(store: Path) -> bool:
     return bool(doc.get("profile", {}).get("mnn_gemm_gops_per_ghz"))
 
 
-def mnn_step(stores: list[Path], remeasure: bool = False, repeats: int = 3, log: Callable[[str], None] = print) -> str:
-    """Measure into every store of `stores` (the same host with and without huge pages) unless they all have the
-    fields and `remeasure` is false; returns (and logs) one line saying which."""
+def mnn_step(store: Path, remeasure: bool = False, quick: bool = False, log: Callable[[str], None] = print,
+             also: tuple[Path, ...] = (), convert: bool = False, repeats: int = 3) -> str:
+    """The MNN step of a host calibration (experiments.calibrate; hil.calibrate_peer.peer_step's twin): measure into
+    `store` (and the stores in `also`) unless MNN is missing, the calibration is a quick one, the models are not
+    converted (and `convert` is false), or the stores already have the fields (and `remeasure` is false); returns
+    (and logs) one line saying which."""
     from hil.calibrate_peer import write_profile_fields
     from hil.host import load_device_json
+    from hil.mnn_peer import INSTALL_HINT, available
 
-    if all(has_fields(d) for d in stores) and not remeasure:
-        msg = f"MNN step: kept the measured fields in {stores[0] / 'device.json'} (--remeasure re-measures)"
+    stores = (store, *also)
+    if not available():
+        msg = f"MNN step skipped ({INSTALL_HINT}); the MNN policy keeps the device's INT8 rates"
+    elif quick:
+        msg = "MNN step skipped in a quick calibration (it needs the converted models and ~4 min)"
+    elif all(has_fields(d) for d in stores) and not remeasure:
+        msg = f"MNN step: kept the measured fields in {store / 'device.json'} (remeasure re-measures)"
+    elif (dirs := default_dirs(convert)) is None:
+        msg = ("MNN step skipped: the peer's models are not converted (python -m hil.mnn_convert model=<name> "
+               "bits=8|4, or python -m hil.calibrate_mnn converts them)")
     else:
-        dev = load_device_json(stores[0] / "device.json")
-        fields, src, times = calibrate(dev, default_dirs(), repeats=repeats, log=log)
+        dev = load_device_json(store / "device.json")
+        fields, src, times = calibrate(dev, dirs, repeats=repeats, log=log)
         for d in stores:
             write_profile_fields(d, fields, src, "mnn_calibration",
                                  [asdict(t) | {"eval_s": {str(k): v for k, v in t.eval_s.items()}} for t in times])
-        rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fields["mnn_gemm_gops_per_ghz"].items()))
         loads = ", ".join(f"{k} {v:.2f}" for k, v in sorted(fields["mnn_load_gbps"].items()))
+        rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fields["mnn_gemm_gops_per_ghz"].items()))
         msg = (f"MNN step (measured, warm files): fixed {fields['mnn_fixed_s'] * 1e3:.0f} ms, own load GB/s: "
                f"{loads}, GOP/s per core-GHz: {rates}")
     log(msg)
@@ -191,8 +214,9 @@ def mnn_step(stores: list[Path], remeasure: bool = False, repeats: int = 3, log:
 
 
 def main(argv: list[str]) -> int:
-    """python -m hil.calibrate_mnn [--remeasure]: the MNN step, measured once and written into this machine's stored
-    full host profiles (with and without huge pages, those that exist)."""
+    """python -m hil.calibrate_mnn [--remeasure]: the MNN step alone (the models converted first where missing),
+    measured once and written into this machine's stored full host profiles (with and without huge pages, those that
+    exist; python -m experiments.calibrate device=host runs this step too when the models are converted)."""
     import sys
 
     from hil.calibrate_peer import host_stores
@@ -209,7 +233,8 @@ def main(argv: list[str]) -> int:
         print("run python -m experiments.calibrate device=host huge_pages=false first", file=sys.stderr)
         return 1
     try:
-        mnn_step(stores, remeasure="--remeasure" in argv, log=lambda m: print(m, file=sys.stderr, flush=True))
+        mnn_step(stores[0], remeasure="--remeasure" in argv, log=lambda m: print(m, file=sys.stderr, flush=True),
+                 also=tuple(stores[1:]), convert=True)
     except (PeerUnavailable, ConvertError, ValueError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

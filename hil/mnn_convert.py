@@ -87,6 +87,12 @@ def missing_modules(python: str) -> list[str]:
     return r.stdout.split()
 
 
+def cached_mnn_model(spec: ModelSpec, bits: int = 8, root: Path | None = None) -> Path | None:
+    """The MNN directory of `spec` at `bits` when it is converted and current, else None (nothing is converted)."""
+    d = model_dir(spec, check_bits(bits), sha256(source_gguf(spec)), root)
+    return d if read_manifest(d) is not None else None
+
+
 def ensure_mnn_model(spec: ModelSpec, bits: int = 8, python: str | None = None, root: Path | None = None,
                      log=print) -> Path:
     """The MNN directory of `spec` at `bits` (module doc), converted when missing or stale."""

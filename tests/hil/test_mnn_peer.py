@@ -302,3 +302,29 @@ def test_derive_takes_rates_from_slopes_and_load_from_two_model_sizes(tmp_path):
     flat = [times[0], dataclasses.replace(times[1], load_s=0.1)]
     with pytest.raises(ValueError, match="does not grow"):
         cm.derive(flat, {s.name: s for s in (small, big)}, dev, 2)
+
+
+def test_the_calibration_step_says_why_it_skips(monkeypatch, tmp_path):
+    lines: list[str] = []
+    monkeypatch.setattr(mnn_peer, "available", lambda: False)
+    assert "pip install 'edgellm[mnn]'" in cm.mnn_step(tmp_path, log=lines.append)
+    monkeypatch.setattr(mnn_peer, "available", lambda: True)
+    assert "quick calibration" in cm.mnn_step(tmp_path, quick=True, log=lines.append)
+    (tmp_path / "device.json").write_text(json.dumps({"profile": {"mnn_gemm_gops_per_ghz": {"b8@576": 9.0}}}))
+    assert "kept the measured fields" in cm.mnn_step(tmp_path, log=lines.append)
+    monkeypatch.setattr(cm, "default_dirs", lambda convert: None)
+    assert "not converted" in cm.mnn_step(tmp_path, remeasure=True, log=lines.append)
+    assert len(lines) == 4 and all("\n" not in ln for ln in lines)
+
+
+def test_only_a_current_conversion_is_found_without_converting(tmp_path, source):
+    spec = model_spec("smollm2_135m")
+    assert mc.cached_mnn_model(spec, 8, root=tmp_path) is None
+    d = mc.model_dir(spec, 8, mc.sha256(source), tmp_path)
+    d.mkdir(parents=True)
+    for n in mc.FILES:
+        (d / n).write_text("x")
+    (d / mc.MANIFEST).write_text(json.dumps({"files": {n: 1 for n in mc.FILES}}))
+    assert mc.cached_mnn_model(spec, 8, root=tmp_path) == d
+    source.write_bytes(b"GGUF changed")
+    assert mc.cached_mnn_model(spec, 8, root=tmp_path) is None
