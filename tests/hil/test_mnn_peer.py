@@ -161,6 +161,19 @@ def test_convert_and_run_a_tiny_synthetic_model(tmp_path, monkeypatch):
     assert all(t >= lo for t, lo in zip(r["ttft_s"]["runs"], r["load_s"]["runs"]))
 
 
+@needs_mnn
+def test_cold_ttft_on_a_converted_smollm2_directory():
+    """The real runtime on the cached SmolLM2 conversion (skips where it was never converted)."""
+    d = mc.cached_mnn_model(model_spec("smollm2_135m"), 4)
+    if d is None:
+        pytest.skip("SmolLM2 not converted here: python -m hil.mnn_convert model=smollm2_135m bits=4")
+    r = mnn_peer.mnn_cold_ttft(d, [504, 476, 3391, 18], threads=1, repeats=2, n_vocab=49152)
+    assert r["resident_before"] == [0.0, 0.0] and r["precision"] == "low" and r["use_mmap"] is False
+    assert len(set(r["first_token"])) == 1 and r["file_bytes"] == sum(p.stat().st_size for p in
+                                                                      mnn_peer.model_files(d))
+    assert all(0 < lo <= t for lo, t in zip(r["perf_load_s"]["runs"], r["ttft_s"]["runs"]))
+
+
 # ---- hil.mnn_peer -------------------------------------------------------------------------------------------------
 def test_without_extra_one_line(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "MNN", None)
