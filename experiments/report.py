@@ -746,8 +746,9 @@ def calibration_page(topic: str, runs: list[Run]) -> Page:
                  "iterate to a joint solution) next to the values the profile stores, and every component scenario "
                  "simulated with the stored profile against the figure's value (`tests/sim/test_calibration.py` "
                  "requires ±10 %; check rows are not fitted). The stealing threshold is derived from the modelled "
-                 "rates and only reported. Figure values are the EdgeFlow paper's; every other number is modelled "
-                 "(docs/coldstart.md \"Calibration\").")
+                 "rates and only reported; the weightlet rows run Fig. 4b's scenario in EdgeFlow's format, which the "
+                 "paper does not show (predictions). Figure values are the EdgeFlow paper's; every other number is "
+                 "modelled (docs/coldstart.md \"Calibration\").")
         summary = (f"Fit ({m['rounds']} rounds) and stored profile values, {setting}:\n\n"
                    + fit_markdown(m["fit_rows"])
                    + f"\n\nSimulated (modelled, stored profile) against the figures, {setting}:\n\n"
