@@ -23,7 +23,10 @@
   margin of the observed error's `planner.feedback.percentile` (p99). A step above the TPOT QoS forces a re-plan at
   the next token. While a re-planned placement loads in the background and the running plan breaks the target, the
   levers that need no reload act on the running plan in the same step (`bridge`): communication scaling, then
-  pruning; precision is the re-planned placement itself.
+  pruning; precision is the re-planned placement itself. The bridge is re-costed on every step's links (more levers
+  when it breaks the target) and names the plan it was made of (`Decision.bridge_of`): once the re-planned
+  placement has loaded, the runtime runs it and a bridge of the replaced plan is void; that placement keeps the
+  bridge's ATTN pruning unless their KV rebuild fits in the step (`_hold_for_bridge`).
 - Decode plans reserve the KV cache one bucket ahead, so the placement the next bucket needs is found while the
   running plan still fits and loads in the background.
 - Disconnects (`disconnect_kv=prune`, default; paper §4.3): the share of the running plan's ATTN shards a departed
@@ -36,7 +39,8 @@
   planner charges: those shards have no KV for the cached context, and recomputing it is a re-prefill of the context
   on the new plan (`restores_kv`, `kv_rebuild_s`, estimated with the prefill regression and its corrections). A
   restore is taken only when the step that pays it still meets the target; otherwise the new plan keeps the ATTN
-  pruning of the plan that ran (`_hold_kv`: its other levers — FFN shards, precision — still come back) and the
+  pruning of the plan that ran (`_hold_kv`: its other levers — FFN shards, precision — still come back; or the plan
+  that ran itself, when that is the more accurate of the two) and the
   shards return at a later step that can pay for them: at a turn start, where the rebuild counts against the TTFT
   target, or while the cluster waits for the user's next prompt (`end_turn`, the rebuild runs in the idle time)
   (paper §4.3.2: pruned activations are restored gradually; §4.3.1: plans follow the newly estimated execution
@@ -357,21 +361,26 @@ class VoltronPolicy(Policy):
         return float(self._recost(to, env).est_time_s)
 
     def _hold_kv(self, plan: PhasePlan, frm: PhasePlan | None, env: PhaseEnv, target: float, kv_len: int,
-                 links: LinkState) -> tuple[PhasePlan, float, bool]:
+                 links: LinkState, keep_frm: bool = True) -> tuple[PhasePlan, float, bool]:
         """(plan to adopt, its switch cost, deferred?): `plan` if restoring the ATTN shards `frm` pruned costs
-        nothing or the step that pays the rebuild still meets `target`; else `plan` with `frm`'s pruning of every
-        ATTN sublayer kept (a subset of its shards, `env` is the plan's), so the restore waits for a step that can
-        pay for it."""
+        nothing or the step that pays the rebuild still meets `target`; else the most accurate plan that keeps
+        `frm`'s pruning of every ATTN sublayer and meets `target` (`env` is the plan's), so the restore waits for a
+        step that can pay for it: `plan` thinned to that pruning (a subset of its shards: its FFN shards come back),
+        or — `keep_frm`, `frm` being the plan that runs — `frm` itself (resident, its KV all there). The thinned plan
+        keeps the precision the search chose for all of `plan`'s shards, so it can be the less accurate of the two."""
         if frm is None or not plan.fits:
             return plan, 0.0, False
         cost = self.kv_rebuild_s(frm, plan, kv_len, links)
         if cost <= 0 or plan.est_time_s + cost <= target:
             return plan, cost, False
-        held = self._thin_to(plan, env, np.where(self._attn, frm.pruned, 0))
-        if not held.fits:
+        cands = [self._thin_to(plan, env, np.where(self._attn, frm.pruned, 0))]
+        if keep_frm:
+            cands.append(self._recost(frm, env))
+        ok = [c for c in cands if c.fits and c.est_time_s <= target] or [c for c in cands[:1] if c.fits]
+        if not ok:
             return plan, cost, False
         self.kv_holds += 1
-        return held, 0.0, True
+        return max(ok, key=self.accuracy), 0.0, True
 
     def _recost(self, plan: PhasePlan, env: PhaseEnv) -> PhasePlan:
         return self.hp.fixed(self.hp.options(env, 0.0), env, plan.precision, plan.act_precision, plan.shards,
@@ -477,14 +486,33 @@ class VoltronPolicy(Policy):
                 held = self._thin_to(self.current, now, np.where(self._attn, ran.pruned, 0))
                 if held.fits and held.est_time_s <= target and self.changed(ran, held):
                     self._bridged = held
-                    return dataclasses.replace(d, bridge=held)
+                    return dataclasses.replace(d, bridge=held, bridge_of=self._bridge_of)
         b = self.bridge(ran, now, target)
         if b is None and ran is self._bridged and not d.replanned:
             b = ran                   # the bridge keeps running (a restore is the policy's decision, made above)
         if b is not None:
             self._bridged, self._bridge_of = b, (self._bridge_of if ran is self._bridged else ran)
-            d = dataclasses.replace(d, bridge=b)
+            d = self._hold_for_bridge(dataclasses.replace(d, bridge=b, bridge_of=self._bridge_of), b, kv_len, links,
+                                      budgets, target)
         return d
+
+    def _hold_for_bridge(self, d: Decision, b: PhasePlan, kv_len: int, links: LinkState, budgets: np.ndarray,
+                         target: float) -> Decision:
+        """A bridge runs while a re-planned placement (`self.current`) loads; once loaded, that placement replaces
+        the bridge, so it must not restore ATTN shards the bridge pruned unless the step that pays their KV rebuild
+        meets the target (`_hold_kv`): otherwise the loading placement keeps the bridge's ATTN pruning (a subset of
+        its shards: nothing more to load) and the shards come back at a step that can pay for them."""
+        cur = self.current
+        if cur is None or cur is self._bridge_of or cur.phase != "decode":
+            return d
+        plan, _, held = self._hold_kv(cur, b, self._ahead(kv_len, links, budgets), target, kv_len, links,
+                                      keep_frm=False)
+        if not held:
+            return d
+        reload = self.adopt(plan)
+        if d.replanned:
+            reload = d.reload_bytes           # (adopted at this step: `cur`'s load covers its subset)
+        return dataclasses.replace(d, plan=plan, replanned=True, urgent=False, reload_bytes=reload, kv_held=True)
 
     def _step(self, links: LinkState, budgets: np.ndarray, kv_len: int) -> Decision:
         self._update_lost(links)

@@ -111,6 +111,9 @@ class Decision:
                                             # switch cannot wait for the reload to finish in the background
     bridge: PhasePlan | None = None         # run this now, until `plan` is loaded: the running plan with the
                                             # run-time levers that need no reload (Voltron's closed loop)
+    bridge_of: PhasePlan | None = None      # the loaded plan `bridge` is made of: a runtime that has meanwhile
+                                            # swapped in the re-planned placement does not put a bridge of the
+                                            # replaced plan back over it
     switch_est_s: float = 0.0               # modelled: the one-time cost of the switch this decision takes (the
                                             # KV of restored ATTN shards, `restores_kv`), charged before its step
     kv_held: bool = False                   # a restore of pruned ATTN shards was deferred: its KV rebuild would

@@ -24,6 +24,11 @@ re-plan that prunes less; `planner.voltron.policy.restores_kv`) has no KV for th
 context on the new plan before its first step, and so does the simulator (`kv_rebuild_s_total`, `kv_rebuilds`).
 A switch the policy makes when a turn is answered (`Policy.end_turn`) reloads and rebuilds during the user's think
 time; what does not fit in it stalls the next prefill.
+
+Bridges (`Decision.bridge`): the running plan with the policy's no-reload levers runs until the re-planned placement
+has loaded; from then on the loaded placement runs, and a bridge of the plan it replaced (`Decision.bridge_of`) is not
+put back. A re-plan that needs nothing beyond a placement still loading waits for that load. A row's `est_s` is the
+policy's estimate of that step (`Policy.estimate`: the plan that ran, re-costed for the step's links and KV length).
 """
 from __future__ import annotations
 
@@ -172,6 +177,7 @@ class _Conversation:
         the running plan once their shards are in memory."""
         policy, st = self.policy, self.st
         running, pending, pending_left = None, None, 0.0
+        base = None                                          # the loaded policy plan `running` is (or bridges)
         running_id = pending_id = st["plan_id"]              # plan ids of what runs / what is loading
         credit = prefill_s if policy.overlap_reload else 0.0   # loads may proceed during the prefill
         for tok in range(n_out):
@@ -187,14 +193,17 @@ class _Conversation:
             if running is None or (d.replanned and d.urgent) or not policy.overlap_reload:
                 # the new plan runs now; its missing weights stall the token (beyond the step's own time when
                 # the policy overlaps loads with compute)
-                running, pending = d.plan, None
+                running, pending, base = d.plan, None, d.plan
                 running_id = st["plan_id"]
             elif d.replanned:
-                # background reload: the previous plan keeps running until the new shards are in memory
-                pending, pending_left, pending_id = d.plan, reload, st["plan_id"]
+                # background reload: the previous plan keeps running until the new shards are in memory; a plan that
+                # needs nothing beyond the one still loading (the policy counts that one as resident) waits for it
+                left = pending_left if pending is not None and reload <= 0 else reload
+                pending, pending_left, pending_id = d.plan, left, st["plan_id"]
                 reload = 0.0
-            if d.bridge is not None and d.bridge is not running:
+            if d.bridge is not None and d.bridge is not running and (d.bridge_of is None or d.bridge_of is base):
                 # the running plan with the run-time levers that need no reload, until the pending plan is loaded
+                # (a bridge of a plan the loaded placement has since replaced is void)
                 st["next_id"] += 1
                 st["replans"] += 1
                 self.plans[st["next_id"]] = d.bridge
@@ -206,14 +215,17 @@ class _Conversation:
                 stall = max(0.0, reload - dt) if policy.overlap_reload else reload
             stall += self.kv_recompute_s(running, links, kv)
             shown = Decision(plan=running, replanned=d.replanned)
-            self.row(turn, tok + 1, "decode", dt + stall, comm, stall, shown, links, kv, running.est_time_s,
+            # the planner's estimate of this step: the plan re-costed for its links and KV length (a plan kept over
+            # several steps, a bridge above all, was costed for the links it was made on)
+            est = policy.estimate(running, 1, kv, links).est_time_s
+            self.row(turn, tok + 1, "decode", dt + stall, comm, stall, shown, links, kv, est,
                      running_id)
             st["tokens"] += 1
             yield self.env.timeout(dt + stall)
             if pending is not None:
                 pending_left -= dt + stall
                 if pending_left <= 0:
-                    running, pending, running_id = pending, None, pending_id
+                    running, pending, running_id, base = pending, None, pending_id, pending
             kv += 1
 
     def user(self):

@@ -49,17 +49,17 @@ def test_compute_squeeze_needs_pruning():
     (the same fraction from every layer, least important first) keeps QoS at once. Without it, tokens miss QoS."""
     full, nop = _run("compute_squeeze"), _run("compute_squeeze", compute_pruning=False)
     assert _ok(full), full
-    assert nop["qos_tpot_violation_rate"] > 0.03 and nop["tpot_ms_p99"] > 500
+    assert not _ok(nop) and nop["qos_tpot_violation_rate"] > 0.01 and nop["tpot_ms_p99"] > 500, nop
 
 
 def test_weak_link_needs_communication_scaling():
     """The tablet's link at 3 % of its RSSI goodput from 40 s: the 14B model needs the tablet's memory, so activations
-    keep crossing that link; only communication scaling shrinks them. Without it, tokens miss QoS and accuracy drops
-    (the search prunes to make up for the communication)."""
+    keep crossing that link; only communication scaling shrinks them. Without it, the controller makes up for the
+    communication by pruning shards and lowering weight precision: accuracy drops by points, not by the fraction of a
+    point activation quantization costs."""
     full, noc = _run("weak_link"), _run("weak_link", comm_scaling=False)
     assert _ok(full), full
-    assert noc["qos_tpot_violation_rate"] > 0.03 and noc["tpot_ms_p99"] > 500
-    assert noc["accuracy_proxy"] < full["accuracy_proxy"]
+    assert noc["accuracy_proxy"] < full["accuracy_proxy"] - 2.0, (noc, full)
 
 
 def _obs(step, busy, est_busy, est_corr, link=(0.0, 0.0, 0.0), est_link=(0.0, 0.0, 0.0)):
