@@ -196,7 +196,8 @@ FIT_TABLE = (
     ("npu_optimize_s_per_gb", "s/GB", "Fig. 1a optimize 41 s over {i8_gb:.2f} GB of INT8 weights"),
     ("npu_prepare_s_per_gb", "s/GB", "Fig. 1b prepare 2 s over {i8_gb:.2f} GB of INT8 weights"),
     ("cpu_int8_gemm_gops_per_ghz", "GOP/s per core per GHz",
-     "sourced, not fitted: MNN CPU prefill {tok_s} tok/s on the same SoC ({url})"),
+     "sourced, not fitted: MNN CPU prefill on the same SoC, {tok_s} tok/s x {gop:.4f} GOP/token / {ghz:.3f} effective "
+     "GHz of {threads} threads ({url})"),
     ("npu_setup_s", "s", "Fig. 1 \"setup envs\" (the figure's value, set directly)"),
     ("npu_inefficient_factor", "x", "Fig. 5b (the figure's value, set directly)"),
 )
@@ -235,7 +236,9 @@ def fit_rows(spec: ModelSpec, dev: SocProfile, fitted: SocProfile) -> list[dict]
             "gweights": sum(w.int8_bytes for w in lw[:spec.n_layers]) / 1e9,      # INT8: one byte per weight
             "kq_gb": sum(w.flash_bytes for w in kq) / 1e9,
             "i8_layers_gb": sum(w.flash_bytes for w in lw[:spec.n_layers]) / 1e9,
-            "tok_s": CPU_GEMM_SOURCE.prefill_tok_s, "url": CPU_GEMM_SOURCE.url}
+            "tok_s": CPU_GEMM_SOURCE.prefill_tok_s, "gop": CPU_GEMM_SOURCE.gop_per_token,
+            "ghz": dev.thread_ghz(CPU_GEMM_SOURCE.threads, 0), "threads": CPU_GEMM_SOURCE.threads,
+            "url": CPU_GEMM_SOURCE.url}
     rows = []
     for key, unit, what in FIT_TABLE:
         how = ("fitted (root finding)" if key in ROOT_FOUND else "fitted (figure / INT8 GB)" if key in GRAPH_FIGURES
@@ -388,24 +391,10 @@ def consistent_markdown(rows: list[dict]) -> str:
                        *[f"{r[w + '_ttft_s']:.2f}" for w in wls]] for r in rows])
 
 
-if __name__ == "__main__":   # print the fitted / sourced values and the check table
+if __name__ == "__main__":   # the calibration page's fit and check tables, without a run directory
     from sim.coldstart.sweep import load_conf
 
     spec = load_conf("model", "llama3_8b", ModelSpec)
     dev0 = load_conf("device", "xiaomi15pro", SocProfile)
-    fitted = fit_profile(spec, dev0)
-    for k in ("flash_peak_gbps", "flash_reader_gbps", "cpu_copy_gbps", "kquant_unpack_cycles_per_weight",
-              "npu_ctx_deserialize_gbps", "npu_int8_tops", "cpu_int8_gemm_gops_per_ghz", "npu_compose_s_per_gb",
-              "npu_optimize_s_per_gb", "npu_prepare_s_per_gb"):
-        print(f"{k}: {getattr(fitted, k):.4g}   (profile: {getattr(dev0, k):.4g})")
-    src = CPU_GEMM_SOURCE
-    print(f"cpu_int8_gemm_gops_per_ghz (sourced): {src.prefill_tok_s} tok/s x {src.gop_per_token:.4f} GOP/token / "
-          f"{dev0.thread_ghz(src.threads, 0):.3f} effective GHz ({src.threads} threads) = "
-          f"{sourced_cpu_gemm_rate(dev0):.4g} GOP/s/GHz  [{src.url}]")
-    rep = calibration_report(spec, dev0)
-    for k, t in TARGETS.items():
-        tag = "check" if k in NOT_FITTED else "fit"
-        print(f"{k:34s} {tag:8s} target {t:7.2f}  simulated {rep[k]:7.2f}  ({100 * (rep[k] / t - 1):+.1f} %)")
-    for k, t in REPORTED.items():
-        r = steal_ratio(spec, dev0, EF_COMPUTE_THREADS if k == "steal_threshold" else 4)
-        print(f"{k:34s} reported paper {t:7.0f}  derived   {rep[k]:7.0f}  (CPU/NPU matmul time ratio {r:.2f})")
+    print(fit_markdown(fit_rows(spec, dev0, fit_profile(spec, dev0))), check_markdown(check_rows(spec, dev0)),
+          sep="\n\n")
