@@ -159,7 +159,14 @@ class SharedRate:
                     if rate <= self.capacity * (1.0 - 1e-9):
                         j.rate = rate
                         d = j.left
-                        self._timer_in((0.0 if 0.0 > d else d) / rate)
+                        dt = (0.0 if 0.0 > d else d) / rate
+                        now = env.now                  # _timer_in(dt), inline
+                        at = now + dt
+                        if at == now:
+                            env.call_later(dt, self._timer, self.gen)
+                        else:
+                            env._eid += 1
+                            heappush(env._heap, (at, env._eid, self._timer, self.gen))
                         return
                 else:
                     k = active[1]
@@ -171,7 +178,15 @@ class SharedRate:
                         dt = (0.0 if 0.0 > d else d) / rate
                         d = k.left
                         d = (0.0 if 0.0 > d else d) / rk
-                        self._timer_in(d if d < dt else dt)
+                        if d < dt:
+                            dt = d
+                        now = env.now                  # _timer_in(dt), inline
+                        at = now + dt
+                        if at == now:
+                            env.call_later(dt, self._timer, self.gen)
+                        else:
+                            env._eid += 1
+                            heappush(env._heap, (at, env._eid, self._timer, self.gen))
                         return
                 below = False
             else:
@@ -235,8 +250,12 @@ class SharedRate:
             if j.slow != 1.0 or j.slow_mem != 1.0:
                 self.n_slow -= 1
             ev = j.event
-            if ev is None:
-                j.part_of.part_done()
+            if ev is None:                 # j.part_of.part_done(), inline
+                ev = j.part_of
+                ev._left -= 1
+                if not ev._left:
+                    ev._waiting, ev.callbacks = ev.callbacks, [ev._last_part]
+                    self.env._now_q.append(ev)
             else:                          # ev.succeed(), inline
                 ev._value = None
                 self.env._now_q.append(ev)
@@ -266,8 +285,12 @@ class SharedRate:
             if j.slow != 1.0 or j.slow_mem != 1.0:
                 self.n_slow -= 1
             ev = j.event
-            if ev is None:
-                j.part_of.part_done()
+            if ev is None:                 # j.part_of.part_done(), inline
+                ev = j.part_of
+                ev._left -= 1
+                if not ev._left:
+                    ev._waiting, ev.callbacks = ev.callbacks, [ev._last_part]
+                    now_q.append(ev)
             else:                          # ev.succeed(), inline
                 ev._value = None
                 now_q.append(ev)
@@ -409,8 +432,16 @@ class Cores(SharedRate):
                 if occ <= capacity * (1.0 - 1e-9):      # the path below for one job below capacity, unrolled
                     j.rate = rate = j.cap
                     d = j.left
-                    self._timer_in((0.0 if 0.0 > d else d) / rate)
-                    now = self.env.now                  # _set_occupied(occ), inline (occ < capacity)
+                    dt = (0.0 if 0.0 > d else d) / rate
+                    env = self.env                 # _timer_in(dt), inline
+                    now = env.now
+                    at = now + dt
+                    if at == now:
+                        env.call_later(dt, self._timer, self.gen)
+                    else:
+                        env._eid += 1
+                        heappush(env._heap, (at, env._eid, self._timer, self.gen))
+                    # _set_occupied(occ), inline (occ < capacity)
                     if occ >= capacity - 1e-9:
                         self.full_at = now
                     d = now - self._occ_t
