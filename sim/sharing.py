@@ -263,23 +263,47 @@ class SharedRate:
             if self.listeners:
                 self._notify()
             return
-        done = []
-        if dt > 0:                         # _advance, inline, with the completed jobs in the same pass
-            for j in active:
+        if len(active) == 2:               # two jobs: the general path below, unrolled
+            j, k = active
+            if dt > 0:
                 j.left = left = j.left - j.rate * dt
-                if left <= j.eps:
-                    done.append(j)
+                dj = left <= j.eps
+                k.left = left = k.left - k.rate * dt
+                dk = left <= k.eps
+            else:
+                dj = j.left <= j.eps
+                dk = k.left <= k.eps
+            self.last = now
+            if dj and dk:
+                done = active
+                self.active = []
+            elif dj:
+                done = [j]
+                del active[0]
+            elif dk:
+                done = [k]
+                active.pop()
+            else:                          # float rounding: finish the closest one
+                done = [min((j for j in active if j.rate > 0), key=lambda j: j.left / j.rate)]
+                active.remove(done[0])
         else:
-            for j in active:
-                if j.left <= j.eps:
-                    done.append(j)
-        self.last = now
-        if not done:   # float rounding: finish the closest one
-            done = [min((j for j in active if j.rate > 0), key=lambda j: j.left / j.rate)]
-        if len(done) == 1:
-            active.remove(done[0])
-        else:
-            self.active = [j for j in active if j not in done]
+            done = []
+            if dt > 0:                     # _advance, inline, with the completed jobs in the same pass
+                for j in active:
+                    j.left = left = j.left - j.rate * dt
+                    if left <= j.eps:
+                        done.append(j)
+            else:
+                for j in active:
+                    if j.left <= j.eps:
+                        done.append(j)
+            self.last = now
+            if not done:   # float rounding: finish the closest one
+                done = [min((j for j in active if j.rate > 0), key=lambda j: j.left / j.rate)]
+            if len(done) == 1:
+                active.remove(done[0])
+            else:
+                self.active = [j for j in active if j not in done]
         now_q = self.env._now_q
         for j in done:
             if j.slow != 1.0 or j.slow_mem != 1.0:
@@ -418,7 +442,12 @@ class Cores(SharedRate):
         active = self.active
         if not active and not self.packs and not self.record:     # the general path below with nothing to share
             self.gen += 1
-            self._set_occupied(0)
+            now = self.env.now              # _set_occupied(0), inline
+            if 0 >= self.capacity - 1e-9:
+                self.full_at = now
+            d = now - self._occ_t
+            self._busy += self._occ * (d if d > 0.0 else 0.0)
+            self._occ, self._occ_t = 0, now
             return
         if not (self.packs or self.record or self.n_slow or not self.uniform_caps):
             # plain water filling (cap = weight: in arrival order), the next completion and the occupancy in one
