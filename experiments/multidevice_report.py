@@ -8,8 +8,10 @@ turns into docs/results/multidevice-report.md.
 Sections (`--only`, comma-separated; default all): `qos` and `largest` (the table under each model-choice rule,
 trace `--trace`), `equal_split` (paper Fig. 4b on Office), `latency` (held-out accuracy of the planner's latency
 regression), `energy` (Voltron's decode energy per token, energy mode off / on, against the single device; trace
-`--energy-trace`), `gains` (Voltron − single accuracy per `accuracy.int4_scale` of `--gains`). `--clusters` and
-`--families` take subsets (a small run). `--figure` also plots TPOT / RSSI over time (office, qwen2_5_14b).
+`--energy-trace`), `gains` (Voltron − single accuracy per `accuracy.int4_scale` of `--gains`), `ablation` (Voltron's
+run-time mechanisms each off on the trace that needs it, Office / Qwen2.5-14B, `sim.multidevice.report.ABLATION`).
+`--clusters` and `--families` take subsets (a small run). `--figure` also plots TPOT / RSSI over time (office,
+qwen2_5_14b).
 
 Writes `metrics.json` (the settings and every section's rows: the simulator's metrics per run, all modelled except
 the planner's search times `plan_ms_*`, measured on this host) and `manifest.json` (the commit, this machine's
@@ -24,7 +26,7 @@ import sys
 from pathlib import Path
 
 APP = "experiments.multidevice_report"
-SECTIONS = ("qos", "largest", "equal_split", "latency", "energy", "gains")
+SECTIONS = ("qos", "largest", "equal_split", "latency", "energy", "gains", "ablation")
 ENERGY_MAX_VIOLATION = 0.01     # share of tokens over the TPOT QoS Voltron may have in the energy comparison
 
 
@@ -61,8 +63,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
         a.gains = tuple(float(x) for x in _csv(a.gains, None, "--gains"))
         if a.turns < 1 or a.seed < 0:
             raise ValueError("--turns must be >= 1 and --seed >= 0")
-        if "equal_split" in a.only and "office" not in a.clusters:
-            raise ValueError("--only equal_split runs on the office cluster: keep office in --clusters")
+        for office_only in ("equal_split", "ablation"):
+            if office_only in a.only and "office" not in a.clusters:
+                raise ValueError(f"--only {office_only} runs on the office cluster: keep office in --clusters")
         if any(not (x > 0) for x in a.gains):
             raise ValueError("--gains: every int4_scale must be > 0")
     except ValueError as e:
@@ -73,7 +76,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def sections(a: argparse.Namespace) -> dict:
     """Every requested section's rows."""
     from planner.voltron.accuracy import AccuracyConfig
-    from sim.multidevice.report import equal_split, latency_rows, table
+    from sim.multidevice.report import ablation, equal_split, latency_rows, table
 
     kw = dict(clusters=a.clusters, families=a.families)
     out: dict = {}
@@ -91,6 +94,8 @@ def sections(a: argparse.Namespace) -> dict:
     if "gains" in a.only:
         out["gains"] = {f"{s:g}": table(a.trace, a.turns, a.seed, rule="qos", planners=("voltron", "single"),
                                         accuracy=AccuracyConfig(int4_scale=s), **kw) for s in a.gains}
+    if "ablation" in a.only:
+        out["ablation"] = ablation(seed=a.seed)
     return out
 
 

@@ -835,6 +835,11 @@ MD_REPORT_SECTIONS = {      # section of experiments.multidevice_report -> (head
               "The accuracy proxy's gain (MMLU points) of Voltron over the single device under the `qos` rule, with "
               "the INT4 loss of every model scaled by `accuracy.int4_scale` (docs/multidevice.md \"Accuracy "
               "model\")."),
+    "ablation": ("Ablation of Voltron's run-time mechanisms (Voltron Fig. 11 counterpart)",
+                 "Office / Qwen2.5-14B, Voltron with one mechanism switched off at a time on the trace built to "
+                 "need it (docs/multidevice.md \"Run-time scenarios that need each lever\"); stall total = weight "
+                 "reloads and KV work a step waited for, KV rebuild = restored ATTN shards' KV (mostly in the user's "
+                 "think time)."),
 }
 MD_REPORT_ROW_KEYS = ("cluster", "family", "planner", "model", "precision", "ttft_s", "ttft_s_max", "qos_ttft_ok",
                       "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate", "accuracy_proxy", "oom", "qos_met",
@@ -908,6 +913,13 @@ def multidevice_report_page(topic: str, runs: list[Run]) -> Page:
         add("gains", md.gain_markdown(by), meta["gains"], src["gains"])
         for s, rows in sec["gains"].items():
             rows_csv(f"gains int4_scale={s}", rows, src["gains"])
+    if "ablation" in sec:
+        add("ablation", md.ablation_markdown(sec["ablation"]), meta["ablation"], src["ablation"])
+        csv_rows.extend({"table": "ablation", "trace": r["trace"], "variant": r["variant"],
+                         **{k: r.get(k) for k in MD_REPORT_ROW_KEYS}, "stall_s_total": r.get("stall_s_total"),
+                         "kv_recompute_s_total": r.get("kv_recompute_s_total"),
+                         "kv_rebuild_s_total": r.get("kv_rebuild_s_total"), "run": src["ablation"].dir.name}
+                        for r in sec["ablation"])
     if not parts:
         raise ReportError("run dirs: no section of experiments.multidevice_report in them")
     summary_m = (src.get("qos") or used[-1]).metrics

@@ -10,14 +10,8 @@ import pandas as pd
 from experiments.figures.base import FigureSpec, fig_legend, note
 from experiments.figures.names import labels
 from experiments.figures.voltron_data import QOS_TPOT_MS, conversation, qos_line, summary
-from planner.voltron.feedback import FeedbackConfig
+from sim.multidevice.report import ABLATION as CASES  # (trace, turns, think s, variants): the results page's cases
 
-# (trace, turns, think s, variants): every lever on the trace built for it (conf/trace, sim/multidevice/squeeze.py)
-CASES = (("walk_away_disconnect", 5, 60.0, (("voltron", {}), ("no closed loop", {"feedback": FeedbackConfig(False)}),
-                                           ("no reload overlap", {"overlap_reload": False}),
-                                           ("KV recompute on disconnect", {"disconnect_kv": "recompute"}))),
-         ("weak_link", 3, None, (("voltron", {}), ("no comm scaling", {"comm_scaling": False}))),
-         ("compute_squeeze", 3, None, (("voltron", {}), ("no compute pruning", {"compute_pruning": False}))))
 GRID = {"full": dict(model="qwen2_5_14b", cases=CASES),
         "toy": dict(model="qwen2_5_3b", cases=(("walk_away_disconnect", 1, None, CASES[0][3][:2]),))}
 CLUSTER = "office"

@@ -8,6 +8,9 @@ within QoS and ≤ 5 % of tokens above the TPOT QoS; if none does, the largest m
 "the largest model that fits"): the first that completes without OOM. If nothing runs, the smallest model's failed run
 is reported. Every run is the same simulated conversation (`turns`, seed) under one RSSI trace.
 
+`ablation`: Voltron's run-time mechanisms, each switched off on the trace built to need it (Office / Qwen2.5-14B;
+the Voltron Fig. 11 counterpart, `experiments/figures/voltron_fig11.py`, draws the same cases).
+
 `experiments.multidevice_report` runs these tables into a run directory; `python -m experiments.report <run dir>`
 makes the results page docs/results/multidevice-report.md from it (docs/multidevice.md "Results").
 """
@@ -19,11 +22,13 @@ import time
 
 from planner.voltron.accuracy import BASE_MMLU, FAMILIES, AccuracyConfig
 from planner.voltron.devices import load_cluster
+from planner.voltron.feedback import FeedbackConfig
 from planner.voltron.policy import PlannerConfig
 from planner.voltron.registry import POLICIES, make_policy
 from planner.voltron.rssi import RssiTable
 from quant.arch import model_spec
 from sim.multidevice.runner import build_run_context, run_conversation
+from sim.multidevice.squeeze import Squeeze, trace_config
 from sim.multidevice.workload import WorkloadConfig
 from sim.wireless import RssiTrace, TraceConfig
 
@@ -76,6 +81,52 @@ def table(trace: str, turns: int, seed: int = 0, progress: bool = True, rule: st
                     print(f"[{time.time() - t0:5.0f} s] {cl:6s} {fam:8s} {pname:8s} {r['model']:18s} "
                           f"TTFT {r['ttft_s']} TPOT p50 {r['tpot_ms_p50']} oom {r['oom']}", file=sys.stderr, flush=True)
     return rows
+
+
+# (trace, turns, think s (None: the workload's), ((variant, PlannerConfig overrides), ...)): every lever of Voltron's
+# controller off on the trace built for it (conf/trace, sim/multidevice/squeeze.py) — the closed loop, overlapped
+# reloads and KV pruning on the walk-away trace with a disconnect, communication scaling on `weak_link` (the tablet's
+# link at 3 % of its goodput), compute pruning on `compute_squeeze` (the main device at 45 % speed)
+ABLATION = (("walk_away_disconnect", 5, 60.0, (("voltron", {}), ("no closed loop", {"feedback": FeedbackConfig(False)}),
+                                              ("no reload overlap", {"overlap_reload": False}),
+                                              ("KV recompute on disconnect", {"disconnect_kv": "recompute"}))),
+            ("weak_link", 3, None, (("voltron", {}), ("no comm scaling", {"comm_scaling": False}))),
+            ("compute_squeeze", 3, None, (("voltron", {}), ("no compute pruning", {"compute_pruning": False}))))
+
+
+def ablation(cluster: str = "office", model: str = "qwen2_5_14b", seed: int = 0, progress: bool = True) -> list[dict]:
+    """One row per `ABLATION` case: Voltron with one mechanism off (or none), the simulated run's metrics."""
+    base, _ = build_run_context(model_spec(model), load_cluster(cluster), PlannerConfig(), seed)
+    rows, t0 = [], time.time()
+    for trace, turns, think_s, variants in ABLATION:
+        tc = trace_config(trace)
+        tr, sq = RssiTrace.load(tc), Squeeze.load(tc)
+        wl = WorkloadConfig(turns=turns, seed=seed, **({} if think_s is None else {"think_s": think_s}))
+        for variant, kw in variants:
+            ctx = dataclasses.replace(base, cfg=PlannerConfig(name="voltron", **kw))
+            res = run_conversation(make_policy(ctx), ctx, tr, RssiTable(), wl, seed=seed, squeeze=sq)
+            rows.append(dict(res.metrics, cluster=cluster, model=model, planner="voltron", trace=trace, turns=turns,
+                             think_s=wl.think_s, variant=variant))
+            if progress:
+                print(f"[{time.time() - t0:5.0f} s] {trace:22s} {variant:28s} p99 {res.metrics['tpot_ms_p99']}",
+                      file=sys.stderr, flush=True)
+    return rows
+
+
+def ablation_markdown(rows: list[dict]) -> str:
+    """The ablation's table: per trace and variant, TTFT, TPOT, tokens over 400 ms, accuracy and the stalls."""
+    out = ["| trace (turns, think s) | variant | TTFT max s | TPOT p50 / p99 ms | TPOT > 400 ms | accuracy proxy | "
+           "stall total s | KV recompute s | KV rebuild s |", "|---|---|---|---|---|---|---|---|---|"]
+    last = None
+    for r in rows:
+        case = (r["trace"], r["turns"], r["think_s"])
+        head = f"{r['trace']} ({r['turns']}, {r['think_s']:g})" if case != last else ""
+        last = case
+        out.append(f"| {head} | {r['variant']} | {_f(r['ttft_s_max'])} | {_f(r['tpot_ms_p50'], 0)} / "
+                   f"{_f(r['tpot_ms_p99'], 0)} | {_f(_pct(r['qos_tpot_violation_rate']), 1)} % | "
+                   f"{_f(r['accuracy_proxy'])} | {_f(r['stall_s_total'], 1)} | {_f(r['kv_recompute_s_total'], 1)} | "
+                   f"{_f(r['kv_rebuild_s_total'], 1)} |")
+    return "\n".join(out) + "\n"
 
 
 def _families(names=None) -> dict[str, list[str]]:
