@@ -9,7 +9,9 @@ Sections (`--only`, comma-separated; default all): `qos` and `largest` (the tabl
 trace `--trace`), `equal_split` (paper Fig. 4b on Office), `latency` (held-out accuracy of the planner's latency
 regression), `energy` (Voltron's decode energy per token, energy mode off / on, against the single device; trace
 `--energy-trace`), `gains` (Voltron − single accuracy per `accuracy.int4_scale` of `--gains`), `ablation` (Voltron's
-run-time mechanisms each off on the trace that needs it, Office / Qwen2.5-14B, `sim.multidevice.report.ABLATION`).
+run-time mechanisms each off on the trace that needs it, Office / Qwen2.5-14B, `sim.multidevice.report.ABLATION`),
+`sensitivity` (every model parameter without a source at ½× / 2×, Office / Qwen2.5-14B, trace `walk_away`,
+`sim.multidevice.sensitivity`).
 `--clusters` and `--families` take subsets (a small run). `--figure` also plots TPOT / RSSI over time (office,
 qwen2_5_14b).
 
@@ -26,7 +28,7 @@ import sys
 from pathlib import Path
 
 APP = "experiments.multidevice_report"
-SECTIONS = ("qos", "largest", "equal_split", "latency", "energy", "gains", "ablation")
+SECTIONS = ("qos", "largest", "equal_split", "latency", "energy", "gains", "ablation", "sensitivity")
 ENERGY_MAX_VIOLATION = 0.01     # share of tokens over the TPOT QoS Voltron may have in the energy comparison
 
 
@@ -63,7 +65,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
         a.gains = tuple(float(x) for x in _csv(a.gains, None, "--gains"))
         if a.turns < 1 or a.seed < 0:
             raise ValueError("--turns must be >= 1 and --seed >= 0")
-        for office_only in ("equal_split", "ablation"):
+        for office_only in ("equal_split", "ablation", "sensitivity"):
             if office_only in a.only and "office" not in a.clusters:
                 raise ValueError(f"--only {office_only} runs on the office cluster: keep office in --clusters")
         if any(not (x > 0) for x in a.gains):
@@ -96,6 +98,10 @@ def sections(a: argparse.Namespace) -> dict:
                                         accuracy=AccuracyConfig(int4_scale=s), **kw) for s in a.gains}
     if "ablation" in a.only:
         out["ablation"] = ablation(seed=a.seed)
+    if "sensitivity" in a.only:
+        from sim.multidevice.sensitivity import run
+
+        out["sensitivity"] = run(a.turns, a.seed)
     return out
 
 

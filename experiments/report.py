@@ -840,6 +840,11 @@ MD_REPORT_SECTIONS = {      # section of experiments.multidevice_report -> (head
                  "need it (docs/multidevice.md \"Run-time scenarios that need each lever\"); stall total = weight "
                  "reloads and KV work a step waited for, KV rebuild = restored ATTN shards' KV (mostly in the user's "
                  "think time)."),
+    "sensitivity": ("Sensitivity to the parameters without a source",
+                    "Each parameter of the multi-device model without a published source at ½× and 2× its default "
+                    "(docs/multidevice.md \"Assumptions and sensitivity\"): `truth.*` and `jitter` change only the "
+                    "simulated cluster, `device.*` / `rssi.*` the world (devices, the planner's profiles of them, its "
+                    "view of the links), `workload.*` the conversation, `planner.*` only the planner."),
 }
 MD_REPORT_ROW_KEYS = ("cluster", "family", "planner", "model", "precision", "ttft_s", "ttft_s_max", "qos_ttft_ok",
                       "tpot_ms_p50", "tpot_ms_p99", "qos_tpot_violation_rate", "accuracy_proxy", "oom", "qos_met",
@@ -920,6 +925,15 @@ def multidevice_report_page(topic: str, runs: list[Run]) -> Page:
                          "kv_recompute_s_total": r.get("kv_recompute_s_total"),
                          "kv_rebuild_s_total": r.get("kv_rebuild_s_total"), "run": src["ablation"].dir.name}
                         for r in sec["ablation"])
+    if "sensitivity" in sec:
+        from sim.multidevice.sensitivity import PLANNERS as SENSITIVITY_PLANNERS
+        from sim.multidevice.sensitivity import markdown as sensitivity_markdown
+
+        m = meta["sensitivity"]
+        add("sensitivity", sensitivity_markdown(sec["sensitivity"], m["turns"]), m, src["sensitivity"])
+        csv_rows.extend({"table": "sensitivity", "parameter": r["parameter"], "alternative": r["alternative"],
+                         "capped": r["capped"], "planner": p, **r[p], "run": src["sensitivity"].dir.name}
+                        for r in sec["sensitivity"] for p in SENSITIVITY_PLANNERS)
     if not parts:
         raise ReportError("run dirs: no section of experiments.multidevice_report in them")
     summary_m = (src.get("qos") or used[-1]).metrics

@@ -13,11 +13,11 @@ decides what it moves:
 - `workload.*`: the conversation;
 - `planner.*`: the planner only (the baselines share `qos_margin`, `kv_bucket`, `ffn_shards`).
 
-    python -m sim.multidevice.sensitivity --turns 3 --out outputs/multidevice      # writes sensitivity.md / .json
+`experiments.multidevice_report --only sensitivity` runs it into a run directory; `python -m experiments.report` makes
+its section of docs/results/multidevice-report.md.
 """
 from __future__ import annotations
 
-import argparse
 import dataclasses
 import sys
 import time
@@ -157,8 +157,7 @@ def _cell(m: dict) -> str:
 def markdown(rows: list[dict], turns: int) -> str:
     defaults = {k: d for k, d, _, _ in PARAMETERS}
     out = [f"Office / qwen2_5_14b / `walk_away`, {turns} turns, seed 0. Cells: TPOT p50 ms / mean TTFT s "
-           "(modelled); last columns: Voltron's share of tokens over 400 ms and its TPOT prediction bias. "
-           "Regenerate: `python -m sim.multidevice.sensitivity`.", "",
+           "(modelled); last columns: Voltron's share of tokens over 400 ms and its TPOT prediction bias.", "",
            "| parameter | default | value | Voltron | MP (hetero) | TP (hetero) | Voltron TPOT > 400 ms | "
            "Voltron TPOT bias |",
            "|---|---|---|---|---|---|---|---|"]
@@ -173,27 +172,3 @@ def markdown(rows: list[dict], turns: int) -> str:
                    f"{bias} |")
     return "\n".join(out) + "\n"
 
-
-def main(argv=None) -> None:
-    from pathlib import Path
-
-    from quant.atomic import atomic_write_json, atomic_write_text
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--turns", type=int, default=3)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--out", default="outputs/multidevice")
-    a = ap.parse_args(argv)
-    if a.turns < 1:
-        print("error: --turns must be >= 1", file=sys.stderr)
-        raise SystemExit(2)
-    rows = run(a.turns, a.seed)
-    out = Path(a.out)
-    atomic_write_json(out / "sensitivity.json", rows)
-    md = markdown(rows, a.turns)
-    atomic_write_text(out / "sensitivity.md", md)
-    print(md)
-
-
-if __name__ == "__main__":
-    main()

@@ -1,6 +1,7 @@
-"""The ablation section of the multi-device results page (sim/multidevice/report.py `ABLATION`, `ablation_markdown`;
-docs/multidevice.md "Ablation"): every case switches off a real planner setting, and the table names each trace once.
-The lever's effects themselves are tested on their traces in tests/voltron/test_feedback.py and test_controller.py."""
+"""The ablation and sensitivity sections of the multi-device results page (sim/multidevice/report.py `ABLATION`,
+`ablation_markdown`; sim/multidevice/sensitivity.py `markdown`; docs/multidevice.md "Ablation", "Assumptions and
+sensitivity"): every ablation case switches off a real planner setting, and the tables render their rows. The levers'
+effects themselves are tested on their traces in tests/voltron/test_feedback.py and test_controller.py."""
 from __future__ import annotations
 
 import dataclasses
@@ -32,3 +33,17 @@ def test_ablation_table_names_each_trace_once():
     md = ablation_markdown(rows).splitlines()
     assert len(md) == 4 and md[2].startswith("| weak_link (3, 20) | voltron | 8.10 | 358 / 385 | 0.2 % | 78.85 |")
     assert md[3].startswith("|  | no comm scaling |") and "358 / —" in md[3] and md[3].endswith("| 2.5 | 0.0 | — |")
+
+
+def test_sensitivity_table_one_row_per_variant_with_defaults_and_caps():
+    from sim.multidevice.sensitivity import PARAMETERS, PLANNERS, markdown
+
+    cell = dict(tpot_ms_p50=364.0, ttft_s=3.99, qos_tpot_violation_rate=0.0, oom=False, precision="mixed",
+                pred_err_tpot_bias=0.019)
+    rows = [{"parameter": "defaults", "alternative": "—", "capped": False, **{p: cell for p in PLANNERS}},
+            {"parameter": "truth.overlap", "alternative": "×2", "capped": True,
+             **{p: dict(cell, oom=p == "tp") for p in PLANNERS}}]
+    md = markdown(rows, 3).splitlines()
+    assert md[-2] == "| defaults |  | — | 364 / 3.99 | 364 / 3.99 | 364 / 3.99 | 0.0 % | +1.9 % |"
+    assert md[-1] == "| truth.overlap | 0.8 | ×2 (cap 1) | 364 / 3.99 | 364 / 3.99 | OOM | 0.0 % | +1.9 % |"
+    assert len({k for k, _, _, _ in PARAMETERS}) == len(PARAMETERS)          # one entry per parameter
