@@ -23,23 +23,18 @@ NO_SLOW = (1.0, 1.0)    # a job's co-run slowdown factors when it has none (Core
 
 
 class _Job:
+    """A job of a shared resource, built in `SharedRate.use` (no `__init__`: one call less per job). `left`: units of
+    work left; `cap`: its rate cap (units/s); `weight`; `rate`: its share now (units/s); `event`: fires when it is done
+    (None: it is a part of barrier `part_of`); `eps`: the residue below which it is done; `owner`: the thread it
+    belongs to (None: anonymous); flash (`sim.flash`): `random` (a scattered read), `request` (request size, B);
+    cores (`Cores`): `slow` / `slow_mem` (x CPU time while other cores compute / run memory-system work), `memory`
+    (this job is memory-system work), `neutral` (it slows no other job: a polling thread)."""
+
     __slots__ = ("left", "cap", "weight", "rate", "event", "eps", "random", "request", "owner", "slow", "slow_mem",
                  "memory", "neutral", "part_of")
 
-    def __init__(self, left: float, cap: float, weight: float, event: Event | None, owner: object = None,
-                 slow: float = 1.0, slow_mem: float = 1.0, memory: bool = False, neutral: bool = False,
-                 part_of: AllDone | None = None) -> None:
-        self.left, self.cap, self.weight, self.rate, self.event = left, cap, weight, 0.0, event
-        self.part_of = part_of                                    # the barrier it is a part of (event None)
-        self.owner = owner                                        # the thread the job belongs to (None: anonymous)
-        eps = left * _DONE
-        self.eps = eps if eps >= 1e-12 else 1e-12                  # max(left * _DONE, 1e-12), without the call
-        self.random = False                                       # flash: a scattered read (sim.flash)
-        self.request = 0                                          # flash: request size, B
-        self.slow = slow                                          # cores: x CPU time while other cores compute
-        self.slow_mem = slow_mem                                  # cores: ... while they run memory-system work
-        self.memory = memory                                      # cores: this job is memory-system work
-        self.neutral = neutral                                    # cores: slows no other job (a polling thread)
+
+_new = object.__new__
 
 
 class SharedRate:
@@ -89,8 +84,23 @@ class SharedRate:
             for j in self.active:
                 j.left -= j.rate * dt
         self.last = now
-        job = _Job(float(amount), float(cap), float(weight), ev, owner, slow[0], slow[1], memory, neutral, part_of)
-        if job.slow != 1.0 or job.slow_mem != 1.0:
+        job = _new(_Job)
+        job.left = left = float(amount)
+        job.cap = float(cap)
+        job.weight = float(weight)
+        job.rate = 0.0
+        job.event = ev
+        job.part_of = part_of
+        job.owner = owner
+        eps = left * _DONE
+        job.eps = eps if eps >= 1e-12 else 1e-12                   # max(left * _DONE, 1e-12), without the call
+        job.random = False
+        job.request = 0
+        job.slow = s0 = slow[0]
+        job.slow_mem = s1 = slow[1]
+        job.memory = memory
+        job.neutral = neutral
+        if s0 != 1.0 or s1 != 1.0:
             self.n_slow += 1
         self.active.append(job)
         self._reschedule()
