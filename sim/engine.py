@@ -63,7 +63,7 @@ class Timeout(Event):
     __slots__ = ()
 
     def __init__(self, env: Environment, delay: float, value=None) -> None:
-        if delay < 0:
+        if delay < 0.0:
             raise ValueError(f"negative delay {delay}")
         self.env = env
         self.callbacks = []

@@ -216,7 +216,7 @@ class PlanExecutor:
         per job: sim.engine.AllDone)."""
         if not on_core:
             return AllDone(self.env, self._occupy(seconds, threads, dram_bytes, on_core, owner, cls))
-        dram = self.dram is not None and dram_bytes > 0
+        dram = self.dram is not None and dram_bytes > 0.0
         done = AllDone(self.env, (), 2 if dram else 1)
         slow = self._corun.get(cls)
         if slow is None:
@@ -539,7 +539,7 @@ class PlanExecutor:
         for w in t.works:
             dur = cost.op_time(w, unit, threads, core)
             py = min(dur, self._python_s(w, unit)) if locked else 0.0
-            if py > 0:                                      # the runtime's dispatch of the op
+            if py > 0.0:                                      # the runtime's dispatch of the op
                 cpu_s += py
                 yield self._runtime(py, owner=me)
             kind = w.kind
@@ -552,14 +552,14 @@ class PlanExecutor:
                 else:                                # _pool_start with no helpers polling, inline
                     self.pool_wakes += 1
                     wake = wake_s
-                if wake > 0:
+                if wake > 0.0:
                     yield env.timeout(wake)
-            if dur - py > 0:
+            if dur - py > 0.0:
                 cpu_s += (dur - py) * occ if on_core else 0.0
                 yield self._occupied(dur - py, occ, cost.dram_bytes(w, unit), on_core, me, KIND_CLASS.get(kind, ""))
             if pooled and spin_s > 0:
                 self._pool_end(me, threads)
-            if dur - py > 0 and locked:             # the kernel returns: re-take the lock
+            if dur - py > 0.0 and locked:             # the kernel returns: re-take the lock
                 cpu_s += yield from self._retake(me)
         return unit, cpu_s
 

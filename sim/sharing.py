@@ -66,21 +66,21 @@ class SharedRate:
         of that barrier's parts (`AllDone.part_done` when it would fire)."""
         if part_of is None:
             ev = Event(self.env)
-            if amount <= 0:
+            if amount <= 0.0:
                 ev.succeed()
                 return ev
         else:
             ev = None
-            if amount <= 0:
+            if amount <= 0.0:
                 part_of.part_done()
                 return None
-        if cap <= 0 or weight <= 0:
+        if cap <= 0.0 or weight <= 0.0:
             raise ValueError(f"shared job needs cap > 0 and weight > 0 (got {cap}, {weight})")
         if self.uniform_caps and cap != weight:
             self.uniform_caps = False
         now = self.env.now                 # _advance, inline (once per job start)
         dt = now - self.last
-        if dt > 0:
+        if dt > 0.0:
             for j in self.active:
                 j.left -= j.rate * dt
         self.last = now
@@ -125,7 +125,7 @@ class SharedRate:
     def _advance(self) -> None:
         now = self.env.now
         dt = now - self.last
-        if dt > 0:
+        if dt > 0.0:
             for j in self.active:
                 j.left -= j.rate * dt
         self.last = now
@@ -212,20 +212,20 @@ class SharedRate:
                 j.rate = rate = j.cap
                 d = j.left
                 d = (0.0 if 0.0 > d else d) / rate                 # max(left, 0) / rate
-                if dt < 0 or d < dt:
+                if dt < 0.0 or d < dt:
                     dt = d
         else:
             self._share()
             for j in active:                # the next completion (Cores: a preempted waker's jobs stand still)
                 rate = j.rate
-                if rate > 0:
+                if rate > 0.0:
                     d = j.left
                     d = (0.0 if 0.0 > d else d) / rate             # max(left, 0) / rate
-                    if dt < 0 or d < dt:
+                    if dt < 0.0 or d < dt:
                         dt = d
         if self.record:
             self.samples.append((env.now, sum([j.rate for j in active])))
-        if dt < 0:
+        if dt < 0.0:
             return
         self._timer_in(dt)
 
@@ -249,12 +249,12 @@ class SharedRate:
         active = self.active
         if len(active) == 1:               # one job (most timers): the general path below for one job
             j = active[0]
-            if dt > 0:
+            if dt > 0.0:
                 j.left = left = j.left - j.rate * dt
             else:
                 left = j.left
             self.last = now
-            if left > j.eps and not j.rate > 0:     # the closest running job: there is none
+            if left > j.eps and not j.rate > 0.0:     # the closest running job: there is none
                 raise ValueError("min() arg is an empty sequence")
             active.pop()
             if j.slow != 1.0 or j.slow_mem != 1.0:
@@ -275,7 +275,7 @@ class SharedRate:
             return
         if len(active) == 2:               # two jobs: the general path below, unrolled
             j, k = active
-            if dt > 0:
+            if dt > 0.0:
                 j.left = left = j.left - j.rate * dt
                 dj = left <= j.eps
                 k.left = left = k.left - k.rate * dt
@@ -294,11 +294,11 @@ class SharedRate:
                 done = [k]
                 active.pop()
             else:                          # float rounding: finish the closest one
-                done = [min((j for j in active if j.rate > 0), key=lambda j: j.left / j.rate)]
+                done = [min((j for j in active if j.rate > 0.0), key=lambda j: j.left / j.rate)]
                 active.remove(done[0])
         else:
             done = []
-            if dt > 0:                     # _advance, inline, with the completed jobs in the same pass
+            if dt > 0.0:                     # _advance, inline, with the completed jobs in the same pass
                 for j in active:
                     j.left = left = j.left - j.rate * dt
                     if left <= j.eps:
@@ -309,7 +309,7 @@ class SharedRate:
                         done.append(j)
             self.last = now
             if not done:   # float rounding: finish the closest one
-                done = [min((j for j in active if j.rate > 0), key=lambda j: j.left / j.rate)]
+                done = [min((j for j in active if j.rate > 0.0), key=lambda j: j.left / j.rate)]
             if len(done) == 1:
                 active.remove(done[0])
             else:
@@ -453,7 +453,7 @@ class Cores(SharedRate):
         if not active and not self.packs and not self.record:     # the general path below with nothing to share
             self.gen += 1
             now = self.env.now              # _set_occupied(0), inline
-            if 0 >= self.capacity - 1e-9:
+            if 0.0 >= self.capacity - 1e-9:
                 self.full_at = now
             d = now - self._occ_t
             self._busy += self._occ * (d if d > 0.0 else 0.0)
@@ -497,7 +497,7 @@ class Cores(SharedRate):
                     j.rate = rate = j.cap
                     d = j.left
                     d = (0.0 if 0.0 > d else d) / rate
-                    if dt < 0 or d < dt:
+                    if dt < 0.0 or d < dt:
                         dt = d
             else:
                 left = capacity
@@ -508,12 +508,12 @@ class Cores(SharedRate):
                     j.rate = rate = fair if fair < cap else cap
                     left -= rate
                     wsum -= w
-                    if rate > 0:
+                    if rate > 0.0:
                         d = j.left
                         d = (0.0 if 0.0 > d else d) / rate
-                        if dt < 0 or d < dt:
+                        if dt < 0.0 or d < dt:
                             dt = d
-            if dt >= 0:
+            if dt >= 0.0:
                 self._timer_in(dt)
             self._set_occupied(occ if occ < capacity else capacity)
             return
