@@ -48,7 +48,7 @@ class DirTimes:
     resident: float             # the files' page-cache fraction before the timed loads (1 = warm)
 
 
-def _read_all(files: list[Path]) -> float:
+def read_all(files: list[Path]) -> float:
     t0 = time.perf_counter()
     for p in files:
         with open(p, "rb", buffering=0) as f:
@@ -65,13 +65,13 @@ def time_dir(spec: ModelSpec, bits: int, model_dir: Path, prompts=PROMPTS, threa
 
     llm = _mnn_llm()
     files = model_files(model_dir)
-    _read_all(files)
+    read_all(files)
     resident = evict_files(files, evict=False)
     ids = {p: [int(t) for t in bench_prompt(p)] for p in prompts}
     reads, loads = [], []
     evals: dict[int, list[float]] = {p: [] for p in prompts}
     for _ in range(repeats):
-        reads.append(_read_all(files))
+        reads.append(read_all(files))
         for p in prompts:
             gc.collect()
             t0 = time.perf_counter()

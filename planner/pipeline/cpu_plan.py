@@ -22,11 +22,11 @@ Per-tensor types and bytes: planner.formats.ggml_tensor_types (llama.cpp's quant
 MNN: all INT8 per-channel weights are read by one loader thread, then the whole prompt is computed on the CPU with
 INT8 GEMMs and dynamic activation quantization. With MNN's own costs measured on the device (hil.calibrate_mnn:
 `mnn_fixed_s`, `mnn_load_gbps`, `mnn_gemm_gops_per_ghz`) the plan is MNN 3.x's LLM runtime as the MNN peer runs it
-(hil.mnn_peer; docs/hil.md "The MNN peer"): its own fixed code (create, load, the forward's fixed part), then one
-thread reading the weight file layer by layer (`mnn_layers`: `weight_bits` weights in blocks of `quant_block` input
-channels, an FP32 scale and zero point per block; the LM head shared with the token embedding) with the CPU
-backend's weight re-layout on the same thread, then one forward of the whole prompt at MNN's measured rate for its
-weight bits (other ops inside the rate, as for llama.cpp).
+(hil.mnn_peer; docs/hil.md "The MNN peer"): its own fixed code (create, load, the forward's fixed part), then the
+weight file read layer by layer (`mnn_layers`: `weight_bits` weights in blocks of `quant_block` input channels, an
+FP32 scale and zero point per block; the LM head shared with the token embedding) ahead of the CPU backend's weight
+re-layout of each layer (measured: a cold load hides the file's read behind the set-up), then one forward of the
+whole prompt at MNN's measured rate for its weight bits (other ops inside the rate, as for llama.cpp).
 """
 from __future__ import annotations
 
@@ -207,15 +207,20 @@ def _mnn_measured_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, toke
     prev = b.add("mnn.fixed", "load", [], duration_s=dev.mnn_fixed_s, phase="setup") if dev.mnn_fixed_s > 0 else -1
     loaded = []
     gbps = dev.mnn_load_gbps.get(f"b{bits}", 0.0)
+    read = prev
     for i, n in enumerate(per_layer):
+        # The file's read runs ahead of the weight set-up (a cold create+load takes as long as a warm one while a
+        # plain cold read of the same files takes 0.05-0.77 s: hil/diagnostics/mnn_overlap.py, docs/hil.md "The MNN
+        # peer"): layer i is set up while layer i+1 streams in, so the load is the longer of the two chains.
+        read = b.add(f"read.L{i}", "load", [read], layer=i, read_bytes=n, tensors=layer_refs(spec, i),
+                     request_bytes=dev.flash_bulk_request_bytes, mem_alloc=n, phase="load")
         own = n / (gbps * 1e9) if gbps > 0 else 0.0
-        prev = b.add(f"read.L{i}", "load", [prev], layer=i, read_bytes=n, tensors=layer_refs(spec, i),
-                     request_bytes=dev.flash_bulk_request_bytes, mem_alloc=n, phase="load", duration_s=own)
+        prev = b.add(f"setup.L{i}", "load", [read, prev], layer=i, phase="load", duration_s=own)
         loaded.append(prev)
     emb = add_embedding(b, spec, tokens, [prev])
     add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, loaded, start=emb, cpu_wfmt=wfmt, layer_serial=True)
     _matmuls_only(b, spec)
     return Plan(framework="mnn", model=spec.name, device=dev.name, prompt_tokens=tokens, chunk_tokens=fw.chunk_tokens,
-                tasks=b.tasks, loader_threads=1, unpack_threads=1, cpu_threads=fw.compute_threads,
+                tasks=b.tasks, loader_threads=2, unpack_threads=1, cpu_threads=fw.compute_threads,
                 schedule=SchedulePolicy(), info=dict(flash_bytes=sum(per_layer), weight_bits=bits,
                                                      quant_block=block, gemm_rate=wfmt))

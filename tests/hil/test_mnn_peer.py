@@ -174,6 +174,18 @@ def test_cold_ttft_on_a_converted_smollm2_directory():
     assert all(0 < lo <= t for lo, t in zip(r["perf_load_s"]["runs"], r["ttft_s"]["runs"]))
 
 
+@needs_mnn
+def test_load_overlap_probe_on_a_converted_smollm2_directory():
+    """The cold/warm load and read probe (hil.diagnostics.mnn_overlap) on the cached SmolLM2 conversion."""
+    from hil.diagnostics import mnn_overlap
+
+    d = mc.cached_mnn_model(model_spec("smollm2_135m"), 4)
+    if d is None:
+        pytest.skip("SmolLM2 not converted here: python -m hil.mnn_convert model=smollm2_135m bits=4")
+    m = mnn_overlap.overlap([d], rounds=1)[d.name]
+    assert all(m[k] > 0 for k in mnn_overlap.KINDS) and set(m) == {*mnn_overlap.KINDS, "exposed_share"}
+
+
 # ---- hil.mnn_peer -------------------------------------------------------------------------------------------------
 def test_without_extra_one_line(monkeypatch, tmp_path):
     monkeypatch.setitem(sys.modules, "MNN", None)
@@ -225,12 +237,17 @@ def test_measured_mnn_plan_and_its_fallback(tmp_path):
     host = _host(tmp_path, **MEASURED)
     fw = dataclasses.replace(pr.framework_spec("mnn"), chunk_tokens=64, compute_threads=2)
     plan = build_mnn_plan(spec, host.device, fw, 64, weight_bits=4, quant_block=64)
-    assert plan.info["gemm_rate"] == "b4@576" and plan.info["weight_bits"] == 4 and plan.loader_threads == 1
+    assert plan.info["gemm_rate"] == "b4@576" and plan.info["weight_bits"] == 4 and plan.loader_threads == 2
     assert plan.info["flash_bytes"] == sum(mnn_layers(spec, 4, 64))
     fixed = [t for t in plan.tasks if t.name == "mnn.fixed"]
     assert len(fixed) == 1 and fixed[0].duration_s == 0.12
     reads = [t for t in plan.tasks if t.name.startswith("read.L")]
-    assert reads[0].duration_s == pytest.approx(reads[0].read_bytes / 0.4e9)
+    setups = [t for t in plan.tasks if t.name.startswith("setup.L")]
+    assert len(reads) == len(setups) == spec.n_layers + 1 and all(t.duration_s == 0 for t in reads)
+    assert setups[0].duration_s == pytest.approx(reads[0].read_bytes / 0.4e9)
+    for i, (r, s) in enumerate(zip(reads, setups)):      # a layer's set-up waits for its read and the previous set-up;
+        assert r.id in s.deps and (i == 0 or setups[i - 1].id in s.deps)   # reads only for the previous read
+        assert i == 0 or r.deps == [reads[i - 1].id]
     assert all(w.kind == "matmul" for t in plan.tasks if t.resource == "cpu" for w in t.works)
     paper = build_mnn_plan(spec, runner_device(host.device), fw, 64)     # no measured fields: the paper's policy
     assert "gemm_rate" not in paper.info and not any(t.name == "mnn.fixed" for t in paper.tasks)
