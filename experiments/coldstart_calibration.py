@@ -17,7 +17,6 @@ argument (the usage line and a one-line error naming the argument).
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -48,22 +47,17 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse(argv)
-    from experiments.common import prepare_run_dir, run_manifest
+    from experiments.common import finish_cli_run, start_cli_run
     from planner.device import SocProfile
     from planner.framework import FrameworkSpec
     from planner.workload import WorkloadSpec
     from quant.arch import ModelSpec
-    from quant.atomic import atomic_write_json
     from sim.coldstart import calibration as cal
     from sim.coldstart.sweep import load_conf
 
     out = Path(a.out)
-    try:
-        prepare_run_dir(out, ["manifest.json"])
-    except ValueError as e:
-        print(f"error: {str(e).replace('hydra.run.dir', '--out')}", file=sys.stderr)
+    if not start_cli_run(out):
         return 2
-    out.mkdir(parents=True, exist_ok=True)
     spec, dev = load_conf("model", MODEL, ModelSpec), load_conf("device", DEVICE, SocProfile)
     fws = {f: load_conf("framework", f, FrameworkSpec) for f in ("ef_priority", "edgeflow")}
     wls = {w: load_conf("workload", w, WorkloadSpec).prompt_tokens for w in a.workloads}
@@ -73,13 +67,7 @@ def main(argv: list[str] | None = None) -> int:
                "threshold_rows": cal.threshold_rows(spec, dev, fws, wls),
                "consistent_rows": cal.consistent_rate_rows(
                    spec, dev, {f: load_conf("framework", f, FrameworkSpec) for f in cal.CONSISTENT_FRAMEWORKS}, wls)}
-    man = run_manifest()
-    man["app"] = APP                                            # also when called in-process
-    man["command"] = " ".join(["python", "-m", APP, *map(shlex.quote, argv)])
-    atomic_write_json(out / "manifest.json", man)
-    atomic_write_json(out / "metrics.json", metrics)           # last: the directory counts as finished from here
-    print(out / "metrics.json")
-    return 0
+    return finish_cli_run(out, APP, argv, metrics)
 
 
 if __name__ == "__main__":

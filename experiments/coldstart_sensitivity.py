@@ -13,7 +13,6 @@ Exit status 2 on a bad argument (the usage line and a one-line error naming the 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -60,27 +59,16 @@ def parse(argv: list[str]) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse(argv)
-    from experiments.common import prepare_run_dir, run_manifest
-    from quant.atomic import atomic_write_json
+    from experiments.common import finish_cli_run, start_cli_run
     from sim.coldstart.sensitivity import table
 
     out = Path(a.out)
-    try:
-        prepare_run_dir(out, ["manifest.json"])
-    except ValueError as e:
-        print(f"error: {str(e).replace('hydra.run.dir', '--out')}", file=sys.stderr)
+    if not start_cli_run(out):
         return 2
-    out.mkdir(parents=True, exist_ok=True)
     rows = table(a.model, a.device, a.bits, a.frameworks, a.workloads, a.parameters)
     metrics = {"model": a.model, "device": a.device, "bits": a.bits, "frameworks": list(a.frameworks),
                "workloads": list(a.workloads), "sensitivity_rows": rows}
-    man = run_manifest()
-    man["app"] = APP                                            # also when called in-process
-    man["command"] = " ".join(["python", "-m", APP, *map(shlex.quote, argv)])
-    atomic_write_json(out / "manifest.json", man)
-    atomic_write_json(out / "metrics.json", metrics)           # last: the directory counts as finished from here
-    print(out / "metrics.json")
-    return 0
+    return finish_cli_run(out, APP, argv, metrics)
 
 
 if __name__ == "__main__":

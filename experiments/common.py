@@ -373,6 +373,32 @@ def prepare_run_dir(out: Path, outputs: Iterable[str] = ()) -> list[Path]:
     return removed
 
 
+def start_cli_run(out: Path) -> bool:
+    """prepare_run_dir for an argparse app's `--out` (the apps without Hydra); False, after a one-line error on
+    stderr, when the directory is refused."""
+    try:
+        prepare_run_dir(out, ["manifest.json"])
+    except ValueError as e:
+        print(f"error: {str(e).replace('hydra.run.dir', '--out')}", file=sys.stderr)
+        return False
+    out.mkdir(parents=True, exist_ok=True)
+    return True
+
+
+def finish_cli_run(out: Path, app: str, argv: Sequence[str], metrics: dict[str, Any]) -> int:
+    """The end of an argparse app's run: its manifest (the app and the command that reproduces it, also when called
+    in-process), then `metrics.json`, last, so the directory counts as finished only from here. Returns 0."""
+    import shlex
+
+    man = run_manifest()
+    man["app"] = app
+    man["command"] = " ".join(["python", "-m", app, *map(shlex.quote, argv)])
+    atomic_write_json(out / "manifest.json", man)
+    atomic_write_json(out / "metrics.json", metrics)
+    print(out / "metrics.json")
+    return 0
+
+
 RUN_MARKER = ".edgellm-run"                  # written into every run directory at the start of a run
 
 

@@ -23,7 +23,6 @@ line and a one-line error naming the argument).
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
@@ -108,16 +107,11 @@ def sections(a: argparse.Namespace) -> dict:
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     a = parse(argv)
-    from experiments.common import prepare_run_dir, run_manifest
-    from quant.atomic import atomic_write_json
+    from experiments.common import finish_cli_run, start_cli_run
 
     out = Path(a.out)
-    try:
-        prepare_run_dir(out, ["manifest.json"])
-    except ValueError as e:
-        print(f"error: {str(e).replace('hydra.run.dir', '--out')}", file=sys.stderr)
+    if not start_cli_run(out):
         return 2
-    out.mkdir(parents=True, exist_ok=True)
     if a.figure:
         from sim.multidevice.report import figure
 
@@ -125,13 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics = {"trace": a.trace, "energy_trace": a.energy_trace, "turns": a.turns, "seed": a.seed,
                "clusters": list(a.clusters), "families": list(a.families), "energy_max_violation":
                ENERGY_MAX_VIOLATION, "sections": sections(a)}
-    man = run_manifest()
-    man["app"] = APP                                            # also when called in-process
-    man["command"] = " ".join(["python", "-m", APP, *map(shlex.quote, argv)])
-    atomic_write_json(out / "manifest.json", man)
-    atomic_write_json(out / "metrics.json", metrics)           # last: the directory counts as finished from here
-    print(out / "metrics.json")
-    return 0
+    return finish_cli_run(out, APP, argv, metrics)
 
 
 if __name__ == "__main__":
