@@ -26,7 +26,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable
 
-from hil.calibrate_peer import PROMPTS, fit_line, layer_matmul_flops_per_token
+from hil.calibrate_peer import PROMPTS, fit_line, layer_matmul_flops_per_token, version_or_unknown
 from planner.device import SocProfile
 from quant.arch import ModelSpec
 
@@ -127,12 +127,8 @@ def derive(times: list[DirTimes], specs: dict[str, ModelSpec], dev: SocProfile, 
 
 def _version() -> str:
     from hil.mnn_peer import peer_version
-    from hil.peer import PeerUnavailable
 
-    try:
-        return peer_version()
-    except PeerUnavailable:
-        return "?"
+    return version_or_unknown(peer_version)
 
 
 def default_dirs(convert: bool = True, models=MODELS, bits=BITS) -> list[tuple[ModelSpec, int, Path]] | None:

@@ -176,14 +176,20 @@ def derive(times: list[FileTimes], specs: dict[str, ModelSpec], dev: SocProfile,
     return fields, src
 
 
-def _version() -> str:
-    """llama.cpp's version for the source lines; "?" without the extra (derive works on recorded times)."""
-    from hil.peer import PeerUnavailable, peer_version
+def version_or_unknown(peer_version: Callable[[], str]) -> str:
+    """A peer's version for the source lines; "?" without its extra (derive works on recorded times)."""
+    from hil.peer import PeerUnavailable
 
     try:
         return peer_version()
     except PeerUnavailable:
         return "?"
+
+
+def _version() -> str:
+    from hil.peer import peer_version
+
+    return version_or_unknown(peer_version)
 
 
 def default_files(models=MODELS, ftypes=FTYPES) -> list[tuple[ModelSpec, str, Path]]:

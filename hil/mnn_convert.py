@@ -22,6 +22,7 @@ import sys
 from pathlib import Path
 
 from quant.arch import ModelSpec
+from quant.atomic import fsync_file
 
 MNN_BITS = (4, 8)           # weight bits MNN's exporter writes (llmexport --quant_bit)
 MNN_BLOCK = 64              # input channels per quantization block (llmexport's default --quant_block)
@@ -127,11 +128,7 @@ def ensure_mnn_model(spec: ModelSpec, bits: int = 8, python: str | None = None, 
             p = tmp / n
             if not p.is_file():
                 raise ConvertError(f"MNN conversion of {src.name} wrote no {n} (log {logf})")
-            fd = os.open(p, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(p)
             sizes[n] = p.stat().st_size
         (tmp / MANIFEST).write_text(json.dumps({
             "model": spec.name, "source": str(src), "source_sha256": digest, "bits": bits, "quant_block": MNN_BLOCK,

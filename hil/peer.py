@@ -37,6 +37,7 @@ import numpy as np
 
 from hil.pagecache import evict_cold, resident_fraction
 from hil.timing import timing_lock
+from quant.atomic import fsync_file
 
 PEER_VERSION = "0.3.16"
 INSTALL_HINT = (f"llama.cpp peer unavailable: install the optional extra with pip install 'edgellm[peer]' "
@@ -204,11 +205,7 @@ def requantize(src, dst, ftype: str = "q8_0", threads: int = 2) -> Path:
         rc = llama_cpp.llama_model_quantize(str(src).encode(), str(tmp).encode(), ctypes.byref(params))
         if rc != 0:
             raise RuntimeError(f"llama_model_quantize({src} -> {ftype}) failed with code {rc}")
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        fsync_file(tmp)
         os.replace(tmp, dst)
     finally:
         if tmp.exists():

@@ -38,6 +38,15 @@ def atomic_open(path: str | os.PathLike) -> Iterator[BinaryIO]:
         raise
 
 
+def fsync_file(path: str | os.PathLike) -> None:
+    """Flush a file written by someone else (a converter, a C library) to the disk before it is renamed into place."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def _umask() -> int:
     mask = os.umask(0)
     os.umask(mask)

@@ -22,13 +22,11 @@ from experiments.common import CONF_DIR, ConfigError
 from hil import calibrate_mnn as cm
 from hil import mnn_convert as mc
 from hil import mnn_peer
-from hil.host import HostProfile
 from planner.device import SocProfile
-from planner.host_runtime import HostRuntime
 from planner.pipeline.cpu_plan import build_mnn_plan, mnn_layers, runner_device
 from quant.arch import ModelSpec, WeightSource, model_spec
+from tests.hil.golden_host import golden_host
 
-GOLDEN = Path(__file__).resolve().parents[1] / "sim" / "golden" / "host_profile.json"
 needs_mnn = pytest.mark.skipif(not mnn_peer.available(), reason=mnn_peer.INSTALL_HINT)
 needs_convert = pytest.mark.skipif(any(importlib.util.find_spec(n) is None for n in mc.CONVERT_MODULES),
                                    reason=f"conversion extra missing: {mc.CONVERT_HINT}")
@@ -36,12 +34,6 @@ MEASURED = dict(mnn_fixed_s=0.12, mnn_load_gbps={"b8": 0.6, "b4": 0.4},
                 mnn_gemm_gops_per_ghz={"b8@576": 12.0, "b4@576": 10.0})
 
 
-def _host(tmp_path: Path, **fields) -> HostProfile:
-    doc = json.loads(GOLDEN.read_text())
-    dev = dataclasses.replace(SocProfile(**doc["device"]), **fields)
-    table = tmp_path / "cost_table.json"
-    table.write_text(json.dumps({"points": [{"unit": "cpu", "kind": "elementwise", "work": 1e6, "seconds": 1e-4}]}))
-    return HostProfile(dev, HostRuntime(**doc["runtime"]), table)
 
 
 def _set() -> pr.ProtocolSpec:
@@ -234,7 +226,7 @@ def test_mnn_file_bytes_per_layer():
 
 def test_measured_mnn_plan_and_its_fallback(tmp_path):
     spec = model_spec("smollm2_135m")
-    host = _host(tmp_path, **MEASURED)
+    host = golden_host(tmp_path, **MEASURED)
     fw = dataclasses.replace(pr.framework_spec("mnn"), chunk_tokens=64, compute_threads=2)
     plan = build_mnn_plan(spec, host.device, fw, 64, weight_bits=4, quant_block=64)
     assert plan.info["gemm_rate"] == "b4@576" and plan.info["weight_bits"] == 4 and plan.loader_threads == 2
@@ -257,11 +249,11 @@ def test_measured_mnn_plan_and_its_fallback(tmp_path):
 def test_prediction_needs_the_measured_rate_and_follows_it(tmp_path):
     spec = model_spec("smollm2_135m")
     with pytest.raises(ConfigError, match="python -m hil.calibrate_mnn"):
-        pp.predict_mnn(spec, _host(tmp_path), 8, 64, 2)
-    host = _host(tmp_path, **MEASURED)
+        pp.predict_mnn(spec, golden_host(tmp_path), 8, 64, 2)
+    host = golden_host(tmp_path, **MEASURED)
     plan, m = pp.predict_mnn(spec, host, 8, 64, 2)
     assert plan.cpu_threads == 2 and plan.chunk_tokens == 64 and m["ttft_s"] > 0.12
-    slow = _host(tmp_path, **{**MEASURED, "mnn_gemm_gops_per_ghz": {"b8@576": 6.0, "b4@576": 10.0}})
+    slow = golden_host(tmp_path, **{**MEASURED, "mnn_gemm_gops_per_ghz": {"b8@576": 6.0, "b4@576": 10.0}})
     assert pp.predict_mnn(spec, slow, 8, 64, 2)[1]["prefill_s"] > m["prefill_s"]       # half the rate: slower
 
 
@@ -315,7 +307,7 @@ def _times(model: str, bits: int, d: int, wbytes: int, own_load: float, slope: f
 
 def test_derive_takes_rates_from_slopes_and_load_from_two_model_sizes(tmp_path):
     small, big = model_spec("smollm2_135m"), model_spec("llama3_2_1b_synth")
-    dev = _host(tmp_path).device
+    dev = golden_host(tmp_path).device
     times = [_times(small.name, 8, 576, 150_000_000, 0.05 + 0.15, 2e-3),
              _times(big.name, 8, big.d_model, 1_500_000_000, 0.05 + 1.5, 1e-2),
              _times(small.name, 4, 576, 80_000_000, 0.05 + 0.16, 2.5e-3),

@@ -7,7 +7,6 @@ import dataclasses
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
@@ -17,13 +16,10 @@ from experiments import protocol_peer as pp
 from experiments.common import CONF_DIR, ConfigError
 from hil import calibrate_peer as cp
 from hil import peer
-from hil.host import HostProfile
-from planner.device import SocProfile
-from planner.host_runtime import HostRuntime
 from quant.arch import model_spec
 from tests.conftest import REPO
+from tests.hil.golden_host import golden_host
 
-GOLDEN = Path(__file__).resolve().parents[1] / "sim" / "golden" / "host_profile.json"
 needs_extra = pytest.mark.skipif(not peer.available(), reason=peer.INSTALL_HINT)
 
 
@@ -32,12 +28,6 @@ def _set() -> pr.ProtocolSpec:
     return pr.load_spec(doc)
 
 
-def _host(tmp_path: Path, **fields) -> HostProfile:
-    doc = json.loads(GOLDEN.read_text())
-    dev = dataclasses.replace(SocProfile(**doc["device"]), **fields)
-    table = tmp_path / "cost_table.json"
-    table.write_text(json.dumps({"points": [{"unit": "cpu", "kind": "elementwise", "work": 1e6, "seconds": 1e-4}]}))
-    return HostProfile(dev, HostRuntime(**doc["runtime"]), table)
 
 
 def test_the_peer_set_is_two_models_three_types_three_prompts_in_about_15_min():
@@ -71,7 +61,7 @@ def test_a_peer_set_checks_its_configurations():
 
 def test_prediction_uses_the_peers_settings_and_the_measured_llamacpp_fields(tmp_path):
     spec = model_spec("smollm2_135m")
-    host = _host(tmp_path, llamacpp_fixed_s=0.092, llamacpp_repack_gbps=0.5,
+    host = golden_host(tmp_path, llamacpp_fixed_s=0.092, llamacpp_repack_gbps=0.5,
                  llamacpp_gemm_gops_per_ghz={"Q4_0@576": 10.0, "Q8_0@576": 9.0})
     plan, m = pp.predict_peer(spec, host, "q4_0", 64, 2)
     assert plan.info["use_mmap"] is False and plan.info["gemm_rate"] == "Q4_0@576"
@@ -80,7 +70,7 @@ def test_prediction_uses_the_peers_settings_and_the_measured_llamacpp_fields(tmp
     assert m["ttft_s"] > 0.092                                          # the fixed stretch is inside
     plan8, m8 = pp.predict_peer(spec, host, "q8_0", 64, 2)
     assert plan8.info["repack_bytes"] == 0
-    slow = _host(tmp_path, **{**dataclasses.asdict(host.device), "llamacpp_gemm_gops_per_ghz":
+    slow = golden_host(tmp_path, **{**dataclasses.asdict(host.device), "llamacpp_gemm_gops_per_ghz":
                               {"Q4_0@576": 5.0, "Q8_0@576": 9.0}})
     assert pp.predict_peer(spec, slow, "q4_0", 64, 2)[1]["prefill_s"] > m["prefill_s"]   # half the rate: slower
 
@@ -119,7 +109,7 @@ def _times(model: str, ftype: str, d: int, nbytes: int, weights_s: float, slope:
 
 def test_derive_takes_rates_from_slopes_and_repack_from_the_q4_0_excess(tmp_path):
     spec = model_spec("smollm2_135m")
-    dev = _host(tmp_path).device
+    dev = golden_host(tmp_path).device
     q8, q4 = 140_000_000, 90_000_000
     times = [_times(spec.name, "Q8_0", 576, q8, 0.14, 1e-3), _times(spec.name, "Q4_0", 576, q4, 0.19, 5e-4)]
     fields, src = cp.derive(times, {spec.name: spec}, dev, 2)
@@ -149,7 +139,7 @@ def test_peer_step_says_why_it_does_not_measure(monkeypatch, tmp_path):
 def test_calibrate_into_store_rewrites_the_store_whole(monkeypatch, tmp_path):
     from hil.host import STORE_FILES, check_manifest, load_device_json, write_store
 
-    dev = _host(tmp_path).device
+    dev = golden_host(tmp_path).device
     store = tmp_path / "hosts" / "abc"
     parts = {n: {} for n in STORE_FILES} | {"device.json": {"profile": dataclasses.asdict(dev), "sources": {}}}
     version = write_store(store, parts)                 # as hil.host stores a profile: a link to a version dir
