@@ -586,7 +586,7 @@ def protocol_spec(node: Any) -> ProtocolSpec:
 
 
 def run_set(p: ProtocolSpec, host_fn: Callable[[], Any], quant, out: Path, host_memory: str = "hold",
-            huge: bool = True, check_logits: bool = True, peer: Any = None
+            huge: bool = True, check_logits: bool = True, peer: Any = None, change_system: bool = False
             ) -> tuple[dict[str, Any], list[str], list[str], list[str]]:
     """Prepare, run and judge the set `p` on this host; write the run directory's files (module doc). `host_fn()`:
     the calibrated host profile, called inside the memory hold. `peer`: for a peer set, the module that prepares
@@ -599,7 +599,7 @@ def run_set(p: ProtocolSpec, host_fn: Callable[[], Any], quant, out: Path, host_
 
     say = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731
     foot = max(footprint_bytes(model_spec(c.model).total_params(), c.bits) for c in p.configurations)
-    with hold(host_memory, foot) as mem, huge_pages(huge):
+    with hold(host_memory, foot, change_system=change_system) as mem, huge_pages(huge):
         host = host_fn()
         prepared = peer.prepare(p, host, say) if peer else prepare(p, host, quant, say)
         say(f"  {len(schedule([x.config for x in prepared], p.rounds, p.runs_per_round, p.warmup, p.seed))} cold "

@@ -720,7 +720,7 @@ def run_protocol(cfg: DictConfig) -> dict[str, Any]:
     with timing_lock(f"validate protocol={p.name} {out}"):    # one timing run on this machine at a time (hil.timing)
         m, measured, modelled, inputs = run_set(
             p, lambda: _host(cfg, c.remeasure, c.quick_profile, c.host_memory, c.huge_pages), c.quant, out,
-            c.host_memory, c.huge_pages, c.check_logits, peer)
+            c.host_memory, c.huge_pages, c.check_logits, peer, c.change_system)
     write_run_outputs(out, cfg, m, measured=measured, modelled=modelled, inputs=inputs)
     print((out / "protocol.md").read_text())
     return m

@@ -185,3 +185,24 @@ def test_report_makes_a_protocol_page_from_the_run_files(tmp_path):
     assert "Bias (mean signed TTFT error)" in summary and "sign test" in summary
     assert "| mnn | smollm2_135m | 5 | 16 |" in page.markdown and "speed-ups" in page.markdown
     assert list(page.table["framework"]) == ["edgeflow", "mnn"]
+
+
+@pytest.mark.parametrize("opt_in", [False, True])
+def test_protocol_passes_the_change_system_opt_in_to_the_memory_hold(monkeypatch, tmp_path, opt_in):
+    """`validate protocol=… change_system=true` must reach the hold of the VM's page reporting (hil.hostmem): without
+    it the set runs with reporting on whatever the user asked."""
+    import hil.hostmem
+
+    seen = {}
+
+    class Stop(Exception):
+        pass
+
+    def hold(mode, prefault_bytes=0, change_system=False, **kw):
+        seen.update(mode=mode, change_system=change_system)
+        raise Stop
+
+    monkeypatch.setattr(hil.hostmem, "hold", hold)
+    with pytest.raises(Stop):
+        pr.run_set(_set("dev"), lambda: None, None, tmp_path, "hold", True, False, None, opt_in)
+    assert seen == {"mode": "hold", "change_system": opt_in}
