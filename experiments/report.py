@@ -56,6 +56,7 @@ from typing import Any, Callable
 import numpy as np
 import pandas as pd
 
+from experiments.common import ConfigError
 from experiments.results import jobs
 from quant.atomic import atomic_write_text
 
@@ -627,30 +628,70 @@ def build_page(topic: str, runs: list[Run]) -> Page:
 
 def protocol_page(topic: str, runs: list[Run]) -> Page:
     """The page of one validation-protocol set on one machine kind (`validate protocol=<set>`, experiments.protocol):
-    the newest run's set summary, per-configuration and speed-up tables (its protocol.csv, speedups.csv); the table
-    is its protocol.csv."""
+    the set summary, per-configuration and speed-up tables; the table is the per-configuration CSV. A host set is
+    judged on the newest run pooled with every other given run that predicted the same figures
+    (experiments.protocol_pool: one invocation's bias is a draw on this host), each invocation's own bias listed; a
+    peer set on its newest run."""
     from experiments.protocol import about_md, summary_md, tables_md
+    from experiments.protocol_pool import pool, read_invocation
     from experiments.protocol_verdict import verdicts, verdicts_md
 
-    r = max(runs, key=lambda x: (x.finished_utc or "", x.dir.name))
-    try:
-        df = pd.read_csv(r.dir / "protocol.csv")
-        sp = pd.read_csv(r.dir / "speedups.csv") if (r.dir / "speedups.csv").stat().st_size else pd.DataFrame()
-    except (OSError, ValueError, pd.errors.ParserError) as e:
-        raise ReportError(f"{r.dir}: protocol.csv / speedups.csv not readable ({type(e).__name__})") from None
+    runs = sorted(runs, key=lambda x: (x.finished_utc or "", x.dir.name))
+    r = runs[-1]
     recs = lambda d: [{k: (None if v != v else v) for k, v in row.items()} for row in d.to_dict("records")]  # noqa
-    m = r.metrics
+    invocations_md, left = "", []
+    if r.metrics.get("protocol_peer"):
+        pooled = [r]
+        try:
+            df = pd.read_csv(r.dir / "protocol.csv")
+            sp = pd.read_csv(r.dir / "speedups.csv") if (r.dir / "speedups.csv").stat().st_size else pd.DataFrame()
+        except (OSError, ValueError, pd.errors.ParserError) as e:
+            raise ReportError(f"{r.dir}: protocol.csv / speedups.csv not readable ({type(e).__name__})") from None
+        m = r.metrics
+    else:
+        try:
+            m, judged, inv, left = pool([read_invocation(x.dir) for x in runs])
+        except ConfigError as e:
+            raise ReportError(str(e)) from None
+        by_dir = {x.dir: x for x in runs}
+        pooled = [by_dir[i.dir] for i in inv]
+        df, sp = pd.DataFrame(judged["rows"]), pd.DataFrame(judged["speedups"])
+        invocations_md = _invocations_md(pooled, left)
     held = " (held out: never used to choose or tune a mechanism)" if m.get("protocol_heldout") else ""
     md = "\n".join([
         HEADER, f"# Validation protocol, set `{m['protocol']}`{held} — {machine_kind(r.machine)}", "",
         about_md(m) + " docs/hil.md \"Validation protocol\" defines the protocol; the set is "
         f"conf/protocol/{m['protocol']}.yaml.", "",
         SUMMARY_BEGIN, "\n".join(filter(None, [summary_md(m), verdicts_md(verdicts(m, recs(df), recs(sp)))])), "",
-        f"_{_short_provenance([r])}._", SUMMARY_END, "",
+        f"_{_short_provenance(pooled)}._", SUMMARY_END, "",
+        invocations_md,
         tables_md(recs(df), recs(sp), m["protocol_level"]),
         f"The per-configuration table as CSV: [{topic}.csv]({topic}.csv).", "",
-        _manifest_md([r]), ""])
+        _manifest_md(pooled), ""])
     return Page(topic, md, df)
+
+
+def _invocations_md(pooled: list[Run], left: list[str]) -> str:
+    """Each pooled invocation's own judgement (its metrics.json), and the runs left out."""
+    def pc(v: Any) -> str:
+        return "–" if v is None else f"{v:+.1f} %"
+
+    rows = [{"run": x.dir.name, "finished": x.finished_utc or "?",
+             "bias [interval]": f"{pc(x.metrics.get('protocol_bias_pct'))} [{pc(x.metrics.get('protocol_bias_lo_pct'))}"
+                                f" … {pc(x.metrics.get('protocol_bias_hi_pct'))}]",
+             "mean abs. error": "–" if x.metrics.get("protocol_mean_abs_pct") is None
+             else f"{x.metrics['protocol_mean_abs_pct']:.1f} %",
+             "noise floor": "–" if x.metrics.get("protocol_median_noise_pct") is None
+             else f"{x.metrics['protocol_median_noise_pct']:.1f} %",
+             "load average (median)": "–" if x.metrics.get("protocol_loadavg_median") is None
+             else f"{x.metrics['protocol_loadavg_median']:.2f}"} for x in pooled]
+    lines = ["## Invocations", "",
+             f"The summary above judges {len(pooled)} invocation{'s' if len(pooled) > 1 else ''} of the set as one "
+             "(their rounds pooled: experiments/protocol_pool.py; docs/hil.md \"Validation protocol\"). Each one "
+             "alone (measured against the same predictions):", "", md_table(pd.DataFrame(rows)), ""]
+    if left:
+        lines += ["Not pooled:", "", *[f"- {x}" for x in left], ""]
+    return "\n".join(lines)
 
 
 def pages_for(runs: list[Run], topic: str | None = None) -> list[Page]:

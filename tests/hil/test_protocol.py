@@ -6,7 +6,7 @@ import json
 import subprocess
 import sys
 from collections import Counter
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -179,6 +179,8 @@ def test_report_makes_a_protocol_page_from_the_run_files(tmp_path):
                                                    "machine": {"cpu_model": "Test CPU", "family": 1, "model": 2}}))
     (run / "protocol.csv").write_text(pr._csv(j["rows"]))
     (run / "speedups.csv").write_text(pr._csv(j["speedups"]))
+    (run / "runs.csv").write_text(pr.runs_csv(recs))
+    (run / "config.yaml").write_text(OmegaConf.to_yaml({"protocol": asdict(p)}))
     (page,) = pages_for(load_runs([run]))
     assert page.topic.startswith("host-protocol-dev-")
     summary = page_summary(page.markdown)
