@@ -9,8 +9,8 @@ their rounds.
 
 Only invocations that predicted the same figures are pooled (the same configurations, runs per round and predicted
 TTFT and phases to the last digit: the same model commit and calibration); `pool` says which of the others it left
-out and why. Each invocation keeps its own bias in the result (`invocations`), so the page shows every draw beside
-the pooled one.
+out and why. The page shows each invocation's own bias beside the pooled one. The logits checks hold for the pool
+when they held in every pooled invocation.
 """
 from __future__ import annotations
 
@@ -103,4 +103,7 @@ def pool(invocations: list[Invocation]) -> tuple[dict[str, Any], dict[str, Any],
     m["protocol_invocations"] = len(pooled)
     for k in ("protocol_stored_set", "protocol_configurations"):
         m[k] = newest.metrics.get(k, m.get(k))
+    for k, v in newest.metrics.items():     # the correctness checks of the logits: every invocation's must hold
+        if k.startswith(("protocol_logits", "protocol_correct")) and k not in m:
+            m[k] = all(bool(x.metrics.get(k)) for x in pooled) if isinstance(v, bool) else v
     return m, judged, pooled, left

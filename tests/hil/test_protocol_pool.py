@@ -103,3 +103,15 @@ def test_a_broken_run_directory_is_one_line(tmp_path):
     (d / "runs.csv").write_text("order,kind\n1,measured\n")
     with pytest.raises(ConfigError, match="not a readable protocol run"):
         read_invocation(d)
+
+
+def test_a_logits_check_holds_for_the_pool_only_when_it_held_in_every_invocation(tmp_path):
+    a, _ = _run(tmp_path, "a", PRED, PRED, _at(1), seed=1)
+    b, _ = _run(tmp_path, "b", PRED, PRED, _at(2), seed=2)
+    for d, ok in ((a, False), (b, True)):
+        m = json.loads((d / "metrics.json").read_text())
+        (d / "metrics.json").write_text(json.dumps(m | {"protocol_logits_native_exact": ok}))
+    pm, *_ = pool([read_invocation(a), read_invocation(b)])
+    assert pm["protocol_logits_native_exact"] is False
+    pm, *_ = pool([read_invocation(b)])
+    assert pm["protocol_logits_native_exact"] is True
