@@ -10,13 +10,16 @@ STAMP := $(VENV)/.installed
 CROSS_STAMP := $(VENV)/.cross-tools
 EXTRAS_STAMP := $(VENV)/.extras-ray-slurm
 NATIVE_SRC := $(wildcard native/src/*.c native/src/*.h)
+# the modules setup.py compiles with Cython: each .py with a .pxd beside it (a changed source rebuilds them)
+CYTHON_PXD := $(wildcard sim/*.pxd planner/pipeline/*.pxd)
+CYTHON_SRC := $(CYTHON_PXD) $(CYTHON_PXD:.pxd=.py)
 PYTEST_ARGS ?=
 
 .PHONY: setup demo test test-slow bench clean cross-tools runner runner-aarch64
 
 setup: $(STAMP)
 
-$(STAMP): pyproject.toml setup.py $(NATIVE_SRC)
+$(STAMP): pyproject.toml setup.py $(NATIVE_SRC) $(CYTHON_SRC)
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip setuptools wheel
 	$(PY) -m pip install -q -e '.[test]'

@@ -10,6 +10,8 @@ without a heap operation for the events triggered at the current instant (most o
 lost in rounding (now + delay == now) is triggered now, as in SimPy (it gets the newest insertion id).
 Exceptions raised inside a process propagate out of `run` at once (SimPy re-raises them when the failed process is
 processed; the simulator treats either as fatal).
+Compiled (`sim/engine.pxd`, docs/coldstart.md "Benchmarks"), the classes are extension types with C fields; their
+methods then take no closures.
 """
 from __future__ import annotations
 
@@ -69,21 +71,21 @@ class Timeout(Event):
         self.callbacks = []
         self._value = value
         self._ok = True
-        env.schedule(self, delay)
+        self.env.schedule(self, delay)          # (self.env: typed where compiled, a C call)
 
 
 class Process(Event):
     """A generator run as a process: it yields events and is resumed with each one's value once it is processed
     (at once when it already was); the process is itself an event, triggered with the generator's return value."""
 
-    __slots__ = ("_gen", "_resume_cb")
+    __slots__ = ("_send", "_resume_cb")
 
     def __init__(self, env: Environment, generator) -> None:
         self.env = env
         self.callbacks = []
         self._value = PENDING
         self._ok = True
-        self._gen = generator
+        self._send = generator.send             # bound once, not on every resume
         self._resume_cb = self._resume
         start = Event(env)                      # SimPy's Initialize: URGENT, before anything else due now
         start._value = None
@@ -91,7 +93,7 @@ class Process(Event):
         env._urgent_q.append(start)
 
     def _resume(self, event: Event) -> None:
-        send = self._gen.send
+        send = self._send
         while True:
             try:
                 event = send(event._value)
@@ -180,8 +182,8 @@ class Environment:
         at = self.now + delay
         if at == self.now:
             ev = Event(self)
-            ev._value = arg
-            ev.callbacks.append(lambda e: fn(e._value))
+            ev._value = (fn, arg)
+            ev.callbacks.append(_call)
             self._now_q.append(ev)
         else:
             self._eid += 1
@@ -254,6 +256,12 @@ def _process(ev: Event) -> None:
 
 def _stop(_ev: Event) -> None:
     raise _Stop
+
+
+def _call(ev: Event) -> None:
+    """The callback of `Environment.call_later`'s event (a function, not a closure: compiled methods take none)."""
+    fn, arg = ev._value
+    fn(arg)
 
 
 class Request(Event):

@@ -10,7 +10,9 @@ Deterministic: jobs are kept in arrival order and ties resolve in that order.
 
 The hot path (one call per job start and per completion; a cold start has tens of thousands) allocates no closures or
 timer events and sorts only where the order can differ from arrival order: the events it schedules, and so every
-result, are the same as the plain formulation's (`tests/sim/test_host_golden.py`).
+result, are the same as the plain formulation's (`tests/sim/test_host_golden.py`). Float sums are `sum([...])`, never
+`sum(<generator>)`: compiled (`sim/sharing.pxd`, docs/coldstart.md "Benchmarks") the latter becomes a loop of plain
+additions, which differs from the builtin's compensated sum on Python >= 3.12.
 """
 from __future__ import annotations
 
@@ -23,7 +25,8 @@ NO_SLOW = (1.0, 1.0)    # a job's co-run slowdown factors when it has none (Core
 
 
 class _Job:
-    """A job of a shared resource, built in `SharedRate.use` (no `__init__`: one call less per job). `left`: units of
+    """A job of a shared resource, built in `SharedRate.use` (`_Job.__new__`, no `__init__`: one call less per job;
+    compiled, it is an extension type whose attributes are C fields, `sim/sharing.pxd`). `left`: units of
     work left; `cap`: its rate cap (units/s); `weight`; `rate`: its share now (units/s); `event`: fires when it is done
     (None: it is a part of barrier `part_of`); `eps`: the residue below which it is done; `owner`: the thread it
     belongs to (None: anonymous); flash (`sim.flash`): `random` (a scattered read), `request` (request size, B);
@@ -34,19 +37,15 @@ class _Job:
                  "memory", "neutral", "part_of")
 
 
-_new = object.__new__
-
-
 class SharedRate:
     """`capacity` units of work per second shared by the active jobs (units: B/s for bandwidth, cores for CPUs)."""
-
-    # every job's cap / weight is the same (Cores: cap = weight = threads): water filling needs no sort
-    uniform_caps = False
 
     def __init__(self, env: Environment, capacity: float, record: bool = True) -> None:
         if capacity <= 0:
             raise ValueError(f"shared capacity must be > 0 (got {capacity})")
         self.env = env
+        # every job's cap / weight is the same (Cores: cap = weight = threads): water filling needs no sort
+        self.uniform_caps = False
         self.capacity = float(capacity)
         self.active: list[_Job] = []
         self.last = 0.0
@@ -56,7 +55,9 @@ class SharedRate:
         self.listeners: list = []                                 # called (no args) after every change of the set
         self.n_slow = 0                                           # active jobs with a co-run slowdown (Cores)
         self._timer = self._on_timer                              # bound once: one per re-split
-        self._plain_share = type(self)._share is SharedRate._share   # water filling as below (Flash adds caps)
+        # water filling as below (Flash adds caps); the class's own entry: compiled, `SharedRate._share` would be a new
+        # wrapper of the C method each time
+        self._plain_share = type(self)._share is SharedRate.__dict__["_share"]
 
     def use(self, amount: float, cap: float, weight: float = 1.0, owner: object = None,
             slow: tuple[float, float] = (1.0, 1.0), memory: bool = False, neutral: bool = False,
@@ -84,7 +85,7 @@ class SharedRate:
             for j in self.active:
                 j.left -= j.rate * dt
         self.last = now
-        job = _new(_Job)
+        job = _Job.__new__(_Job)
         job.left = left = float(amount)
         job.cap = float(cap)
         job.weight = float(weight)
@@ -111,8 +112,10 @@ class SharedRate:
     def cancel(self, ev: Event) -> bool:
         """End the active job of event `ev` now, its work left undone (a polling thread that found work, a wait
         that ended early); the capacity is re-split. The event never fires. False when no such job is active."""
-        job = next((j for j in self.active if j.event is ev), None)
-        if job is None:
+        for job in self.active:
+            if job.event is ev:
+                break
+        else:
             return False
         self._advance()
         self.active.remove(job)
@@ -261,11 +264,11 @@ class SharedRate:
                 self.n_slow -= 1
             ev = j.event
             if ev is None:                 # j.part_of.part_done(), inline
-                ev = j.part_of
-                ev._left -= 1
-                if not ev._left:
-                    ev._waiting, ev.callbacks = ev.callbacks, [ev._last_part]
-                    self.env._now_q.append(ev)
+                bar = j.part_of
+                bar._left -= 1
+                if not bar._left:
+                    bar._waiting, bar.callbacks = bar.callbacks, [bar._last_part]
+                    self.env._now_q.append(bar)
             else:                          # ev.succeed(), inline
                 ev._value = None
                 self.env._now_q.append(ev)
@@ -294,7 +297,7 @@ class SharedRate:
                 done = [k]
                 active.pop()
             else:                          # float rounding: finish the closest one
-                done = [min((j for j in active if j.rate > 0.0), key=lambda j: j.left / j.rate)]
+                done = [_closest(active)]
                 active.remove(done[0])
         else:
             done = []
@@ -309,7 +312,7 @@ class SharedRate:
                         done.append(j)
             self.last = now
             if not done:   # float rounding: finish the closest one
-                done = [min((j for j in active if j.rate > 0.0), key=lambda j: j.left / j.rate)]
+                done = [_closest(active)]
             if len(done) == 1:
                 active.remove(done[0])
             else:
@@ -320,11 +323,11 @@ class SharedRate:
                 self.n_slow -= 1
             ev = j.event
             if ev is None:                 # j.part_of.part_done(), inline
-                ev = j.part_of
-                ev._left -= 1
-                if not ev._left:
-                    ev._waiting, ev.callbacks = ev.callbacks, [ev._last_part]
-                    now_q.append(ev)
+                bar = j.part_of
+                bar._left -= 1
+                if not bar._left:
+                    bar._waiting, bar.callbacks = bar.callbacks, [bar._last_part]
+                    now_q.append(bar)
             else:                          # ev.succeed(), inline
                 ev._value = None
                 now_q.append(ev)
@@ -356,12 +359,22 @@ class SharedRate:
     def full_without(self, owner: object = None) -> bool:
         """The active jobs not belonging to `owner` (all of them for None) use the whole capacity by weight: for
         `Cores`, other threads occupy every core."""
-        load = sum(j.weight for j in self.active if owner is None or j.owner != owner)
+        load = sum([j.weight for j in self.active if owner is None or j.owner != owner])
         return load >= self.capacity - 1e-9
 
 
 def _cap_per_weight(j: _Job) -> float:
     return j.cap / j.weight
+
+
+def _time_left(j: _Job) -> float:
+    return j.left / j.rate
+
+
+def _closest(active: list[_Job]) -> _Job:
+    """The running job closest to completion (float rounding left every job above its residue). A function of its
+    own: compiled methods (`sim/sharing.pxd`) take no closures."""
+    return min([j for j in active if j.rate > 0.0], key=_time_left)
 
 
 class Cores(SharedRate):
@@ -382,10 +395,9 @@ class Cores(SharedRate):
     use, the most recently woken thread served first, while another core may idle (`idle_for`), until `unpack`.
     """
 
-    uniform_caps = True         # a job's cap and weight are both its threads (`run`)
-
     def __init__(self, env: Environment, capacity: float, record: bool = True) -> None:
         super().__init__(env, capacity, record)
+        self.uniform_caps = True                  # a job's cap and weight are both its threads (`run`)
         # cores occupied since the last change (at _occ_t s) and the core-seconds occupied before it: the integral of
         # `busy_core_s`, summed at every change in time order
         self._occ, self._occ_t, self._busy = 0.0, 0.0, 0.0
@@ -440,13 +452,14 @@ class Cores(SharedRate):
                 out += [(j.cap, j.weight, [j]) for j in jobs]
                 continue
             jobs.sort(key=lambda j: -order.get(j.owner, -1))
-            out.append((max(j.cap for j in jobs), sum(j.weight for j in jobs), jobs))
+            out.append((max(j.cap for j in jobs), sum([j.weight for j in jobs]), jobs))
         return out
 
     def _occupancy(self) -> float:
         if not self.packs:
             return min(self.capacity, sum([j.cap for j in self.active]))
-        return min(self.capacity, sum(min(cap, sum(j.cap for j in jobs)) for cap, _w, jobs in self._entities()))
+        return min(self.capacity,
+                   sum([min(cap, sum([j.cap for j in jobs])) for cap, _w, jobs in self._entities()]))
 
     def _reschedule(self) -> None:
         active = self.active
@@ -539,8 +552,8 @@ class Cores(SharedRate):
         """Other threads than `owner` occupy every core (a packed pair occupies its waker's cores)."""
         if not self.packs:
             return super().full_without(owner)
-        load = sum(min(cap, sum(j.weight for j in jobs if owner is None or j.owner != owner))
-                   for cap, _w, jobs in self._entities())
+        load = sum([min(cap, sum([j.weight for j in jobs if owner is None or j.owner != owner]))
+                    for cap, _w, jobs in self._entities()])
         return load >= self.capacity - 1e-9
 
     def _share_entities(self) -> None:
@@ -550,7 +563,7 @@ class Cores(SharedRate):
             super()._share()
             return
         ents = sorted(self._entities(), key=lambda e: e[0] / e[1])
-        left, wsum = self.capacity, sum(e[1] for e in ents)
+        left, wsum = self.capacity, sum([e[1] for e in ents])
         for cap, w, jobs in ents:
             rate = min(cap, left * w / wsum)
             left -= rate
@@ -591,6 +604,6 @@ class Cores(SharedRate):
         for j, rj in base:
             free = self.capacity - rj
             if (j.slow > 1.0 or j.slow_mem > 1.0) and free > 0:
-                excess = sum(((j.slow_mem if o.memory else j.slow) - 1.0) * ro for o, ro in base
-                             if o is not j and not o.neutral)
+                excess = sum([((j.slow_mem if o.memory else j.slow) - 1.0) * ro for o, ro in base
+                              if o is not j and not o.neutral])
                 j.rate = rj / (1.0 + excess / free)

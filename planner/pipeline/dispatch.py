@@ -9,11 +9,12 @@
 Other resources (loaders, unpackers, graph threads) take ready tasks in plan order (task id). `join` tasks complete the
 moment they become ready. The simulator (`sim.executor`, one event loop) calls it directly; the HIL runner
 (`hil.runner`, OS threads) calls it under one lock. Both wake idle workers of the resources `push`/`pop` name.
-Ties are broken by task id, so a run is deterministic for a given completion order.
+Ties are broken by task id, so a run is deterministic for a given completion order. Where setup.py compiled it
+(`dispatch.pxd`, docs/coldstart.md "Benchmarks"), `Dispatcher` is an extension type with C counters.
 """
 from __future__ import annotations
 
-import heapq
+from heapq import heappop, heappush
 
 from planner.plan import Plan
 
@@ -78,7 +79,7 @@ class Dispatcher:
             joins.append(tid)
             self._release(tid, wake, joins)
             return
-        heapq.heappush(self.queues[t.resource], (self._key(tid), tid))
+        heappush(self.queues[t.resource], (self._key(tid), tid))
         wake.append(t.resource)
         if t.resource == "npu" and self.thr and len(self.queues["npu"]) > self.thr:
             wake.append("cpu")
@@ -99,7 +100,7 @@ class Dispatcher:
         return q[0][0][0] == self.next_order[resource]
 
     def _taken(self, resource: str, stolen: bool) -> tuple[int, bool, list[str]]:
-        tid = heapq.heappop(self.queues[resource])[1]
+        tid = heappop(self.queues[resource])[1]
         wake: list[str] = []
         if not self.position and resource in self.next_order:
             self.next_order[resource] += 1

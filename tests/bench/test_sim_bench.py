@@ -4,7 +4,8 @@ in the same run: a bare SimPy loop with as many timeouts as the plan has tasks (
 same loop on the simulator's own event core (`sim.engine`, SimPy's event order) is printed beside it.
 Bit allocations of the quantizer twin are computed (and cached) before timing: they are an offline step.
 `test_bench_against_the_baseline_simulator` times the simulator of a recorded commit (BASELINE, before its hot path
-was made lean) against this tree's, interleaved in one run.
+was made lean) against this tree's (compiled where setup.py built its hot modules: docs/coldstart.md "Benchmarks"),
+interleaved in one run.
 Writes outputs/bench/sim_coldstart.json, sim_vs_baseline.json and coldstart_sweep.{json,md}."""
 from __future__ import annotations
 
@@ -135,12 +136,12 @@ from planner.framework import FrameworkSpec
 from quant.arch import ModelSpec
 from sim.coldstart import POLICIES, ColdStartInputs
 from sim.coldstart.sweep import load_conf
-import sim.executor
+import sim, sim.executor
 spec, dev = load_conf("model", "llama3_8b", ModelSpec), load_conf("device", "xiaomi15pro", SocProfile)
 fw = load_conf("framework", "edgeflow", FrameworkSpec)
 x = ColdStartInputs(spec, dev, fw, AnalyticCostModel(dev), 1086, 5.0)
 plan = POLICIES[fw.policy]().build(x)
-print(json.dumps({"ready": sim.executor.__file__}), flush=True)
+print(json.dumps({"ready": sim.executor.__file__, "compiled": getattr(sim, "COMPILED", False)}), flush=True)
 for line in sys.stdin:
     if line.strip() != "run":
         break
@@ -159,6 +160,7 @@ class _Timer:
                                      stdout=subprocess.PIPE, text=True, cwd=root)
         ready = json.loads(self.proc.stdout.readline() or "{}")
         assert Path(ready.get("ready", "")).is_relative_to(root), f"the simulator of {root} did not load: {ready}"
+        self.compiled = ready["compiled"]          # its hot modules run compiled (setup.py, planner.use_compiled)
 
     def run(self) -> dict:
         self.proc.stdin.write("run\n")
@@ -215,13 +217,15 @@ def test_bench_against_the_baseline_simulator():
                 tm.close()
     best = {k: min(v) for k, v in walls.items()}
     ratio = best["baseline"] / best["current"]
+    compiled = timers["current"].compiled
     print(f"\nEdgeFlow 1086-token cold start ({tasks} tasks), best of {reps} interleaved: baseline {BASELINE[:10]} "
-          f"{best['baseline']:.3f} s, current {best['current']:.3f} s, speed-up x{ratio:.2f}; "
+          f"{best['baseline']:.3f} s, current ({'compiled' if compiled else 'Python sources'}) "
+          f"{best['current']:.3f} s, speed-up x{ratio:.2f}; "
           f"load average (1/5/15 min) before {load[0][0]:.2f}/{load[0][1]:.2f}/{load[0][2]:.2f}, "
           f"after {load[1][0]:.2f}/{load[1][1]:.2f}/{load[1][2]:.2f}; simulated TTFT {ends['current']} s")
     atomic_write_json(OUT / "sim_vs_baseline.json", {
-        "baseline": BASELINE, "tasks": tasks, "reps": reps, "walls_s": walls, "best_s": best, "speedup": ratio,
-        "loadavg_before": load[0], "loadavg_after": load[1], "ttft_s": float(ends["current"]),
+        "baseline": BASELINE, "tasks": tasks, "reps": reps, "compiled": compiled, "walls_s": walls, "best_s": best,
+        "speedup": ratio, "loadavg_before": load[0], "loadavg_after": load[1], "ttft_s": float(ends["current"]),
         "measured_keys": ["walls_s", "best_s", "speedup", "loadavg_before", "loadavg_after"],
         "modelled_keys": ["ttft_s"]})
     assert ends["baseline"] == ends["current"], "the simulators disagree on the TTFT"
