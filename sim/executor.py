@@ -289,8 +289,8 @@ class PlanExecutor:
         """After the GEMM its `threads - 1` helpers keep polling their cores for `gemm_pool_spin_s` (core time that
         slows nobody through co-running, but takes a core share) unless the next GEMM cancels it first."""
         if self.rt.gemm_pool_spin_s > 0:
-            self.pool_spin[owner] = self.cores.run(self.rt.gemm_pool_spin_s, threads - 1, ("pool", owner),
-                                                   neutral=True)
+            self.pool_spin[owner] = self.cores.run(self.rt.gemm_pool_spin_s, threads - 1, ("pool", owner), NO_SLOW,
+                                                   False, True)            # neutral
 
     def _python_s(self, w: OpWork, unit: str) -> float:
         """Seconds of op `w` that run under the interpreter lock: the cost model's per-op dispatch overhead, at
