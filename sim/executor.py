@@ -617,17 +617,10 @@ class PlanExecutor:
                 env.process(self._worker(r, i))
         self._after(*self.dispatch.start())
         if self.plan.tasks:
-            # the run allocates many short-lived objects and frees them by reference counting: the cyclic collector
-            # would only re-traverse the plan meanwhile (paused, as `timeit` does; restored on every exit path)
-            collecting = gc.isenabled()
-            gc.disable()
             try:
                 env.run(until=self.all_done)
             except RuntimeError:        # no events left before all_done -> reported below
                 pass
-            finally:
-                if collecting:
-                    gc.enable()
         if not self.dispatch.finished:
             raise RuntimeError(f"plan deadlocked: {self.dispatch.done}/{len(self.plan.tasks)} tasks ran")
         return Timeline(self.plan, self.spans, env.now, self.flash.bytes_read, self.peak_mem, self.flash.samples,
@@ -640,4 +633,12 @@ def simulate(plan: Plan, dev: SocProfile, cost: CostModel, preloaded_bytes: int 
              runtime: HostRuntime | None = None) -> Timeline:
     """The timeline of `plan` on device `dev` (durations from `cost`); `runtime`: the host's runtime mechanics
     (a measured host, `planner.host_runtime`), None for a device without them."""
-    return PlanExecutor(plan, dev, cost, preloaded_bytes, runtime).run()
+    # a simulation allocates many objects (per-task state, events, spans) and frees them by reference counting: the
+    # cyclic collector would only re-traverse the plan meanwhile (paused, as `timeit` does; restored on every exit path)
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        return PlanExecutor(plan, dev, cost, preloaded_bytes, runtime).run()
+    finally:
+        if collecting:
+            gc.enable()
