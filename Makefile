@@ -88,7 +88,9 @@ test-slow: setup cross-tools $(EXTRAS_STAMP)
 bench: setup cross-tools
 	$(PY) -m pytest -q -s -m bench tests/bench $(PYTEST_ARGS)
 
-# Back to a fresh clone's state: the venv and its stamps, the native library built in place, caches and run outputs.
+# Back to a fresh clone's state: the venv and its stamps, the native library and compiled modules built in place
+# (with their source hashes), caches and run outputs.
 clean:
 	rm -rf $(VENV) build *.egg-info native/_efkernels*.so native/build outputs multirun .pytest_cache .hypothesis \
-		.benchmarks
+		.benchmarks $(CYTHON_PXD:.pxd=.*.so) \
+		$(addsuffix _compiled.json,$(sort $(dir $(CYTHON_PXD))))
