@@ -69,7 +69,7 @@ def use_compiled(package: str, directory: str) -> bool:
         stale = [m for m in modules if m not in built or recorded.get(m) != source_hashes(here, m)]
         if not stale:
             return True
-        warnings.warn(f"{package}: compiled {', '.join(stale)} out of date with the sources: running the .py "
+        warnings.warn(f"{package}: compiled {', '.join(stale)} not built from the current sources: running the .py "
                       f"sources (rebuild: pip install -e . or make setup)", RuntimeWarning, stacklevel=2)
     sys.meta_path.insert(0, _SourceFinder({f"{package}.{m}": here / f"{m}.py" for m in modules}))
     return False

@@ -106,7 +106,7 @@ def test_an_edited_source_runs_instead_of_its_stale_compiled_module(tmp_path):
     shutil.copy(REPO / "planner" / "__init__.py", tmp_path / "planner" / "__init__.py")
     fresh, err = _run(_IMPORT, cwd=tmp_path)
     assert fresh["compiled"] is True and not fresh["engine"].endswith(".py"), (fresh, err)
-    assert Path(fresh["engine"]).parent == tmp_path / "sim" and "out of date" not in err
+    assert Path(fresh["engine"]).parent == tmp_path / "sim" and "not built from" not in err
     with open(tmp_path / "sim" / "sharing.py", "a") as f:       # an edit the build has not seen
         f.write("\nEDITED = True\n")
     stale, err = _run(_IMPORT, cwd=tmp_path)
@@ -114,4 +114,21 @@ def test_an_edited_source_runs_instead_of_its_stale_compiled_module(tmp_path):
     # the whole group runs from its sources (sharing uses engine's C declarations)
     assert stale["engine"] == str(tmp_path / "sim" / "engine.py")
     assert stale["sharing"] == str(tmp_path / "sim" / "sharing.py")
-    assert "sim: compiled sharing out of date with the sources" in err, err
+    assert "sim: compiled sharing not built from the current sources" in err, err
+
+
+@needs_build
+def test_a_missing_compiled_module_runs_the_sources(tmp_path):
+    shutil.copytree(SIM, tmp_path / "sim", ignore=shutil.ignore_patterns("__pycache__", "coldstart"))
+    (tmp_path / "planner").mkdir()
+    shutil.copy(REPO / "planner" / "__init__.py", tmp_path / "planner" / "__init__.py")
+    for so in (tmp_path / "sim").glob("engine.*.so"):         # one module not built: the group runs its sources
+        so.unlink()
+    part, err = _run(_IMPORT, cwd=tmp_path)
+    assert part["compiled"] is False and part["sharing"] == str(tmp_path / "sim" / "sharing.py"), part
+    assert "sim: compiled engine not built from the current sources" in err, err
+    for so in (tmp_path / "sim").glob("*.so"):                # nothing built (no Cython at install): silently
+        so.unlink()
+    none, err = _run(_IMPORT, cwd=tmp_path)
+    assert none["compiled"] is False and none["engine"] == str(tmp_path / "sim" / "engine.py"), none
+    assert "not built from" not in err, err
