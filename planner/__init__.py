@@ -1,8 +1,8 @@
 """Planning: devices, cost models, plans, schedules.
 
 `use_compiled` is the import hook of the modules setup.py compiles with Cython from their own `.py` sources (the
-simulator's hot path, `planner.pipeline.dispatch`; docs/coldstart.md "Benchmarks"): a package calls it from its
-`__init__` before any of them is imported.
+simulator's hot path in `sim`; docs/coldstart.md "Benchmarks"): a package calls it from its `__init__` before any of
+them is imported.
 """
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def _built(directory: Path, module: str) -> bool:
     return any((directory / (module + s)).exists() for s in importlib.machinery.EXTENSION_SUFFIXES)
 
 
+def _extension_stems(directory: Path) -> set[str]:
+    """Modules of `directory` present as an extension module beside their .py (built in place)."""
+    return {p.name[:-len(s)] for s in importlib.machinery.EXTENSION_SUFFIXES for p in directory.glob("*" + s)
+            if (directory / (p.name[:-len(s)] + ".py")).exists()}
+
+
 class _SourceFinder:
     """A meta-path finder that loads the named modules from their .py files, ahead of the compiled ones beside them."""
 
@@ -53,10 +59,18 @@ def use_compiled(package: str, directory: str) -> bool:
     beside it, as setup.py builds them) run compiled. An extension module shadows its .py, so the .py sources run
     instead — all of them together, as they use each other's C declarations — when EDGELLM_PURE_PYTHON=1, or when any
     one is not built or its .py / .pxd differs from the one it was built from (the package's `_compiled.json`; one
-    warning then: rebuild with `pip install -e .` or `make setup`). Nothing built (no Cython at install time): the
-    sources run, silently."""
+    warning then: rebuild with `pip install -e .` or `make setup`), or when an extension module has no .pxd (left
+    from an earlier build; one warning). Nothing built (no Cython at install time): the sources run, silently."""
     here = Path(directory)
     modules = sorted(p.stem for p in here.glob("*.pxd") if p.with_suffix(".py").exists())
+    # an extension module left from a build whose .pxd is gone (a checkout, a dropped module) would shadow its .py
+    # unchecked, and its C declarations may be the others': the whole package runs from its sources
+    orphans = sorted(_extension_stems(here) - set(modules))
+    if orphans:
+        warnings.warn(f"{package}: compiled {', '.join(orphans)} has no .pxd (left from an earlier build): running "
+                      f"the .py sources (make clean, then make setup)", RuntimeWarning, stacklevel=2)
+        sys.meta_path.insert(0, _SourceFinder({f"{package}.{m}": here / f"{m}.py" for m in [*modules, *orphans]}))
+        return False
     built = [m for m in modules if _built(here, m)]
     if not built:
         return False

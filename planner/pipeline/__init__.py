@@ -1,5 +1,9 @@
 """Cold-start pipeline planning: operator DAG, prefill expansion, the EdgeFlow granular scheduler, llm.npu baselines.
-`dispatch` runs compiled where setup.py built it and it matches its sources (`planner.use_compiled`)."""
+
+Nothing here is compiled: the HIL runner (hil/runner.py) dispatches its tasks with `dispatch.Dispatcher` too, and its
+per-task cost is part of what the host calibration measures, so compiling it would change the runtime the stored
+profiles describe. The hook still runs the sources of any module an earlier build left compiled
+(`planner.use_compiled`)."""
 import os
 
 from planner import use_compiled
