@@ -511,7 +511,7 @@ def tables_md(rows: list[dict[str, Any]], speedups: list[dict[str, Any]], level:
                    f"{_f(r.get('measured_hi'))}] | {_f(r.get('round_min'))}–{_f(r.get('round_max'))} | "
                    f"{_f(r.get('noise_pct'), 1)} % | {_pc(r.get('error_pct'))} [{_pc(r.get('error_lo_pct'))} … "
                    f"{_pc(r.get('error_hi_pct'))}] | {yes(r.get('inside'))} | {r['excluded_warm']} |")
-    lines = ["## Per configuration", "", *out, ""]
+    lines = ["## Per configuration", "", *out, "", *phases_md(rows)]
     if speedups:
         out = ["| framework | model | bits | prompt | predicted | measured [interval] | pairs | error | inside |",
                "|" + "---|" * 9]
@@ -524,6 +524,48 @@ def tables_md(rows: list[dict[str, Any]], speedups: list[dict[str, Any]], level:
                   f"A configuration's TTFT over {PAIR_WITH}'s in the same pass of the same round (adjacent in time), "
                   f"median over the pairs with its {lvl} interval.", "", *out, ""]
     return "\n".join(lines)
+
+
+PHASE_NAMES = ("load", "unpack", "prefill")
+
+
+def _num(v: Any) -> float | None:
+    """A float from a row value (a CSV gives strings, empty for none)."""
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if f == f else None
+
+
+def phases_md(rows: list[dict[str, Any]]) -> list[str]:
+    """Where each TTFT error comes from: per configuration, each phase's span modelled vs measured (sim.metrics:
+    first start to last end of its tasks; the measured one the median over the counted runs), and per phase the
+    mean signed error and how many configurations it under-predicts. A TTFT error near zero can hide phase errors of
+    opposite sign; this section shows them. [] when no row has phase figures."""
+    have = [r for r in rows if any(_num(r.get(f"{ph}_error_pct")) is not None for ph in PHASE_NAMES)]
+    if not have:
+        return []
+    out = ["| framework | model | bits or file type | prompt | TTFT error | "
+           + " | ".join(f"{ph} predicted / measured s, error" for ph in PHASE_NAMES) + " |", "|" + "---|" * 8]
+    for r in have:
+        cells = []
+        for ph in PHASE_NAMES:
+            pred, meas, err = (_num(r.get(k)) for k in (f"predicted_{ph}_s", f"measured_{ph}_s", f"{ph}_error_pct"))
+            cells.append("–" if err is None else f"{_f(pred)} / {_f(meas)}, {_pc(err)}")
+        out.append(f"| {r['framework']} | {r['model']} | {r.get('weight_type') or r['bits']} | {r['prompt_tokens']} | "
+                   f"{_pc(_num(r.get('error_pct')))} | " + " | ".join(cells) + " |")
+    summary = []
+    for ph in PHASE_NAMES:
+        errs = [e for e in (_num(r.get(f"{ph}_error_pct")) for r in have) if e is not None]
+        if errs:
+            summary.append(f"- {ph}: mean error {_pc(float(np.mean(errs)))}, mean |error| "
+                           f"{float(np.mean(np.abs(errs))):.1f} %, under-predicted in {sum(e < 0 for e in errs)} of "
+                           f"{len(errs)}")
+    return ["## Per phase", "",
+            "Each phase's wall span, modelled vs measured (median over the counted runs; sim/metrics.py defines the "
+            "spans: first start to last end of the phase's tasks). Phases overlap, so their errors do not add up to "
+            "the TTFT error; a small TTFT error can hide phase errors of opposite sign.", "", *summary, "", *out, ""]
 
 
 def report_md(m: dict[str, Any], rows: list[dict[str, Any]], speedups: list[dict[str, Any]]) -> str:

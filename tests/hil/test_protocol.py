@@ -124,6 +124,24 @@ def test_judge_set_excludes_warm_runs_and_detects_a_bias():
     md = pr.report_md(m, j["rows"], j["speedups"])
     assert "not the stored set" in md and "## Per configuration" in md and "speed-ups" in md
     assert "under load" not in md and "Taken under load" in pr.about_md(m | {"protocol_loadavg_median": 9.0})
+    # phases: load and prefill predicted 20 % low like the TTFT; unpack has no figures
+    assert "## Per phase" in md and "unpack:" not in md
+    for ph in ("load", "prefill"):
+        (line,) = [x for x in md.splitlines() if x.startswith(f"- {ph}: ")]
+        assert float(line.split("mean error ")[1].split(" %")[0]) == pytest.approx(-20, abs=4)
+        assert line.endswith("under-predicted in 3 of 3")
+
+
+def test_phase_section_reads_csv_strings_and_is_absent_without_phases():
+    row = {"framework": "edgeflow", "model": "m", "bits": "5", "prompt_tokens": "16", "error_pct": "1.0",
+           "predicted_load_s": "0.1", "measured_load_s": "0.125", "load_error_pct": "-20.0",
+           "predicted_unpack_s": "", "measured_unpack_s": "", "unpack_error_pct": "",
+           "predicted_prefill_s": "0.2", "measured_prefill_s": "0.16", "prefill_error_pct": "25.0"}
+    md = "\n".join(pr.phases_md([row, row | {"load_error_pct": "10.0"}]))
+    assert "- load: mean error -5.0 %, mean |error| 15.0 %, under-predicted in 1 of 2" in md
+    assert "- prefill: mean error +25.0 %" in md and "- unpack" not in md
+    assert "| 0.100 / 0.125, -20.0 % | – | 0.200 / 0.160, +25.0 % |" in md
+    assert pr.phases_md([{k: v for k, v in row.items() if "_s" not in k and "error" not in k}]) == []
 
 
 def test_runs_csv_has_every_attempt_with_its_resident_fraction():
