@@ -4,6 +4,7 @@ blocks is written by hand.
 
     python -m experiments.report multirun/coldstart/<sweep dir>             # -> docs/results/coldstart.md + .csv
     python -m experiments.report outputs/multidevice/<run> … --topic NAME     # page name other than the app's
+    python -m experiments.report --data                                       # the pages made from data files
     python -m experiments.report --readme                                     # README blocks <- docs/results/*.md
 
 A run directory is any directory with a `metrics.json` (a sweep directory stands for its finished jobs). Each page
@@ -36,10 +37,17 @@ Topics (by the app that made the runs):
 - `peer-<machine kind>` (`experiments.validate peer=llamacpp`): cold TTFT beside perplexity, ours and llama.cpp's
   (experiments.peer_table); runs with the peer go to this page, not to the host page.
 
+Pages made from a committed data file rather than run directories (`DATA_PAGES`, written by `--data`): their
+manifest names the file, its sha256 and the command that re-measures it.
+- `multidevice-importance` (`planner/voltron/data/smollm2_importance.json`, `quant.measure_importance`): SmolLM2's
+  measured precision effects and shard-pruning importance (experiments.importance_table); its summary is the table
+  of docs/multidevice.md "Layer importance and precision effects".
+
 README blocks: `<!-- results: PATTERN -->` … `<!-- /results -->`, where PATTERN names a page (`coldstart`) or a glob
 of pages (`host-*`); the block holds each page's summary and a link to it. `tests/test_report.py` checks that the
 committed README equals what `--readme` makes of the committed pages. `--readme` refreshes the same blocks in the
-docs pages of `DOC_BLOCKS` (docs/coldstart.md's TTFT, ablation and sensitivity tables).
+docs pages of `DOC_BLOCKS` (docs/coldstart.md's TTFT, ablation and sensitivity tables; docs/multidevice.md's
+importance and precision table).
 """
 from __future__ import annotations
 
@@ -991,6 +999,45 @@ def multidevice_report_page(topic: str, runs: list[Run]) -> Page:
     return Page(topic, md_text, pd.DataFrame(csv_rows))
 
 
+IMPORTANCE_TOPIC = "multidevice-importance"
+
+
+def importance_page(topic: str = IMPORTANCE_TOPIC, path: Path | None = None) -> Page:
+    """The page of SmolLM2's measured importance and precision effects from the data file `path` (default: the one
+    the planner reads); the CSV holds every measured precision row and the per-block importance."""
+    from experiments import importance_table as it
+    from planner.voltron.importance import DATA
+
+    path = Path(path or DATA)
+    try:
+        summary = "\n".join([it.settings_md(path), "", it.table_intro_md(path), "", md_table(it.precision_table(path)),
+                             "", it.pruning_md(path), "", f"_{it.provenance_md(path, REPO)}._"])
+        blocks = it.block_table(path)
+        # one CSV for both tables (a `table` column): nullable dtypes keep counts integral beside the gaps
+        rows = pd.concat([it.precision_rows(path), it.block_rows(path)], ignore_index=True).convert_dtypes()
+        manifest = it.manifest_items(path, REPO)
+    except (OSError, ValueError, KeyError) as e:
+        raise ReportError(f"{path}: not a measure_importance data file ({type(e).__name__}: {e})") from None
+    md = "\n".join([
+        HEADER, f"# {it.TITLE}", "",
+        "What lowering the weight precision and pruning each shard cost the real SmolLM2-135M, the numbers the "
+        "accuracy proxy and the layer importance of the multi-device planner are built on (docs/multidevice.md "
+        "\"Accuracy proxy\", \"Layer importance\"). Every number is measured by `quant.measure_importance` and read "
+        "through `planner.voltron.accuracy.precision_loss` and `planner.voltron.importance.shard_stats`.", "",
+        SUMMARY_BEGIN, summary, SUMMARY_END, "",
+        "## Per block", "",
+        "Layer importance (Σ of the shards' mean Δppl/ppl_ref, within-noise shards 0), mean KL(ref ‖ pruned) summed "
+        "over the shards (nats/token), and the shards within noise, per block and sublayer kind.", "",
+        md_table(blocks), "",
+        "Every measured precision row (each format × scope) and the per-block rows as CSV: "
+        f"[{topic}.csv]({topic}.csv).", "",
+        "## Manifest", "", *[ln if ln.startswith("  ") else f"- {ln}" for ln in manifest], ""])
+    return Page(topic, md, rows)
+
+
+DATA_PAGES: dict[str, Callable[[str], Page]] = {IMPORTANCE_TOPIC: importance_page}   # pages made from data files
+
+
 def write_page(page: Page, out: Path = RESULTS_DIR) -> tuple[Path, Path]:
     md, csv = out / f"{page.topic}.md", out / f"{page.topic}.csv"
     atomic_write_text(csv, page.table.to_csv(index=False))
@@ -1006,7 +1053,8 @@ def page_summary(text: str) -> str:
     return text.split(SUMMARY_BEGIN, 1)[1].split(SUMMARY_END, 1)[0].strip()
 
 
-DOC_BLOCKS = (REPO / "docs" / "coldstart.md",)    # docs pages with results blocks (links relative to docs/)
+# docs pages with results blocks (their links relative to docs/)
+DOC_BLOCKS = (REPO / "docs" / "coldstart.md", REPO / "docs" / "multidevice.md")
 
 
 def readme_block(pattern: str, results: Path = RESULTS_DIR, link_root: str = "docs/results") -> str:
@@ -1034,11 +1082,19 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("run_dirs", nargs="*", help="run directories or sweep directories of one app")
     ap.add_argument("--topic", help="page name (default: the app's; host validation: host-<machine kind>)")
     ap.add_argument("--out", default=str(RESULTS_DIR), help="pages directory (default: docs/results)")
+    ap.add_argument("--data", action="store_true",
+                    help=f"write the pages made from committed data files ({', '.join(DATA_PAGES)})")
     ap.add_argument("--readme", action="store_true", help="refresh the README's results blocks from the pages")
     a = ap.parse_args(argv)
-    if not a.run_dirs and not a.readme:
-        ap.error("give run dirs, --readme, or both")
+    if not a.run_dirs and not a.readme and not a.data:
+        ap.error("give run dirs, --data, --readme, or a combination")
     try:
+        if a.data:                     # before --readme, so one call refreshes a page and its blocks
+            out = Path(a.out)
+            out.mkdir(parents=True, exist_ok=True)
+            for topic, make in DATA_PAGES.items():
+                md, csv = write_page(make(topic), out)
+                print(f"{md}\n{csv}")
         if a.run_dirs:
             out = Path(a.out)
             out.mkdir(parents=True, exist_ok=True)

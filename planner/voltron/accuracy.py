@@ -103,6 +103,7 @@ class PrecisionLoss:
     loss: float               # proxy relative score loss: mean of 1 − ppl_ref/ppl_p, 0 if within noise
     loss_sd: float
     slices: int
+    within_noise: bool = False  # the mean loss was within the noise rule and `loss` was set to 0
 
 
 def _mean_sd(v) -> tuple[float, float]:
@@ -125,9 +126,11 @@ def precision_loss(precision: str, scope: str = "all", path: str = str(DATA)) ->
     loss = 1.0 - ref / ppl                                                   # (K,) proxy mapping per slice
     lm, ls = _mean_sd(loss)
     K = loss.size
-    if lm <= NOISE_Z * ls / np.sqrt(K):                                      # within noise (incl. negative) → 0
+    noise = bool(lm <= NOISE_Z * ls / np.sqrt(K))                            # within noise (incl. negative) → 0
+    if noise:
         lm = 0.0
-    return PrecisionLoss(precision, fmt, *_mean_sd(ppl / ref - 1.0), *_mean_sd(m["kl"]), min(lm, 0.999), ls, K)
+    return PrecisionLoss(precision, fmt, *_mean_sd(ppl / ref - 1.0), *_mean_sd(m["kl"]), min(lm, 0.999), ls, K,
+                         noise)
 
 
 # Published whole-model effects of the llama.cpp formats by model size (wikitext-2 perplexity, ctx 512), mapped by the

@@ -68,6 +68,11 @@ class ShardStats:
         """(L, G) shard importance: the mean, 0 for within-noise shards."""
         return np.where(self.noise, 0.0, self.mean)
 
+    @property
+    def layer_importance(self) -> np.ndarray:
+        """(L,) layer importance: Σ of its shards' importance (within-noise shards count 0)."""
+        return self.importance.sum(axis=1)
+
 
 def shard_stats(doc: dict, kind: str) -> ShardStats:
     """Mean ± sd over slices of pruning each shard of kind 'attn' | 'ffn', and the noise rule."""
@@ -115,7 +120,7 @@ def importance_for(spec: ModelSpec, path: str = str(DATA)) -> Importance:
     doc = load_measurement(path)
     st = {k: shard_stats(doc, k) for k in KINDS}
     attn, ffn = st["attn"].importance, st["ffn"].importance                  # (Ls, G) ≥ 0, noise → 0
-    a_l, f_l = attn.sum(axis=1), ffn.sum(axis=1)                           # (Ls,)
+    a_l, f_l = st["attn"].layer_importance, st["ffn"].layer_importance      # (Ls,)
     Ls = len(a_l)
     if spec.name == doc.get("model") and spec.n_layers == Ls:
         a, f, source = a_l, f_l, "measured"
