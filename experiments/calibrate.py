@@ -132,13 +132,20 @@ def _plots(meas: dict, out: Path) -> None:
     plt.close(fig)
 
 
-def metrics_of(device_doc: dict, runtime_doc: dict, meas: dict, store: Path, table: Path
+def metrics_of(device_doc: dict, runtime_doc: dict, meas: dict, store: Path, table: Path, peers_doc: dict | None = None
                ) -> tuple[dict[str, Any], list[str], list[str]]:
-    """Flat metrics: (metrics, measured keys, input keys)."""
+    """Flat metrics: (metrics, measured keys, input keys). `peers_doc`: the store's peers.json (None: none, or the
+    older layout's peer fields inside `device_doc`, reported as peers.* all the same)."""
+    from hil.host import PEERS_FILE, peer_parts
+
+    parts = {"device.json": json.loads(json.dumps(device_doc))} | ({PEERS_FILE: peers_doc} if peers_doc else {})
+    peers_doc = peer_parts(parts)                   # the older layout's fields out of the device profile
+    device_doc = parts["device.json"]
     m: dict[str, Any] = {"profile_dir": str(store), "cost_table": str(table), "kernels": meas["kernels"],
                          "cpu_model": device_doc["profile"]["soc"]}
     measured, inputs = [], []
-    for prefix, doc, part in (("device", device_doc, "profile"), ("runtime", runtime_doc, "runtime")):
+    for prefix, doc, part in (("device", device_doc, "profile"), ("runtime", runtime_doc, "runtime"),
+                              ("peers", peers_doc, "peers")):
         for k, v in doc[part].items():
             if isinstance(v, str):
                 continue
@@ -221,11 +228,15 @@ def run(cfg: DictConfig) -> dict[str, Any]:
              log=lambda msg: print(msg, file=sys.stderr))
     store = store_link(store).resolve()             # a measuring step rewrote the store whole (a new version)
     table = store / table.name
+    from hil.host import PEERS_FILE
+
     device_doc = json.loads((store / "device.json").read_text())
     runtime_doc = json.loads((store / "runtime.json").read_text())
+    # llama.cpp's and MNN's own costs, where measured (the older layout keeps them inside device.json)
+    peers_doc = json.loads((store / PEERS_FILE).read_text()) if (store / PEERS_FILE).is_file() else None
     meas = json.loads((store / "measurements.json").read_text())
     _plots(meas, out)
-    metrics, measured, inputs = metrics_of(device_doc, runtime_doc, meas, store, table)
+    metrics, measured, inputs = metrics_of(device_doc, runtime_doc, meas, store, table, peers_doc)
     write_run_outputs(out, cfg, metrics, measured=measured, modelled=[], inputs=inputs)
     print(f"host {prof.soc}: cold read {prof.flash_peak_gbps:.2f} GB/s, copy {prof.cpu_copy_gbps:.1f} GB/s, "
           f"INT8 GEMM {prof.npu_int8_tops * 1e3:.0f} GOP/s/core, dispatch {prof.npu_dispatch_s * 1e6:.0f} us "

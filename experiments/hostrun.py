@@ -199,10 +199,8 @@ def build_host_plan(spec: ModelSpec, host: HostProfile, fw: FrameworkSpec, bits:
     path = packed_model(spec, method, bits, fmt, qs)
     dev = host.device
     cost = make_cost_model("table", dev, str(host.cost_table))
-    if fw.policy in ("llamacpp", "mnn"):    # the runner runs the framework's schedule with its own kernels
-        from planner.pipeline.cpu_plan import runner_device
-
-        dev = runner_device(dev)
+    # no peer costs (host.peers): the runner runs a llama.cpp- or MNN-style schedule with its own kernels, not
+    # llama.cpp's or MNN's code (no vocabulary parse, no repack, its INT8 GEMMs)
     x = ColdStartInputs(spec, dev, fit_threads(fw, dev, host.runtime), cost, tokens, float(bits),
                         bits_override=file_bits(path, spec))       # the plan's unpack work is the file's
     return bind_to_file(policy.build(x), read_index(path)), path

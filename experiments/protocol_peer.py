@@ -10,7 +10,7 @@ more than COLD_RESIDENT_MAX of the files cached is run again up to RERUN_TRIES t
 Predicted: planner.pipeline.cpu_plan.build_llamacpp_plan for the configuration's file type, or build_mnn_plan for
 its weight bits (`bits` 4 | 8, blocks of hil.mnn_convert.MNN_BLOCK), with the peer's settings (llama.cpp:
 use_mmap=false, n_ubatch = the prompt; MNN: use_mmap=false, the whole prompt in one forward; the host's cores as
-threads), simulated with the host profile (its measured fields: hil.calibrate_peer, hil.calibrate_mnn) and the host
+threads), simulated with the host profile (its peer costs: hil.calibrate_peer, hil.calibrate_mnn) and the host
 runtime less the project runner's own mechanics (PEER_RUNTIME_OFF: both are C/C++ code with their own worker threads,
 no interpreter lock, no per-task Python).
 """
@@ -78,7 +78,7 @@ def predict_peer(spec: ModelSpec, host, weight_type: str, tokens: int, threads: 
 
     fw = dataclasses.replace(framework_spec("llamacpp"), weight_type=weight_type.upper(), use_mmap=False,
                              chunk_tokens=tokens, compute_threads=threads, loader_threads=1)
-    return _simulate(build_llamacpp_plan(spec, host.device, fw, tokens, 8.0), host)
+    return _simulate(build_llamacpp_plan(spec, host.device, fw, tokens, 8.0, peers=host.peers), host)
 
 
 def predict_mnn(spec: ModelSpec, host, bits: int, tokens: int, threads: int) -> tuple[Any, dict[str, Any]]:
@@ -87,11 +87,12 @@ def predict_mnn(spec: ModelSpec, host, bits: int, tokens: int, threads: int) -> 
     from hil.mnn_convert import MNN_BLOCK
     from planner.pipeline.cpu_plan import build_mnn_plan, mnn_rate_key
 
-    if mnn_rate_key(host.device, bits, spec.d_model) == "int8":
+    if mnn_rate_key(host.peers, bits, spec.d_model) == "int8":
         raise ConfigError(f"the host profile has no measured MNN rate for {bits}-bit weights: python -m "
                           f"hil.calibrate_mnn (docs/hil.md \"The MNN peer\")")
     fw = dataclasses.replace(framework_spec("mnn"), chunk_tokens=tokens, compute_threads=threads, loader_threads=1)
-    return _simulate(build_mnn_plan(spec, host.device, fw, tokens, weight_bits=bits, quant_block=MNN_BLOCK), host)
+    return _simulate(build_mnn_plan(spec, host.device, fw, tokens, weight_bits=bits, quant_block=MNN_BLOCK,
+                                    peers=host.peers), host)
 
 
 def _simulate(plan, host) -> tuple[Any, dict[str, Any]]:
@@ -101,7 +102,7 @@ def _simulate(plan, host) -> tuple[Any, dict[str, Any]]:
 
     dev = host.device
     rt = dataclasses.replace(host.runtime, **PEER_RUNTIME_OFF)
-    tl = simulate(plan, dev, make_cost_model("table", dev, str(host.cost_table)), runtime=rt)
+    tl = simulate(plan, dev, make_cost_model("table", dev, str(host.cost_table), host.peers), runtime=rt)
     return plan, coldstart_metrics(tl, dev)
 
 

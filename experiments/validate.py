@@ -233,7 +233,7 @@ def profile_files(cfg: DictConfig) -> list[Path]:
     """The stored host profile a run with `cfg` would load (docs/hil.md "Host profile"): its files are inputs of the
     run, so a recalibrated host re-runs a finished job (experiments.resume). [] when none is stored or the config
     is bad (the run itself then says why)."""
-    from hil.host import STORE_FILES, host_identity, marker_store, store_dir
+    from hil.host import host_identity, marker_store, store_dir, store_parts
 
     try:
         c = settings(cfg)
@@ -244,7 +244,7 @@ def profile_files(cfg: DictConfig) -> list[Path]:
     for quick in ((False, True) if c.quick_profile else (False,)):
         d = store_dir(root, ident, quick, c.host_memory, c.huge_pages)
         if (d / "device.json").is_file():
-            return [d / name for name in STORE_FILES]
+            return [d / name for name in store_parts(d)]
     return []
 
 

@@ -11,8 +11,9 @@ so no I/O from the disk enters a figure), as hil.mnn_peer runs it (use_mmap=fals
   line t = a + b x tokens through the medians: `mnn_gemm_gops_per_ghz["b<bits>@<d_model>"]` = the layers' matmul
   FLOPs per token / b / the threads' GHz (SocProfile.thread_ghz); the forward's fixed part is the intercept a;
 - `mnn_fixed_s` = the load's fixed part + the median forward intercept.
-`python -m hil.calibrate_mnn [--remeasure]` writes them into this machine's stored full host profiles (device.json,
-its sources, the per-directory times beside as `mnn_calibration`; hil.calibrate_peer.write_profile_fields);
+They are `planner.peer_costs.PeerCosts` fields, not the device profile's: `python -m hil.calibrate_mnn [--remeasure]`
+writes them into this machine's stored full host profiles (peers.json, their sources, the per-directory times beside
+as `mnn_calibration`; hil.calibrate_peer.write_peer_fields);
 `python -m experiments.calibrate device=host` runs the same step (`mnn_step`) when MNN and the converted models are
 there. Without the
 extra it raises hil.peer.PeerUnavailable (one line); without a converted directory, hil.mnn_convert's error.
@@ -93,7 +94,7 @@ def time_dir(spec: ModelSpec, bits: int, model_dir: Path, prompts=PROMPTS, threa
 
 def derive(times: list[DirTimes], specs: dict[str, ModelSpec], dev: SocProfile, threads: int
            ) -> tuple[dict, dict[str, str]]:
-    """The SocProfile fields (FIELDS) and a source line per field from per-directory times."""
+    """The PeerCosts fields (FIELDS) and a source line per field from per-directory times."""
     ghz = dev.thread_ghz(threads)
     rates, icpts = {}, []
     for t in times:
@@ -165,14 +166,14 @@ def calibrate(dev: SocProfile, dirs: list[tuple[ModelSpec, int, Path]], prompts=
 
 
 def has_fields(store: Path) -> bool:
-    """Whether `store`'s device.json already holds measured MNN fields."""
-    import json
+    """Whether `store` already holds measured MNN fields (hil.host.load_peers: its peers.json or the older
+    layout)."""
+    from hil.host import load_peers
 
     try:
-        doc = json.loads((store / "device.json").read_text())
+        return bool(load_peers(store).mnn_gemm_gops_per_ghz)
     except (OSError, ValueError):
         return False
-    return bool(doc.get("profile", {}).get("mnn_gemm_gops_per_ghz"))
 
 
 def mnn_step(store: Path, remeasure: bool = False, quick: bool = False, log: Callable[[str], None] = print,
@@ -181,7 +182,7 @@ def mnn_step(store: Path, remeasure: bool = False, quick: bool = False, log: Cal
     `store` (and the stores in `also`) unless MNN is missing, the calibration is a quick one, the models are not
     converted (and `convert` is false), or the stores already have the fields (and `remeasure` is false); returns
     (and logs) one line saying which."""
-    from hil.calibrate_peer import write_profile_fields
+    from hil.calibrate_peer import write_peer_fields
     from hil.host import load_device_json
     from hil.mnn_peer import INSTALL_HINT, available
 
@@ -191,7 +192,7 @@ def mnn_step(store: Path, remeasure: bool = False, quick: bool = False, log: Cal
     elif quick:
         msg = "MNN step skipped in a quick calibration (it needs the converted models and ~4 min)"
     elif all(has_fields(d) for d in stores) and not remeasure:
-        msg = f"MNN step: kept the measured fields in {store / 'device.json'} (remeasure re-measures)"
+        msg = f"MNN step: kept the measured fields of {store} (remeasure re-measures)"
     elif (dirs := default_dirs(convert)) is None:
         msg = ("MNN step skipped: the peer's models are not converted (python -m hil.mnn_convert model=<name> "
                "bits=8|4, or python -m hil.calibrate_mnn converts them)")
@@ -199,7 +200,7 @@ def mnn_step(store: Path, remeasure: bool = False, quick: bool = False, log: Cal
         dev = load_device_json(store / "device.json")
         fields, src, times = calibrate(dev, dirs, repeats=repeats, log=log)
         for d in stores:
-            write_profile_fields(d, fields, src, "mnn_calibration",
+            write_peer_fields(d, fields, src, "mnn_calibration",
                                  [asdict(t) | {"eval_s": {str(k): v for k, v in t.eval_s.items()}} for t in times])
         loads = ", ".join(f"{k} {v:.2f}" for k, v in sorted(fields["mnn_load_gbps"].items()))
         rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fields["mnn_gemm_gops_per_ghz"].items()))

@@ -14,21 +14,24 @@ no I/O enters a figure), each by llama.cpp's own phase boundaries (its C API, ll
   `llamacpp_gemm_gops_per_ghz["<type>@<d_model>"]` = the layers' matmul FLOPs per token / b / the threads' GHz
   (SocProfile.thread_ghz); the eval's fixed part is the intercept a;
 - `llamacpp_fixed_s` = the medians over the files of the open, the context and the eval's fixed part, summed.
-`calibrate_into_store(store)` writes them into a stored host profile (device.json, its sources, the manifest re-sealed)
-where the simulator reads them. Without the extra it raises hil.peer.PeerUnavailable (one line).
+They are `planner.peer_costs.PeerCosts` fields, not the device profile's: `calibrate_into_store(store)` writes them
+into a stored host profile's peers.json (their sources, the per-file times beside; the store rewritten whole, its
+manifest re-sealed), where hil.host.load_peers reads them. Without the extra it raises hil.peer.PeerUnavailable (one
+line).
 """
 from __future__ import annotations
 
 import json
 import statistics
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import numpy as np
 
 from planner.device import SocProfile
+from planner.peer_costs import PeerCosts
 from quant.arch import ModelSpec
 
 PROMPTS = (32, 128, 256)        # tokens per timed eval: the protocol's range (16..256)
@@ -140,7 +143,7 @@ def fit_line(xs: list[float], ys: list[float]) -> tuple[float, float]:
 
 def derive(times: list[FileTimes], specs: dict[str, ModelSpec], dev: SocProfile, threads: int
            ) -> tuple[dict, dict[str, str]]:
-    """The SocProfile fields (FIELDS) and a source line per field from per-file times."""
+    """The PeerCosts fields (FIELDS) and a source line per field from per-file times."""
     from planner.pipeline.cpu_plan import ggml_layers
 
     ghz = dev.thread_ghz(threads)
@@ -150,7 +153,7 @@ def derive(times: list[FileTimes], specs: dict[str, ModelSpec], dev: SocProfile,
         rates[f"{t.ftype}@{t.d_model}"] = layer_matmul_flops_per_token(specs[t.model]) / b / 1e9 / ghz
         icpts.append(max(0.0, a))
     repack = []
-    probe = replace(dev, llamacpp_repack_gbps=1.0)            # which bytes a repacking CPU repacks
+    probe = PeerCosts(llamacpp_repack_gbps=1.0)               # which bytes a repacking CPU repacks
     for model in {t.model for t in times}:
         by = {t.ftype: t for t in times if t.model == model}
         if "Q8_0" in by and "Q4_0" in by:
@@ -218,7 +221,7 @@ def calibrate(dev: SocProfile, files: list[tuple[ModelSpec, str, Path]], prompts
 
 def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] | None = None, prompts=PROMPTS,
                          repeats: int = 3, log: Callable[[str], None] = print, also: tuple[Path, ...] = ()) -> dict:
-    """Measure (module doc) with `store`'s device profile and write the fields into its device.json and into those of
+    """Measure (module doc) with `store`'s device profile and write the fields into its peers.json and into those of
     the stores in `also` (the same host with and without huge pages); returns the fields."""
     from hil.host import load_device_json
 
@@ -231,28 +234,31 @@ def calibrate_into_store(store: Path, files: list[tuple[ModelSpec, str, Path]] |
 
 
 def write_fields(store: Path, fields: dict, src: dict[str, str], times: list[FileTimes]) -> None:
-    """The fields and their sources into `store`'s device.json, the per-file times beside (write_profile_fields)."""
-    write_profile_fields(store, fields, src, "llamacpp_calibration",
+    """The fields and their sources into `store`'s peers.json, the per-file times beside (write_peer_fields)."""
+    write_peer_fields(store, fields, src, "llamacpp_calibration",
                          [{"model": t.model, "ftype": t.ftype, "file_bytes": t.file_bytes, "open_s": t.open_s,
                            "weights_s": t.weights_s, "context_s": t.context_s, "binding_s": t.binding_s,
                            "eval_s": {str(k): v for k, v in t.eval_s.items()}, "resident": t.resident}
                           for t in times])
 
 
-def write_profile_fields(store: Path, fields: dict, src: dict[str, str], key: str, records: list[dict]) -> None:
-    """Measured profile `fields` and their sources into `store`'s device.json, the raw `records` beside under `key`:
-    the store rewritten as one unit (hil.host.write_store, under its lock; `store` may be the link or the version
-    directory it points to). Shared by the llama.cpp and MNN steps (hil.calibrate_mnn)."""
-    from hil.host import STORE_FILES, store_lock, write_store
+def write_peer_fields(store: Path, fields: dict, src: dict[str, str], key: str, records: list[dict]) -> None:
+    """Measured peer-cost `fields` (planner.peer_costs.PeerCosts) and their sources into `store`'s peers.json, the
+    raw `records` beside under `key`: the store rewritten as one unit (hil.host.write_store, under its lock; `store`
+    may be the link or the version directory it points to). A store of the older layout (the fields inside
+    device.json's "profile") has them moved into peers.json first (hil.host.peer_parts), so the other peer's fields
+    stay. Shared by the llama.cpp and MNN steps (hil.calibrate_mnn)."""
+    from hil.host import peer_parts, store_lock, store_parts, write_store
 
     link = store_link(store)
     with store_lock(link.parent):
-        parts = {n: json.loads((link / n).read_text()) for n in STORE_FILES}
-        doc = parts["device.json"]
-        doc["profile"].update(fields)
+        d = link.resolve()
+        parts = {n: json.loads((d / n).read_text()) for n in store_parts(d)}
+        doc = peer_parts(parts)
+        doc["peers"].update(fields)
         doc.setdefault("sources", {}).update(src)
         doc[key] = records
-        SocProfile(**doc["profile"])              # still a valid profile
+        PeerCosts(**doc["peers"])                 # still valid peer costs
         write_store(link, parts)
 
 
@@ -266,12 +272,14 @@ def store_link(store: Path) -> Path:
 
 
 def has_fields(store: Path) -> bool:
-    """Whether `store`'s device.json already holds measured llama.cpp fields."""
+    """Whether `store` already holds measured llama.cpp fields (hil.host.load_peers: its peers.json or the older
+    layout)."""
+    from hil.host import load_peers
+
     try:
-        doc = json.loads((store / "device.json").read_text())
+        return bool(load_peers(store).llamacpp_gemm_gops_per_ghz)
     except (OSError, ValueError):
         return False
-    return bool(doc.get("profile", {}).get("llamacpp_gemm_gops_per_ghz"))
 
 
 def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Callable[[str], None] = print,
@@ -286,7 +294,7 @@ def peer_step(store: Path, remeasure: bool = False, quick: bool = False, log: Ca
     elif quick:
         msg = "llama.cpp step skipped in a quick calibration (it needs the peer's model files and ~4 min)"
     elif all(has_fields(d) for d in (store, *also)) and not remeasure:
-        msg = f"llama.cpp step: kept the measured fields in {store / 'device.json'} (remeasure=true re-measures)"
+        msg = f"llama.cpp step: kept the measured fields of {store} (remeasure=true re-measures)"
     else:
         fields = calibrate_into_store(store, log=log, also=also)
         rates = ", ".join(f"{k} {v:.1f}" for k, v in sorted(fields["llamacpp_gemm_gops_per_ghz"].items()))

@@ -10,9 +10,14 @@ calibration: `<id-hash>-quick/`, so it never replaces a full one) holds
   "host_memory": {"mode", "state", "reported_mib"} (guest free page reporting during the calibration, hil.hostmem)}`;
 - `runtime.json`: `{"version", "runtime": <HostRuntime fields>, "sources", "spread", ...}`: the mechanics of this
   host's OS and of the runner the simulator adds to predict it (`planner.host_runtime`, docs/design.md §6.1);
+- `peers.json` (optional, written by the llama.cpp and MNN calibration steps, hil.calibrate_peer /
+  hil.calibrate_mnn): `{"version", "identity_hash", "peers": <PeerCosts fields>, "sources", "llamacpp_calibration",
+  "mnn_calibration"}`: what llama.cpp's and MNN's own code cost on this host (`planner.peer_costs`). A store without it
+  has none measured, or holds them in the older layout, inside device.json's "profile" with the raw records beside
+  (`load_peers` reads both; the next calibration step moves them, `peer_parts`);
 - `cost_table.json`: the table the `table` cost model loads (`planner.cost.table`);
 - `measurements.json`: the raw curves (read bandwidth per request size / threads, GEMM per shape, ...);
-- `manifest.json`: the store version and the SHA-256 of each part.
+- `manifest.json`: the store version and the SHA-256 of each part (the optional one where it is there).
 The store is written as one unit (`write_store`): a new hidden directory `.<name>.v-<random>` holds every part,
 fsynced, and `<name>` is a symlink swapped to it by one rename, so a process killed at any point leaves the old store
 or the new one; the loader refuses a store whose parts are not those of its manifest. `load_stored` loads the
@@ -51,6 +56,7 @@ import numpy as np
 
 from planner.device import SocProfile
 from planner.host_runtime import HostRuntime
+from planner.peer_costs import NO_PEER_COSTS, PEER_FIELDS, PeerCosts
 from quant.atomic import atomic_open
 
 if TYPE_CHECKING:
@@ -64,6 +70,8 @@ ISA_FLAGS = ("sse2", "ssse3", "sse4_1", "sse4_2", "avx", "avx2", "fma", "f16c", 
 STORE_VERSION = 21    # bumped whenever what a store holds changes meaning; 21: one directory written whole and
 #                       swapped in by one rename, its parts' digests in manifest.json (a mixed store is refused)
 STORE_FILES = ("identity.json", "device.json", "runtime.json", "cost_table.json", "measurements.json")
+PEERS_FILE = "peers.json"      # optional part: a store without it has no peer costs measured (or the older layout)
+PEER_RECORDS = ("llamacpp_calibration", "mnn_calibration")   # raw records of the peer calibration steps
 MANIFEST = "manifest.json"
 
 
@@ -616,9 +624,14 @@ def _fsync_dir(d: Path) -> None:
         os.close(fd)
 
 
+def store_parts(d: Path) -> tuple[str, ...]:
+    """The parts of store directory `d`: STORE_FILES, and PEERS_FILE where it is there."""
+    return STORE_FILES + ((PEERS_FILE,) if (d / PEERS_FILE).is_file() else ())
+
+
 def seal(d: Path) -> None:
-    """Write `d/manifest.json`: the store version and the SHA-256 of each part (STORE_FILES) as it is now."""
-    doc = {"version": STORE_VERSION, "files": {n: _sha256(d / n) for n in STORE_FILES}}
+    """Write `d/manifest.json`: the store version and the SHA-256 of each part (`store_parts`) as it is now."""
+    doc = {"version": STORE_VERSION, "files": {n: _sha256(d / n) for n in store_parts(d)}}
     with atomic_open(d / MANIFEST) as f:
         f.write(_json_bytes(doc))
 
@@ -629,7 +642,7 @@ def check_manifest(d: Path) -> str:
         files = json.loads((d / MANIFEST).read_text())["files"]
     except (OSError, ValueError, KeyError, TypeError):
         return "stored profile has no readable manifest (cut while written, or copied in part)"
-    for n in STORE_FILES:
+    for n in STORE_FILES + tuple(n for n in (PEERS_FILE,) if n in files or (d / n).exists()):
         try:
             same = files.get(n) == _sha256(d / n)
         except OSError:
@@ -648,7 +661,7 @@ def write_store(d: Path, parts: dict[str, object]) -> Path:
     root.mkdir(parents=True, exist_ok=True)
     new = Path(tempfile.mkdtemp(prefix=f".{d.name}.v-", dir=root))
     try:
-        for name in STORE_FILES:
+        for name in STORE_FILES + tuple(n for n in (PEERS_FILE,) if n in parts):
             with open(new / name, "wb") as f:
                 f.write(_json_bytes(parts[name]))
                 f.flush()
@@ -680,15 +693,54 @@ def _np_default(o):
 @dataclass
 class HostProfile:
     """This host as the simulator and the planner see it: what the device is, the runtime mechanics the simulator
-    adds to predict it (`planner.host_runtime`), and the cost table of its kernels (`planner.cost.table`)."""
+    adds to predict it (`planner.host_runtime`), the cost table of its kernels (`planner.cost.table`), and what
+    llama.cpp's and MNN's own code cost here (`planner.peer_costs`; none where not measured)."""
     device: SocProfile
     runtime: HostRuntime
     cost_table: Path
+    peers: PeerCosts = NO_PEER_COSTS
 
 
 def load_device_json(path: str | os.PathLike) -> SocProfile:
-    """The SocProfile of a stored `device.json`; ValueError naming the file when it is malformed."""
-    return _load_fields(path, "profile", SocProfile)
+    """The SocProfile of a stored `device.json` (peer costs of the older layout inside its "profile" left out:
+    `load_peers`); ValueError naming the file when it is malformed."""
+    return _load_fields(path, "profile", SocProfile, drop=PEER_FIELDS)
+
+
+def load_peers(d: str | os.PathLike) -> PeerCosts:
+    """The PeerCosts of store directory `d`: its `peers.json`, else the older layout's fields inside device.json's
+    "profile" (`NO_PEER_COSTS` where neither has any); ValueError naming the file when it is malformed."""
+    d = Path(d)
+    if (d / PEERS_FILE).is_file():
+        return _load_fields(d / PEERS_FILE, "peers", PeerCosts)
+    p = d / "device.json"
+    try:
+        profile = json.loads(p.read_text())["profile"]
+        return PeerCosts(**{k: v for k, v in profile.items() if k in PEER_FIELDS})
+    except FileNotFoundError:
+        raise
+    except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+        raise ValueError(f"{p}: not valid host peer costs ({_first_line(e)})") from None
+
+
+def peer_parts(parts: dict[str, dict]) -> dict:
+    """The peers.json document of a store's `parts` (name -> JSON document), made there from the older layout
+    where it is missing: the peer fields, their sources and spread and the raw records moved out of device.json, so
+    device.json's "profile" is a device profile only. Returns that document (in `parts`)."""
+    if PEERS_FILE in parts:
+        return parts[PEERS_FILE]
+    dev = parts["device.json"]
+    doc = {"version": dev.get("version", STORE_VERSION), "identity_hash": dev.get("identity_hash"), "peers": {},
+           "sources": {}, "spread": {}}
+    for k in PEER_FIELDS:
+        for section in ("profile", "sources", "spread"):
+            if k in dev.get(section, {}):
+                doc["peers" if section == "profile" else section][k] = dev[section].pop(k)
+    for key in PEER_RECORDS:
+        if key in dev:
+            doc[key] = dev.pop(key)
+    parts[PEERS_FILE] = doc
+    return doc
 
 
 def load_runtime_json(path: str | os.PathLike) -> HostRuntime:
@@ -696,15 +748,20 @@ def load_runtime_json(path: str | os.PathLike) -> HostRuntime:
     return _load_fields(path, "runtime", HostRuntime)
 
 
-def _load_fields(path: str | os.PathLike, key: str, cls):
+def _load_fields(path: str | os.PathLike, key: str, cls, drop: tuple[str, ...] = ()):
     p = Path(path)
     try:
         doc = json.loads(p.read_text())
-        return cls(**doc[key])
+        return cls(**{k: v for k, v in doc[key].items() if k not in drop})
     except FileNotFoundError:
         raise
     except (OSError, json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
-        raise ValueError(f"{p}: not a valid host {key} ({str(e).splitlines()[0] if str(e) else e!r})") from None
+        raise ValueError(f"{p}: not a valid host {key} ({_first_line(e)})") from None
+
+
+def _first_line(e: Exception) -> str:
+    """The first line of an exception's message, or its repr when it has none."""
+    return str(e).splitlines()[0] if str(e) else repr(e)
 
 
 def recalibrate_error(d: Path, version: object) -> str:
@@ -739,6 +796,7 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold",
         return None, why
     try:
         prof, rt = load_device_json(d / "device.json"), load_runtime_json(d / "runtime.json")
+        peers = load_peers(d)
     except (OSError, ValueError) as e:
         return None, f"stored profile unreadable ({str(e)[:80]})"
     if doc.get("identity_hash") != ident.id_hash():
@@ -752,7 +810,7 @@ def _stored(d: Path, ident: HostIdentity, need_full: bool, memory: str = "hold",
         return None, f"stored profile was measured with host_memory={stored_memory} (asked: {memory})"
     if bool(doc.get("huge_pages", False)) != bool(huge):                     # not recorded: 4 KiB pages
         return None, f"stored profile was measured with huge_pages={bool(doc.get('huge_pages', False))} (asked: {huge})"
-    return HostProfile(prof, rt, d / "cost_table.json"), ""
+    return HostProfile(prof, rt, d / "cost_table.json", peers), ""
 
 
 def store_dir(root: str | os.PathLike | None = None, ident: HostIdentity | None = None, quick: bool = False,
@@ -925,6 +983,12 @@ if __name__ == "__main__":        # python -m hil.host: print this machine's sto
         raise SystemExit(2)
     print(f"{d} ({'quick' if doc['quick'] else 'full'}, measured {doc['measured_at']}, {doc['wall_s']:.0f} s, "
           f"load average {doc.get('loadavg')})\n\ndevice profile:\n")
+    parts = {"device.json": doc} | ({PEERS_FILE: json.loads((d / PEERS_FILE).read_text())}
+                                   if (d / PEERS_FILE).is_file() else {})
+    peers = peer_parts(parts)                        # the older layout's peer costs apart from the device profile
     print(markdown_table(doc))
     print("\nhost runtime:\n")
     print(markdown_table(json.loads((d / "runtime.json").read_text()), "runtime"))
+    if peers["peers"]:
+        print("\npeer costs (llama.cpp's and MNN's own code):\n")
+        print(markdown_table(peers, "peers"))

@@ -6,7 +6,8 @@ read() copies and of copies into NPU buffers), CPU cores (big/little, per-op-typ
 roofline, NPU-inefficient op factor, dispatch overhead, QNN graph set-up / compose / optimize / prepare costs) and
 power. The mechanics of a measured host's OS and of the project's Python runner (readahead, page faults, thread
 wake-ups, the interpreter lock, co-run slowdowns) are not a device's: they are `planner.host_runtime.HostRuntime`,
-which only a measured host has. Values live in the YAML with unit and source (a measured host profile: `hil.host`,
+which only a measured host has; nor are what other frameworks' own code costs there (llama.cpp's, MNN's):
+`planner.peer_costs.PeerCosts`. Values live in the YAML with unit and source (a measured host profile: `hil.host`,
 docs/hil.md); this class only names and validates them. Units: seconds (`_s`), bytes (`_bytes`), GB/s = 1e9 B/s
 (`_gbps`), GHz, watts (`_w`), nJ per byte (`_nj_per_byte`).
 
@@ -15,7 +16,7 @@ quantities (flash rate per reader, CPU thread speed) that the cost models and th
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 
 
 @dataclass
@@ -55,26 +56,6 @@ class SocProfile:
     cpu_elementwise_gbps_per_core: float = 0.0  # GB/s per core, memory-bound FP16 elementwise ops
     cpu_op_overhead_s: float = 0.0            # s, fixed cost of launching one CPU op on the thread pool
     kquant_unpack_cycles_per_weight: float = 0.0  # cycles per weight, K-quant bit-split -> INT8 (scalar-heavy)
-    # ---- llama.cpp's own code on this CPU (planner/pipeline/cpu_plan.py; 0 / empty = not measured) -------------
-    llamacpp_fixed_s: float = 0.0             # s, its own code outside weight reads and matmuls: model open (GGUF
-    #                                           metadata, vocabulary parse), context (KV cache, graph reserve) and the
-    #                                           prompt eval's fixed part (graph build and allocation, LM head)
-    llamacpp_repack_gbps: float = 0.0         # GB/s of one thread repacking the repacked tensor types at load
-    #                                           (planner.formats.GGML_REPACK_X86); 0 = this CPU repacks nothing
-    llamacpp_gemm_gops_per_ghz: dict[str, float] = field(default_factory=dict)   # GOP/s per core per GHz of its
-    #                                           prompt eval per "<file type>@<d_model>" (weight matmul FLOPs per s of
-    #                                           the eval's per-token time, the graph's other ops included);
-    #                                           empty: Q8_0 at cpu_int8_gemm_gops_per_ghz, K-quants slowed down
-    # ---- MNN's own code on this CPU (planner/pipeline/cpu_plan.py build_mnn_plan; 0 / empty = not measured) ----
-    mnn_fixed_s: float = 0.0                  # s, its own code outside weight reads, weight set-up and matmuls: model
-    #                                           create and load (graph, tokenizer, backend) and the prompt forward's
-    #                                           fixed part (graph resize and allocation, LM head)
-    mnn_load_gbps: dict[str, float] = field(default_factory=dict)   # GB/s of its load's own work per weight-file
-    #                                           byte beyond the read (the CPU backend's weight re-layout), one thread,
-    #                                           per "b<weight bits>"; absent = not modelled
-    mnn_gemm_gops_per_ghz: dict[str, float] = field(default_factory=dict)   # GOP/s per core per GHz of its prompt
-    #                                           forward per "b<weight bits>@<d_model>" (weight matmul FLOPs per s of
-    #                                           the forward's per-token time, the graph's other ops included)
     # ---- NPU ----------------------------------------------------------------------------------------------------
     npu_int8_tops: float = 0.0                # TOP/s, statically optimized INT8 matmul (HMX), compute roof
     npu_weight_gbps: float = 0.0              # GB/s, weight streaming roof of one NPU matmul (small-m bound)

@@ -45,9 +45,9 @@ class OpWork:
     weights: int = 0           # unpack: weights produced
     simd_instr: float = 0.0    # unpack: SIMD instructions (weightlet/mixed formats)
     cycles: float = 0.0        # unpack: scalar-heavy cycles (K-quant)
-    wfmt: str = "int8"         # matmul weight format on the CPU: int8 | kquant | a key of the device's
-    #                            llamacpp_gemm_gops_per_ghz ("Q4_0@576": llama.cpp's measured rate for that file type)
-    #                            or mnn_gemm_gops_per_ghz ("b8@576": MNN's for its weight bits)
+    wfmt: str = "int8"         # matmul weight format on the CPU: int8 | kquant | a key of the peer costs'
+    #                            (planner.peer_costs) llamacpp_gemm_gops_per_ghz ("Q4_0@576": llama.cpp's measured
+    #                            rate for that file type) or mnn_gemm_gops_per_ghz ("b8@576": MNN's for its weight bits)
     fmt: str = ""              # unpack: packed format (weightlet | mixed | kquant)
     bits_weights: list[int] = field(default_factory=list)   # unpack: weights per bit width, index = bits (0..8)
     bits_channels: list[int] = field(default_factory=list)  # unpack: output channels per bit width (a fixed cost

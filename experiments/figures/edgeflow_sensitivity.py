@@ -1,11 +1,11 @@
 """Not a paper figure: how much each value of the phone profile without a phone source moves the simulated TTFT,
 per framework and prompt length (`sim.coldstart.sensitivity`, docs/coldstart.md "Assumptions and sensitivity"). Two
 kinds of rows: the *assumed* values (no published source; marked `assumed` in conf/device/xiaomi15pro.yaml) and the
-modelling assumptions, each at 0.5x and 2x (or the alternative assumption); and llama.cpp's own costs, which the phone
-profile leaves at 0 because they were *measured on the project's host*, not on a phone: its fixed part transferred
-from the host measurement by the clock ratio at 0.5x / 1x / 2x, and a repack rate. Read it beside the end-to-end
-figures: a conclusion that flips within these ranges rests on an assumption or a transfer, not on the calibration.
-Modelled."""
+modelling assumptions, each at 0.5x and 2x (or the alternative assumption); and llama.cpp's own costs, peer costs
+(planner.peer_costs) that a phone has none of because they were *measured on the project's host*, not on a phone: its
+fixed part transferred from the host measurement by the clock ratio at 0.5x / 1x / 2x, and a repack rate. Read it
+beside the end-to-end figures: a conclusion that flips within these ranges rests on an assumption or a transfer, not
+on the calibration. Modelled."""
 from __future__ import annotations
 
 import pandas as pd
@@ -13,6 +13,7 @@ import pandas as pd
 from experiments.figures.base import FigureSpec, fig_legend, note, progress
 from experiments.figures.data import PHONE, device, framework, model, workload
 from experiments.figures.names import label
+from planner.peer_costs import NO_PEER_COSTS
 from sim.coldstart.run import ColdStartSettings, run_one
 from sim.coldstart.sensitivity import FRAMEWORKS, WORKLOADS, variants
 
@@ -45,8 +46,8 @@ def data(size: str) -> pd.DataFrame:
                          "change_pct": 0.0, "source": "modelled"})
         for key, what, t in progress(vs, f"assumptions ({w})"):
             for f, fw in fws0.items():
-                dev, fw2 = t(dev0, fw)
-                v = run_one(spec, dev, fw2, wl, ColdStartSettings(write_trace=False))[0]["ttft_s"]
+                dev, fw2, peers = t(dev0, fw, NO_PEER_COSTS)        # a phone: no peer costs but the variant's
+                v = run_one(spec, dev, fw2, wl, ColdStartSettings(write_trace=False), peers)[0]["ttft_s"]
                 rows.append({"parameter": key, "variant": what, "workload": w, "framework": f, "ttft_s": v,
                              "change_pct": 100 * (v - base[f]) / base[f], "source": "modelled"})
     return pd.DataFrame(rows)

@@ -5,8 +5,9 @@ Every term is a device-profile parameter (see `planner/device.py` and `conf/devi
   vs weight-streaming roof, which dominates for few tokens, e.g. the 1-token lm_head).
 - NPU-inefficient ops (norm, SwiGLU, (de)quantize, add): CPU time x npu_inefficient_factor + dispatch (Fig. 5b).
 - CPU matmul: 2mkn / (cpu_int8_gemm_gops_per_ghz x effective GHz of the threads) (x K-quant slowdown); a matmul of
-  llama.cpp's or MNN's whose `wfmt` names a measured rate (`llamacpp_gemm_gops_per_ghz`, `mnn_gemm_gops_per_ghz`) at
-  that rate, without overhead.
+  llama.cpp's or MNN's whose `wfmt` names a measured rate of the peer costs the model was given
+  (`planner.peer_costs.PeerCosts`: `llamacpp_gemm_gops_per_ghz`, `mnn_gemm_gops_per_ghz`) at that rate, without
+  overhead; a `wfmt` that names none of them is an error (a plan built with peer costs, costed without them).
 - CPU attention (FP16): 4 m ctx h d / (cpu_fp16_gflops_per_ghz x effective GHz).
 - CPU elementwise: bytes / (cpu_elementwise_gbps_per_core x effective cores) + cpu_op_overhead_s.
 - Unpack (one thread): max(SIMD instructions / (ipc x GHz) + scalar cycles / GHz, bytes written / cpu_copy_gbps).
@@ -15,14 +16,18 @@ from __future__ import annotations
 
 from planner.cost.base import CostModel
 from planner.device import SocProfile
+from planner.peer_costs import NO_PEER_COSTS, PeerCosts
 from planner.plan import OpWork
+
+DEVICE_WFMTS = ("int8", "kquant")       # the matmul weight formats costed at the device's own rates
 
 
 class AnalyticCostModel(CostModel):
     name = "analytic"
 
-    def __init__(self, device: SocProfile) -> None:
+    def __init__(self, device: SocProfile, peers: PeerCosts = NO_PEER_COSTS) -> None:
         self.dev = device
+        self.peers = peers
         self._ghz: dict[tuple[int, int], float] = {}
 
     def _eff_ghz(self, threads: int, first_core: int) -> float:
@@ -43,10 +48,8 @@ class AnalyticCostModel(CostModel):
             raise ValueError(f"unknown compute unit {unit!r}")
         ghz = self._eff_ghz(threads, first_core)
         if work.kind in ("matmul", "lm_head"):
-            if work.wfmt in d.llamacpp_gemm_gops_per_ghz:     # llama.cpp's measured eval rate for its file type:
-                return work.flops / (d.llamacpp_gemm_gops_per_ghz[work.wfmt] * 1e9 * ghz)   # no per-op overhead
-            if work.wfmt in d.mnn_gemm_gops_per_ghz:          # MNN's, per weight bits ("b8@576")
-                return work.flops / (d.mnn_gemm_gops_per_ghz[work.wfmt] * 1e9 * ghz)
+            if work.wfmt not in DEVICE_WFMTS:
+                return work.flops / (self._peer_rate(work.wfmt) * 1e9 * ghz)    # no per-op overhead
             rate = d.cpu_int8_gemm_gops_per_ghz * 1e9 * ghz
             if work.wfmt == "kquant":
                 rate /= d.cpu_kquant_gemm_slowdown
@@ -61,6 +64,18 @@ class AnalyticCostModel(CostModel):
             memory = work.nbytes / (d.cpu_copy_gbps * 1e9)
             return max(compute, memory)
         raise ValueError(f"unknown op kind {work.kind!r}")
+
+    def _peer_rate(self, wfmt: str) -> float:
+        """GOP/s per core-GHz of a peer's measured eval: llama.cpp's for its file type ("Q4_0@576") or MNN's for its
+        weight bits ("b8@576")."""
+        p = self.peers
+        if wfmt in p.llamacpp_gemm_gops_per_ghz:
+            return p.llamacpp_gemm_gops_per_ghz[wfmt]
+        if wfmt in p.mnn_gemm_gops_per_ghz:
+            return p.mnn_gemm_gops_per_ghz[wfmt]
+        raise ValueError(f"matmul weight format {wfmt!r}: not {' or '.join(DEVICE_WFMTS)} and not a measured rate of "
+                         f"the peer costs this cost model was given (build it with the PeerCosts the plan was "
+                         f"built with)")
 
     def copy_time(self, nbytes: int) -> float:
         return nbytes / (self.dev.cpu_copy_gbps * 1e9)

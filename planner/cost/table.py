@@ -241,7 +241,7 @@ class TableCostModel(CostModel):
                     t += float(bc @ self.spc[(work.fmt, threads)][:bc.size])
                 return t
         if work.kind in ("matmul", "lm_head") and work.wfmt not in ("int8", "kquant") and self.fallback is not None:
-            return self.fallback.op_time(work, unit, threads, first_core)    # llama.cpp's measured rate (analytic)
+            return self.fallback.op_time(work, unit, threads, first_core)    # a peer's measured rate (analytic)
         if work.kind in ("matmul", "lm_head"):
             t = self._matmul_grid(work, unit, threads)
             if t is not None:

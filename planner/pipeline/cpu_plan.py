@@ -1,8 +1,8 @@
 """CPU-only cold-start plans: llama.cpp and MNN (sequential load, then compute); docs/design.md §4.4, docs/hil.md
 "The llama.cpp policy".
 
-llama.cpp (what llama-cpp-python 0.3.16's vendored llama.cpp does on a CPU; every step from its source, every cost a
-device parameter measured by hil.calibrate_peer on the host):
+llama.cpp (what llama-cpp-python 0.3.16's vendored llama.cpp does on a CPU; every step from its source, every cost of
+its own code a `planner.peer_costs.PeerCosts` value measured by hil.calibrate_peer on the host):
 1. model open: GGUF metadata and the vocabulary parse, before any weight is read; with the context (step 3) and the
    eval's fixed part (step 4) one fixed stretch of its own code, `llamacpp_fixed_s`, placed here (all of it is
    serial with the rest, so its place changes the phases' split, not the TTFT);
@@ -20,22 +20,25 @@ device parameter measured by hil.calibrate_peer on the host):
    the K-quants slowed down (`cpu_kquant_gemm_slowdown`), every op costed.
 Per-tensor types and bytes: planner.formats.ggml_tensor_types (llama.cpp's quantizer rules for a file type).
 MNN: all INT8 per-channel weights are read by one loader thread, then the whole prompt is computed on the CPU with
-INT8 GEMMs and dynamic activation quantization. With MNN's own costs measured on the device (hil.calibrate_mnn:
-`mnn_fixed_s`, `mnn_load_gbps`, `mnn_gemm_gops_per_ghz`) the plan is MNN 3.x's LLM runtime as the MNN peer runs it
-(hil.mnn_peer; docs/hil.md "The MNN peer"): its own fixed code (create, load, the forward's fixed part), then the
-weight file read layer by layer (`mnn_layers`: `weight_bits` weights in blocks of `quant_block` input channels, an
+INT8 GEMMs and dynamic activation quantization. With MNN's own costs measured on the host (hil.calibrate_mnn:
+PeerCosts' `mnn_fixed_s`, `mnn_load_gbps`, `mnn_gemm_gops_per_ghz`) the plan is MNN 3.x's LLM runtime as the MNN peer
+runs it (hil.mnn_peer; docs/hil.md "The MNN peer"): its own fixed code (create, load, the forward's fixed part), then
+the weight file read layer by layer (`mnn_layers`: `weight_bits` weights in blocks of `quant_block` input channels, an
 FP32 scale and zero point per block; the LM head shared with the token embedding) ahead of the CPU backend's weight
 re-layout of each layer (measured: a cold load hides the file's read behind the set-up), then one forward of the
 whole prompt at MNN's measured rate for its weight bits (other ops inside the rate, as for llama.cpp).
+Without those costs (`NO_PEER_COSTS`: a phone, or the project's runner executing a llama.cpp- or MNN-style plan with
+its own kernels, experiments.hostrun) the plans use the device's rates only.
 """
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 from planner.device import SocProfile
 from planner.formats import GGML_BPW, GGML_REPACK_X86, ggml_tensor_nbytes, ggml_tensor_types, ggml_type_for_budget
 from planner.framework import FrameworkSpec
+from planner.peer_costs import NO_PEER_COSTS, PeerCosts
 from planner.pipeline.builder import add_prefill
 from planner.pipeline.dag import place_cpu
 from planner.pipeline.npu_plan import add_embedding
@@ -47,16 +50,17 @@ from quant.arch import ModelSpec
 @dataclass
 class GgmlLayer:
     nbytes: int             # B of the layer's tensors in the GGUF file (norms included)
-    repack_bytes: int       # B of them ggml-cpu repacks at load (0 where the device repacks nothing)
+    repack_bytes: int       # B of them ggml-cpu repacks at load (0 where the CPU repacks nothing)
 
 
-def ggml_layers(spec: ModelSpec, ftype: str, dev: SocProfile, embedding: bool = False) -> list[GgmlLayer]:
+def ggml_layers(spec: ModelSpec, ftype: str, peers: PeerCosts = NO_PEER_COSTS, embedding: bool = False
+                ) -> list[GgmlLayer]:
     """n_layers + 1 entries (last: final norm + LM head, and with `embedding` an untied token embedding: read whole
-    when the file is not mapped) of a llama.cpp file of type `ftype`; repacked bytes only on a device with a measured
-    repack rate (x86: GGML_REPACK_X86)."""
+    when the file is not mapped) of a llama.cpp file of type `ftype`; repacked bytes only with a measured repack rate
+    (`peers.llamacpp_repack_gbps`; x86: GGML_REPACK_X86)."""
     types = ggml_tensor_types(spec, ftype)
     shapes = spec.linear_shapes()
-    repacks = dev.llamacpp_repack_gbps > 0
+    repacks = peers.llamacpp_repack_gbps > 0
     out = []
     for i in range(spec.n_layers):
         nb = NORM_BYTES * 2 * spec.d_model
@@ -77,24 +81,25 @@ def ggml_layers(spec: ModelSpec, ftype: str, dev: SocProfile, embedding: bool = 
     return out
 
 
-def llamacpp_rate_key(dev: SocProfile, ftype: str, d_model: int) -> str:
-    """The matmul weight format llama.cpp's tasks carry: the device's measured rate for `ftype` at the nearest
-    measured d_model ("<type>@<d>"), else int8 (Q8_0) / kquant."""
-    have = [k for k in dev.llamacpp_gemm_gops_per_ghz if k.split("@")[0] == ftype]
+def llamacpp_rate_key(peers: PeerCosts, ftype: str, d_model: int) -> str:
+    """The matmul weight format llama.cpp's tasks carry: its measured rate for `ftype` at the nearest measured
+    d_model ("<type>@<d>"), else int8 (Q8_0) / kquant (the device's rates)."""
+    have = [k for k in peers.llamacpp_gemm_gops_per_ghz if k.split("@")[0] == ftype]
     if have:
         return min(have, key=lambda k: (abs(math.log(int(k.split("@")[1]) / d_model)), k))
     return "int8" if ftype == "Q8_0" else "kquant"
 
 
-def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, bits: float) -> Plan:
+def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, bits: float, *,
+                        peers: PeerCosts = NO_PEER_COSTS) -> Plan:
     ftype = ggml_type_for_budget(bits) if fw.weight_type in ("", "budget") else fw.weight_type
-    layers = ggml_layers(spec, ftype, dev, embedding=not fw.use_mmap)
-    wfmt = llamacpp_rate_key(dev, ftype, spec.d_model)
+    layers = ggml_layers(spec, ftype, peers, embedding=not fw.use_mmap)
+    wfmt = llamacpp_rate_key(peers, ftype, spec.d_model)
     b = PlanBuilder()
 
-    # llama.cpp's own code on its main thread (a device constant; 0 = not modelled)
-    opened = b.add("llamacpp.fixed", "load", [], duration_s=dev.llamacpp_fixed_s, phase="setup") \
-        if dev.llamacpp_fixed_s > 0 else -1
+    # llama.cpp's own code on its main thread (measured on the host; 0 = not modelled)
+    opened = b.add("llamacpp.fixed", "load", [], duration_s=peers.llamacpp_fixed_s, phase="setup") \
+        if peers.llamacpp_fixed_s > 0 else -1
     readers = fw.loader_threads
     if fw.use_mmap:
         prev = opened
@@ -102,7 +107,7 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
             if ly.repack_bytes:
                 prev = b.add(f"repack.L{i}", "load", [prev], layer=i, read_bytes=ly.repack_bytes,
                              request_bytes=dev.mmap_readahead_bytes, mem_alloc=ly.repack_bytes, phase="load",
-                             duration_s=ly.repack_bytes / (dev.llamacpp_repack_gbps * 1e9))
+                             duration_s=ly.repack_bytes / (peers.llamacpp_repack_gbps * 1e9))
         emb = add_embedding(b, spec, tokens, [prev])
 
         def fault_in(layer: int, after: int) -> int:
@@ -123,7 +128,7 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
         for i, ly in enumerate(layers):
             prev = b.add(f"read.L{i}", "load", [prev], layer=i, read_bytes=ly.nbytes, tensors=layer_refs(spec, i),
                          request_bytes=dev.flash_bulk_request_bytes, mem_alloc=ly.nbytes, phase="load",
-                         duration_s=ly.repack_bytes / (dev.llamacpp_repack_gbps * 1e9) if ly.repack_bytes else 0.0)
+                         duration_s=ly.repack_bytes / (peers.llamacpp_repack_gbps * 1e9) if ly.repack_bytes else 0.0)
             loaded.append(prev)
         emb = add_embedding(b, spec, tokens, [prev])
         add_prefill(b, spec, tokens, fw.chunk_tokens, place_cpu, loaded, start=emb, cpu_wfmt=wfmt, layer_serial=True)
@@ -139,18 +144,10 @@ def build_llamacpp_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tok
                           use_mmap=fw.use_mmap, gemm_rate=wfmt))
 
 
-def runner_device(dev: SocProfile) -> SocProfile:
-    """`dev` without llama.cpp's and MNN's own measured costs: for a llama.cpp- or MNN-style plan that the project's
-    runner executes with its own kernels (hil.runner: no vocabulary parse, no repack, its INT8 GEMMs), not the
-    framework itself."""
-    return replace(dev, llamacpp_fixed_s=0.0, llamacpp_repack_gbps=0.0, llamacpp_gemm_gops_per_ghz={},
-                   mnn_fixed_s=0.0, mnn_load_gbps={}, mnn_gemm_gops_per_ghz={})
-
-
 def _matmuls_only(b: PlanBuilder, spec: ModelSpec) -> None:
     """With llama.cpp's measured per-file-type rate, a compute task's cost is its layer matmuls at that rate (the
-    graph's other ops are inside it; the LM head of the last token is inside llamacpp_fixed_s): other works go.
-    The ops stay, so the host runner still runs every op of the plan."""
+    graph's other ops are inside it; the LM head of the last token is inside PeerCosts.llamacpp_fixed_s): other works
+    go. The ops stay, so the host runner still runs every op of the plan."""
     for t in b.tasks:
         if t.resource == "cpu":
             t.works = [w for w in t.works if w.kind == "matmul"]
@@ -170,19 +167,19 @@ def mnn_layers(spec: ModelSpec, bits: int, block: int) -> list[int]:
     return [per_layer] * spec.n_layers + [nbytes(spec.d_model, spec.vocab)]
 
 
-def mnn_rate_key(dev: SocProfile, bits: int, d_model: int) -> str:
+def mnn_rate_key(peers: PeerCosts, bits: int, d_model: int) -> str:
     """MNN's measured rate for `bits`-bit weights at the nearest measured d_model ("b<bits>@<d>"), else int8."""
-    have = [k for k in dev.mnn_gemm_gops_per_ghz if k.split("@")[0] == f"b{bits}"]
+    have = [k for k in peers.mnn_gemm_gops_per_ghz if k.split("@")[0] == f"b{bits}"]
     if have:
         return min(have, key=lambda k: (abs(math.log(int(k.split("@")[1]) / d_model)), k))
     return "int8"
 
 
 def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, weight_bits: int = 8,
-                   quant_block: int = 0) -> Plan:
-    wfmt = mnn_rate_key(dev, weight_bits, spec.d_model)
+                   quant_block: int = 0, *, peers: PeerCosts = NO_PEER_COSTS) -> Plan:
+    wfmt = mnn_rate_key(peers, weight_bits, spec.d_model)
     if wfmt != "int8":
-        return _mnn_measured_plan(spec, dev, fw, tokens, weight_bits, quant_block, wfmt)
+        return _mnn_measured_plan(spec, dev, peers, fw, tokens, weight_bits, quant_block, wfmt)
     b = PlanBuilder()
     emb = add_embedding(b, spec, tokens)
     linear = spec.layer_params() - 2 * spec.d_model
@@ -199,14 +196,15 @@ def build_mnn_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: 
                 schedule=SchedulePolicy(), info=dict(flash_bytes=sum(per_layer)))
 
 
-def _mnn_measured_plan(spec: ModelSpec, dev: SocProfile, fw: FrameworkSpec, tokens: int, bits: int, block: int,
-                       wfmt: str) -> Plan:
+def _mnn_measured_plan(spec: ModelSpec, dev: SocProfile, peers: PeerCosts, fw: FrameworkSpec, tokens: int, bits: int,
+                       block: int, wfmt: str) -> Plan:
     """MNN's LLM runtime with its measured costs (module doc)."""
     per_layer = mnn_layers(spec, bits, block)
     b = PlanBuilder()
-    prev = b.add("mnn.fixed", "load", [], duration_s=dev.mnn_fixed_s, phase="setup") if dev.mnn_fixed_s > 0 else -1
+    prev = b.add("mnn.fixed", "load", [], duration_s=peers.mnn_fixed_s, phase="setup") if peers.mnn_fixed_s > 0 \
+        else -1
     loaded = []
-    gbps = dev.mnn_load_gbps.get(f"b{bits}", 0.0)
+    gbps = peers.mnn_load_gbps.get(f"b{bits}", 0.0)
     read = prev
     for i, n in enumerate(per_layer):
         # The file's read runs ahead of the weight set-up (a cold create+load takes as long as a warm one while a

@@ -14,6 +14,7 @@ from planner.cost.base import CostModel
 from planner.device import SocProfile
 from planner.formats import bits_histogram, model_bits
 from planner.framework import FrameworkSpec
+from planner.peer_costs import NO_PEER_COSTS, PeerCosts
 from planner.plan import Plan
 from quant.arch import ModelSpec
 
@@ -30,6 +31,9 @@ class ColdStartInputs:
     bits_source: str = "auto"   # auto | real | twin | uniform (see planner.formats.model_bits)
     preloaded_bytes: int = 0    # B of weights already in memory before the cold start (Fig. 2)
     bits_override: dict[str, np.ndarray] | None = None   # per kind (n_layers, C) bits of a real packed file (HIL)
+    peers: PeerCosts = NO_PEER_COSTS   # llama.cpp's and MNN's own costs measured on a host, for the llama.cpp and MNN
+    #                                    policies predicting those frameworks themselves (a phone: none); `cost` must
+    #                                    have been built with the same (planner.cost.make_cost_model)
 
     def __post_init__(self) -> None:
         if self.model.is_moe:

@@ -7,4 +7,4 @@ class LlamaCpp(ColdStartPolicy):
     name = "llamacpp"
 
     def build(self, x: ColdStartInputs):
-        return build_llamacpp_plan(x.model, x.device, x.framework, x.prompt_tokens, x.bits)
+        return build_llamacpp_plan(x.model, x.device, x.framework, x.prompt_tokens, x.bits, peers=x.peers)

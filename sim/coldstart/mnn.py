@@ -7,4 +7,4 @@ class Mnn(ColdStartPolicy):
     name = "mnn"
 
     def build(self, x: ColdStartInputs):
-        return build_mnn_plan(x.model, x.device, x.framework, x.prompt_tokens)
+        return build_mnn_plan(x.model, x.device, x.framework, x.prompt_tokens, peers=x.peers)

@@ -10,6 +10,7 @@ from planner.cost import make_cost_model
 from planner.critical_path import critical_path
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
+from planner.peer_costs import NO_PEER_COSTS, PeerCosts
 from planner.workload import WorkloadSpec
 from quant.arch import ModelSpec
 from sim.coldstart import ColdStartInputs, run_coldstart
@@ -61,14 +62,15 @@ class ColdStartSettings:
 
 
 def run_one(model: ModelSpec, device: SocProfile, framework: FrameworkSpec, workload: WorkloadSpec | None,
-            s: ColdStartSettings) -> tuple[dict[str, Any], dict[str, Any] | None]:
-    """Returns (flat metrics, Chrome trace document or None)."""
+            s: ColdStartSettings, peers: PeerCosts = NO_PEER_COSTS) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """Returns (flat metrics, Chrome trace document or None). `peers`: llama.cpp's and MNN's own costs for their
+    policies (a phone: none, `NO_PEER_COSTS`)."""
     tokens = s.prompt_tokens or (workload.prompt_tokens if workload else 0)
     if tokens <= 0:
         raise ValueError("prompt_tokens: give a workload or prompt_tokens > 0")
-    cost = make_cost_model(s.cost_model, device, s.cost_table)
+    cost = make_cost_model(s.cost_model, device, s.cost_table, peers)
     x = ColdStartInputs(model, device, framework, cost, tokens, s.bits, s.seed, s.bits_source,
-                        int(s.preloaded_gb * 1e9))
+                        int(s.preloaded_gb * 1e9), peers=peers)
     plan, tl, m = run_coldstart(x)
     out: dict[str, Any] = {
         "framework": framework.name, "model": model.name, "device": device.name,

@@ -3,9 +3,10 @@
 The assumed parameters are read from the device profile itself: every value whose YAML comment says `assumed`
 (`conf/device/<device>.yaml`), plus the modelling assumptions that are not profile values (NPU driver slots, the
 EdgeFlow thread split, the restore cost per byte) and llama.cpp's own costs, which were measured on the project's
-host but not on a phone (`llamacpp_fixed_s`, `llamacpp_repack_gbps`: 0 = not modelled in the phone profile, the
-choice that favours the llama.cpp baseline). For each, every framework's TTFT is simulated with the parameter at ½×
-and 2× (or under the alternative assumption) at two prompt lengths; the default is the conservative choice.
+host but not on a phone (`planner.peer_costs.PeerCosts`' `llamacpp_fixed_s`, `llamacpp_repack_gbps`: a phone has
+none, `NO_PEER_COSTS`, the choice that favours the llama.cpp baseline). For each, every framework's TTFT is simulated
+with the parameter at ½× and 2× (or under the alternative assumption) at two prompt lengths; the default is the
+conservative choice.
 
     python -m sim.coldstart.sensitivity               # markdown table (Llama3-8B, Xiaomi 15 Pro, 5 bits), modelled
     python -m experiments.coldstart_sensitivity       # the same rows into a run directory -> docs/results/ page
@@ -18,6 +19,7 @@ from typing import Callable
 
 from planner.device import SocProfile
 from planner.framework import FrameworkSpec
+from planner.peer_costs import NO_PEER_COSTS, PeerCosts
 from planner.workload import WorkloadSpec
 from quant.arch import model_spec
 from sim.coldstart.run import ColdStartSettings, run_one
@@ -40,7 +42,8 @@ def assumed_keys(device: str) -> list[str]:
     return keys
 
 
-Variant = Callable[[SocProfile, FrameworkSpec], tuple[SocProfile, FrameworkSpec]]
+# (device, framework, peer costs) -> the same under the variant
+Variant = Callable[[SocProfile, FrameworkSpec, PeerCosts], tuple[SocProfile, FrameworkSpec, PeerCosts]]
 
 # llama.cpp's own code outside weight reads and matmuls (planner/pipeline/cpu_plan.py step 1, 3, 4), measured on the
 # project's host by hil.calibrate_peer (llama-cpp-python 0.3.16, 2 threads, warm files; docs/hil.md "The llama.cpp
@@ -65,19 +68,19 @@ def phone_llamacpp_fixed_s(dev: SocProfile) -> float:
 
 
 def llamacpp_variants(dev: SocProfile) -> list[tuple[str, str, Variant]]:
-    """llama.cpp's own costs that the phone profile leaves at 0 (not measured on a phone; the default favours the
-    llama.cpp baseline): its fixed part transferred from the host at ½×, 1× and 2×, and a repack rate."""
+    """llama.cpp's own costs, which a phone has none of (not measured on a phone; the default favours the llama.cpp
+    baseline): its fixed part transferred from the host at ½×, 1× and 2×, and a repack rate."""
     out: list[tuple[str, str, Variant]] = []
     fixed = phone_llamacpp_fixed_s(dev)
     for f in (0.5, 1.0, 2.0):
         out.append(("llamacpp_fixed_s (host, clock-scaled)", f"{f:g}x: {1e3 * f * fixed:.1f} ms",
-                    lambda d, fw, v=f * fixed: (dataclasses.replace(d, llamacpp_fixed_s=v), fw)))
+                    lambda d, fw, p, v=f * fixed: (d, fw, dataclasses.replace(p, llamacpp_fixed_s=v))))
     rate = dev.cpu_copy_gbps             # a repack reads and rewrites every byte it re-lays out, as a copy does
     wt = load_conf("framework", "llamacpp", FrameworkSpec).weight_type
     why = (f"{wt}: repacked on ARM" if wt in GGML_REPACK_ARM_0_3_16
            else f"{wt}: no repack layout in llama.cpp 0.3.16")
     out.append(("llamacpp_repack_gbps", f"{rate:g} GB/s (copy rate); {why}",
-                lambda d, fw: (dataclasses.replace(d, llamacpp_repack_gbps=rate), fw)))
+                lambda d, fw, p: (d, fw, dataclasses.replace(p, llamacpp_repack_gbps=rate))))
     return out
 
 
@@ -86,22 +89,23 @@ def variants(device: str) -> list[tuple[str, str, Variant]]:
     out: list[tuple[str, str, Variant]] = []
     for key in assumed_keys(device):
         for f in FACTORS:
-            def t(d, fw, key=key, f=f):
+            def t(d, fw, p, key=key, f=f):
                 v = getattr(d, key)
                 new = max(1, round(v * f)) if isinstance(v, int) else v * f
                 if key.endswith("_eff"):                       # an efficiency: at most 1 (perfect scaling)
                     new = min(1.0, new)
-                return dataclasses.replace(d, **{key: new}), fw
+                return dataclasses.replace(d, **{key: new}), fw, p
             out.append((key, f"{f:g}x" if not key.endswith("_eff") or f < 1 else "1.0 (perfect)", t))
     out.append(("npu_driver_slots", "2, with 2 restore threads (parallel restore)",
-                lambda d, fw: (dataclasses.replace(d, npu_driver_slots=2),
-                               dataclasses.replace(fw, graph_threads=2) if fw.graph_threads == 1 else fw)))
+                lambda d, fw, p: (dataclasses.replace(d, npu_driver_slots=2),
+                                  dataclasses.replace(fw, graph_threads=2) if fw.graph_threads == 1 else fw, p)))
     for f in FACTORS:
         out.append(("npu_prepare_s_per_gb (restore cost)", f"{f:g}x",
-                    lambda d, fw, f=f: (dataclasses.replace(d, npu_prepare_s_per_gb=d.npu_prepare_s_per_gb * f), fw)))
+                    lambda d, fw, p, f=f: (dataclasses.replace(d, npu_prepare_s_per_gb=d.npu_prepare_s_per_gb * f), fw,
+                                           p)))
     out.append(("EdgeFlow thread split", "4 compute threads (9 threads on 8 cores)",
-                lambda d, fw: (d, dataclasses.replace(fw, compute_threads=4) if fw.graph_threads == 1 and
-                               fw.policy.startswith(("ef_p", "edgeflow")) and fw.policy != "ef_pack" else fw)))
+                lambda d, fw, p: (d, dataclasses.replace(fw, compute_threads=4) if fw.graph_threads == 1 and
+                                  fw.policy.startswith(("ef_p", "edgeflow")) and fw.policy != "ef_pack" else fw, p)))
     out.extend(llamacpp_variants(load_conf("device", device, SocProfile)))
     return out
 
@@ -116,8 +120,8 @@ def table(model: str = "llama3_8b", device: str = "xiaomi15pro", bits: float = 5
     vs = [v for v in variants(device) if parameters is None or v[0].startswith(tuple(parameters))]
     rows = []
 
-    def ttft(dev, fws: dict, wl) -> tuple[dict, int]:
-        out = {f: run_one(spec, dev, fw, wl, ColdStartSettings(bits=bits, write_trace=False))[0]
+    def ttft(dev, fws: dict, wl, peers: PeerCosts = NO_PEER_COSTS) -> tuple[dict, int]:
+        out = {f: run_one(spec, dev, fw, wl, ColdStartSettings(bits=bits, write_trace=False), peers)[0]
                for f, fw in fws.items()}
         return {f: m["ttft_s"] for f, m in out.items()}, next(iter(out.values()))["prompt_tokens"]
 
@@ -127,11 +131,11 @@ def table(model: str = "llama3_8b", device: str = "xiaomi15pro", bits: float = 5
         base, tokens = ttft(dev0, fws0, wl)
         rows.append({"parameter": "(default)", "variant": "", "workload": w, "prompt_tokens": tokens, **base})
         for key, label, t in vs:
-            fws, dev = {}, dev0
+            fws, dev, peers = {}, dev0, NO_PEER_COSTS
             for f, fw in fws0.items():
-                dev, fws[f] = t(dev0, fw)
+                dev, fws[f], peers = t(dev0, fw, NO_PEER_COSTS)    # a phone: no peer costs but the variant's
             rows.append({"parameter": key, "variant": label, "workload": w, "prompt_tokens": tokens,
-                         **ttft(dev, fws, wl)[0]})
+                         **ttft(dev, fws, wl, peers)[0]})
     return rows
 
 

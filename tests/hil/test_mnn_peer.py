@@ -22,8 +22,8 @@ from experiments.common import CONF_DIR, ConfigError
 from hil import calibrate_mnn as cm
 from hil import mnn_convert as mc
 from hil import mnn_peer
-from planner.device import SocProfile
-from planner.pipeline.cpu_plan import build_mnn_plan, mnn_layers, runner_device
+from planner.peer_costs import PeerCosts
+from planner.pipeline.cpu_plan import build_mnn_plan, mnn_layers
 from quant.arch import ModelSpec, WeightSource, model_spec
 from tests.hil.golden_host import golden_host
 
@@ -228,7 +228,7 @@ def test_measured_mnn_plan_and_its_fallback(tmp_path):
     spec = model_spec("smollm2_135m")
     host = golden_host(tmp_path, **MEASURED)
     fw = dataclasses.replace(pr.framework_spec("mnn"), chunk_tokens=64, compute_threads=2)
-    plan = build_mnn_plan(spec, host.device, fw, 64, weight_bits=4, quant_block=64)
+    plan = build_mnn_plan(spec, host.device, fw, 64, weight_bits=4, quant_block=64, peers=host.peers)
     assert plan.info["gemm_rate"] == "b4@576" and plan.info["weight_bits"] == 4 and plan.loader_threads == 2
     assert plan.info["flash_bytes"] == sum(mnn_layers(spec, 4, 64))
     fixed = [t for t in plan.tasks if t.name == "mnn.fixed"]
@@ -241,9 +241,8 @@ def test_measured_mnn_plan_and_its_fallback(tmp_path):
         assert r.id in s.deps and (i == 0 or setups[i - 1].id in s.deps)   # reads only for the previous read
         assert i == 0 or r.deps == [reads[i - 1].id]
     assert all(w.kind == "matmul" for t in plan.tasks if t.resource == "cpu" for w in t.works)
-    paper = build_mnn_plan(spec, runner_device(host.device), fw, 64)     # no measured fields: the paper's policy
+    paper = build_mnn_plan(spec, host.device, fw, 64)      # no peer costs (the runner's plan): the paper's policy
     assert "gemm_rate" not in paper.info and not any(t.name == "mnn.fixed" for t in paper.tasks)
-    assert runner_device(host.device).mnn_gemm_gops_per_ghz == {} and runner_device(host.device).mnn_fixed_s == 0
 
 
 def test_prediction_needs_the_measured_rate_and_follows_it(tmp_path):
@@ -318,7 +317,7 @@ def test_derive_takes_rates_from_slopes_and_load_from_two_model_sizes(tmp_path):
     assert fields["mnn_fixed_s"] == pytest.approx(0.05 + 0.03)
     flops = cm.layer_matmul_flops_per_token(small)
     assert fields["mnn_gemm_gops_per_ghz"]["b8@576"] == pytest.approx(flops / 2e-3 / 1e9 / dev.thread_ghz(2))
-    SocProfile(**{**dataclasses.asdict(dev), **fields})                               # a valid profile
+    PeerCosts(**fields)                                                               # valid peer costs
     with pytest.raises(ValueError, match="two model sizes"):
         cm.derive(times[:1] + times[2:3], {s.name: s for s in (small, big)}, dev, 2)
     flat = [times[0], dataclasses.replace(times[1], load_s=0.1)]

@@ -70,7 +70,7 @@ def test_prediction_uses_the_peers_settings_and_the_measured_llamacpp_fields(tmp
     assert m["ttft_s"] > 0.092                                          # the fixed stretch is inside
     plan8, m8 = pp.predict_peer(spec, host, "q8_0", 64, 2)
     assert plan8.info["repack_bytes"] == 0
-    slow = golden_host(tmp_path, **{**dataclasses.asdict(host.device), "llamacpp_gemm_gops_per_ghz":
+    slow = golden_host(tmp_path, **{**dataclasses.asdict(host.peers), "llamacpp_gemm_gops_per_ghz":
                               {"Q4_0@576": 5.0, "Q8_0@576": 9.0}})
     assert pp.predict_peer(spec, slow, "q4_0", 64, 2)[1]["prefill_s"] > m["prefill_s"]   # half the rate: slower
 
@@ -118,9 +118,10 @@ def test_derive_takes_rates_from_slopes_and_repack_from_the_q4_0_excess(tmp_path
     assert fields["llamacpp_gemm_gops_per_ghz"]["Q8_0@576"] == pytest.approx(per_tok / 1e-3 / 1e9 / ghz)
     assert fields["llamacpp_gemm_gops_per_ghz"]["Q4_0@576"] == pytest.approx(per_tok / 5e-4 / 1e9 / ghz)
     assert fields["llamacpp_fixed_s"] == pytest.approx(0.11 + 0.002 + 0.02)
+    from planner.peer_costs import PeerCosts
     from planner.pipeline.cpu_plan import ggml_layers
-    rb = sum(ly.repack_bytes for ly in ggml_layers(spec, "Q4_0", dataclasses.replace(dev, llamacpp_repack_gbps=1),
-                                                    embedding=True))
+    rb = sum(ly.repack_bytes for ly in ggml_layers(spec, "Q4_0", PeerCosts(llamacpp_repack_gbps=1), embedding=True))
+    PeerCosts(**fields)                                                               # valid peer costs
     assert fields["llamacpp_repack_gbps"] == pytest.approx(rb / (0.19 - q4 * 0.14 / q8) / 1e9)
     assert all(s.startswith("measured") for s in src.values())
     flat = [dataclasses.replace(times[0], eval_s={32: 0.05, 128: 0.04})]
@@ -137,7 +138,7 @@ def test_peer_step_says_why_it_does_not_measure(monkeypatch, tmp_path):
 
 
 def test_calibrate_into_store_rewrites_the_store_whole(monkeypatch, tmp_path):
-    from hil.host import STORE_FILES, check_manifest, load_device_json, write_store
+    from hil.host import STORE_FILES, check_manifest, load_device_json, load_peers, write_store
 
     dev = golden_host(tmp_path).device
     store = tmp_path / "hosts" / "abc"
@@ -147,11 +148,14 @@ def test_calibrate_into_store_rewrites_the_store_whole(monkeypatch, tmp_path):
     monkeypatch.setattr(cp, "calibrate", lambda d, files, prompts, repeats, log: (fields, {"llamacpp_fixed_s":
                                                                                           "measured: x"}, []))
     cp.calibrate_into_store(version, files=[], log=lambda m: None)   # a loaded profile's path: the version dir
-    got = load_device_json(store / "device.json")
+    got = load_peers(store)
     assert got.llamacpp_gemm_gops_per_ghz == {"Q8_0@576": 12.0} and got.llamacpp_repack_gbps == 0.7
+    assert load_device_json(store / "device.json") == dev                     # the device profile as it was
     assert store.is_symlink() and store.resolve() != version.resolve() and not version.exists()
     assert check_manifest(store.resolve()) == "" and cp.has_fields(store)
-    assert json.loads((store / "device.json").read_text())["sources"]["llamacpp_fixed_s"] == "measured: x"
+    peers = json.loads((store / "peers.json").read_text())
+    assert peers["sources"]["llamacpp_fixed_s"] == "measured: x" and peers["llamacpp_calibration"] == []
+    assert "llamacpp_calibration" not in json.loads((store / "device.json").read_text())
 
 
 @needs_extra

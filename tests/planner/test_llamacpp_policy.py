@@ -11,6 +11,7 @@ import pytest
 from planner.device import SocProfile
 from planner.formats import ggml_tensor_types
 from planner.framework import FrameworkSpec
+from planner.peer_costs import NO_PEER_COSTS, PeerCosts
 from planner.pipeline.cpu_plan import build_llamacpp_plan, ggml_layers, llamacpp_rate_key
 from quant.arch import model_spec
 from sim.coldstart.sweep import load_conf
@@ -22,10 +23,9 @@ def _phone() -> SocProfile:
     return load_conf("device", "xiaomi15pro", SocProfile)
 
 
-def _measured(dev: SocProfile) -> SocProfile:
-    """A device with llama.cpp's own costs measured (made-up values: the structure is under test, not them)."""
-    return dataclasses.replace(dev, llamacpp_fixed_s=0.13, llamacpp_repack_gbps=1.0,
-                               llamacpp_gemm_gops_per_ghz={"Q8_0@576": 20.0, "Q4_0@576": 25.0, "Q4_0@2048": 30.0})
+# llama.cpp's own costs measured on a host (made-up values: the structure is under test, not them)
+MEASURED = PeerCosts(llamacpp_fixed_s=0.13, llamacpp_repack_gbps=1.0,
+                     llamacpp_gemm_gops_per_ghz={"Q8_0@576": 20.0, "Q4_0@576": 25.0, "Q4_0@2048": 30.0})
 
 
 def _fw(**kw) -> FrameworkSpec:
@@ -72,21 +72,21 @@ def test_tensor_types_and_bytes_equal_a_file_llama_cpp_wrote(model, stem, ftype)
                                                                   or spec.tied_embeddings):
             got["output"] = [t.tensor_type.name]
     assert got == want
-    layers = ggml_layers(spec, ftype.upper(), _phone(), embedding=True)
+    layers = ggml_layers(spec, ftype.upper(), embedding=True)
     assert sum(ly.nbytes for ly in layers) == pytest.approx(nbytes, rel=1e-3)   # tensor data; the header apart
 
 
 def test_read_mode_loads_every_byte_on_one_thread_before_the_first_op():
     spec = model_spec("smollm2_135m")
-    dev = _measured(_phone())
-    plan = build_llamacpp_plan(spec, dev, _fw(use_mmap=False, weight_type="Q4_0", compute_threads=2), 64, 5)
+    plan = build_llamacpp_plan(spec, _phone(), _fw(use_mmap=False, weight_type="Q4_0", compute_threads=2), 64, 5,
+                               peers=MEASURED)
     reads = [t for t in plan.tasks if t.name.startswith("read.L")]
     assert plan.loader_threads == 1 and len(reads) == spec.n_layers + 1
     assert all(t.deps == [reads[i - 1].id] for i, t in enumerate(reads) if i)          # one after the other
     assert sum(t.read_bytes for t in reads) == plan.info["flash_bytes"]
     # repack: every Q4_0 linear tensor of a layer (the head is Q8_0: none), at the device's rate
     assert all(t.duration_s == pytest.approx(ly.repack_bytes / 1e9)
-               for t, ly in zip(reads, ggml_layers(spec, "Q4_0", dev, embedding=True)))
+               for t, ly in zip(reads, ggml_layers(spec, "Q4_0", MEASURED, embedding=True)))
     assert all(t.duration_s > 0 for t in reads[:-1]) and reads[-1].duration_s == 0
     names = [t.name for t in plan.tasks]
     fixed = plan.tasks[names.index("llamacpp.fixed")]
@@ -100,17 +100,16 @@ def test_read_mode_loads_every_byte_on_one_thread_before_the_first_op():
 
 def test_q8_0_is_not_repacked_and_takes_its_own_rate():
     spec = model_spec("smollm2_135m")
-    plan = build_llamacpp_plan(spec, _measured(_phone()), _fw(use_mmap=False, weight_type="Q8_0"), 64, 5)
+    plan = build_llamacpp_plan(spec, _phone(), _fw(use_mmap=False, weight_type="Q8_0"), 64, 5, peers=MEASURED)
     assert plan.info["repack_bytes"] == 0 and plan.info["gemm_rate"] == "Q8_0@576"
     assert all(t.duration_s == 0 for t in plan.tasks if t.name.startswith("read.L"))
 
 
 def test_rate_key_takes_the_nearest_measured_width_and_falls_back_without_one():
-    dev = _measured(_phone())
-    assert llamacpp_rate_key(dev, "Q4_0", 2048) == "Q4_0@2048"
-    assert llamacpp_rate_key(dev, "Q4_0", 960) == "Q4_0@576"
-    assert llamacpp_rate_key(dev, "Q4_K_M", 2048) == "kquant"
-    assert llamacpp_rate_key(_phone(), "Q8_0", 4096) == "int8"
+    assert llamacpp_rate_key(MEASURED, "Q4_0", 2048) == "Q4_0@2048"
+    assert llamacpp_rate_key(MEASURED, "Q4_0", 960) == "Q4_0@576"
+    assert llamacpp_rate_key(MEASURED, "Q4_K_M", 2048) == "kquant"
+    assert llamacpp_rate_key(NO_PEER_COSTS, "Q8_0", 4096) == "int8"
 
 
 def test_a_phone_without_measured_llamacpp_costs_keeps_the_paged_plan():
@@ -125,8 +124,7 @@ def test_a_phone_without_measured_llamacpp_costs_keeps_the_paged_plan():
 
 def test_mapped_file_on_a_repacking_cpu_reads_repacked_tensors_before_the_context():
     spec = model_spec("smollm2_135m")
-    dev = _measured(_phone())
-    plan = build_llamacpp_plan(spec, dev, _fw(weight_type="Q4_0"), 64, 5)
+    plan = build_llamacpp_plan(spec, _phone(), _fw(weight_type="Q4_0"), 64, 5, peers=MEASURED)
     rp = [t for t in plan.tasks if t.name.startswith("repack.L")]
     faults = [t for t in plan.tasks if t.name.startswith("fault.L")]
     emb = next(t for t in plan.tasks if t.ops == ["embed"])
@@ -136,11 +134,22 @@ def test_mapped_file_on_a_repacking_cpu_reads_repacked_tensors_before_the_contex
 
 
 def test_the_runner_builds_llamacpps_schedule_without_llamacpps_own_costs():
-    """The project's runner executes a llama.cpp-style plan with its own kernels (experiments.hostrun): no fixed
-    stretches of llama.cpp's code, no repack, the device's INT8 rates."""
-    from planner.pipeline.cpu_plan import runner_device
-
+    """The project's runner executes a llama.cpp-style plan with its own kernels (experiments.hostrun): built
+    without peer costs, no fixed stretches of llama.cpp's code, no repack, the device's INT8 rates."""
     spec = model_spec("smollm2_135m")
-    plan = build_llamacpp_plan(spec, runner_device(_measured(_phone())), _fw(weight_type="Q8_0"), 64, 5)
+    plan = build_llamacpp_plan(spec, _phone(), _fw(weight_type="Q8_0"), 64, 5)
     assert not [t for t in plan.tasks if t.name.startswith(("llamacpp.", "repack."))]
     assert plan.info["gemm_rate"] == "int8" and plan.info["repack_bytes"] == 0
+
+
+def test_a_plan_with_measured_rates_needs_a_cost_model_with_them():
+    """A plan built with peer costs names their rates; the analytic cost model costs them only when it was given
+    the same PeerCosts, and says so otherwise instead of taking the device's INT8 rate."""
+    from planner.cost import AnalyticCostModel
+
+    plan = build_llamacpp_plan(model_spec("smollm2_135m"), _phone(), _fw(weight_type="Q4_0"), 64, 5, peers=MEASURED)
+    mm = next(w for t in plan.tasks if t.resource == "cpu" for w in t.works)
+    t = AnalyticCostModel(_phone(), MEASURED).op_time(mm, "cpu", 2)
+    assert t == mm.flops / (25.0 * 1e9 * _phone().thread_ghz(2))
+    with pytest.raises(ValueError, match="'Q4_0@576'.*PeerCosts"):
+        AnalyticCostModel(_phone()).op_time(mm, "cpu", 2)
