@@ -111,8 +111,8 @@ def _read_pieces(path: Path, pieces: list[tuple[int, int]], request: int) -> int
 READ_BLOCK = 4 * MIB    # B per piece several cold readers take in turn (a SmolLM2 layer's blob is 2-4 MiB)
 
 
-def read_rate(path: Path, request: int, threads: int, cold: bool) -> tuple[float, float]:
-    """One measurement: `threads` readers take `READ_BLOCK` pieces of the file in turn (`interleave`, as a plan's
+def read_rate(path: Path, request: int, threads: int, cold: bool, block: int = READ_BLOCK) -> tuple[float, float]:
+    """One measurement: `threads` readers take `block`-byte pieces of the file in turn (`interleave`, as a plan's
     loaders take its layers), each read in `request`-byte preads through the reader's one descriptor (`_read_pieces`:
     as the runner's loaders read). cold: the file is evicted first. Returns (aggregate
     B/s, resident fraction before the read).
@@ -127,7 +127,7 @@ def read_rate(path: Path, request: int, threads: int, cold: bool) -> tuple[float
         evict(path)
     before = resident_fraction(path)
     got = [0] * threads
-    parts = interleave(size, threads, READ_BLOCK)
+    parts = interleave(size, threads, block)
 
     def reader(i: int) -> Callable[[], None]:
         def run() -> None:

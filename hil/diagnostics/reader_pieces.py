@@ -5,7 +5,8 @@ four-reader rate of the calibration's read curve, taken with 4 MiB pieces). A pl
 in turn, and a task's stream is a layer's blob or one tensor: 0.1-50 MB here. This measures the aggregate rate of one
 and of two readers taking `piece`-byte pieces of a cold scratch file in turn (`hil.calibrate_stats.interleave`, each
 reader through one descriptor in `flash_bulk_request_bytes`-sized preads into a reused buffer: the device's side
-only, as `hil.calibrate_reads.read_rate`), every (piece, readers) pair once per round in a seeded shuffled order.
+only: `hil.calibrate_reads.read_rate` at that piece size), every (piece, readers) pair once per round in a seeded
+shuffled order.
 Host only, measured; 15 rounds take about 30 s with a 256 MiB file.
 
     python -m hil.diagnostics.reader_pieces [rounds]
@@ -13,15 +14,13 @@ Host only, measured; 15 rounds take about 30 s with a 256 MiB file.
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
-from hil.calibrate_reads import _read_pieces, scratch_file
-from hil.calibrate_stats import MIB, in_threads, interleave
+from hil.calibrate_reads import read_rate, scratch_file
+from hil.calibrate_stats import MIB
 from hil.host import DEFAULT_ROOT
-from hil.pagecache import evict, resident_fraction
 from hil.timing import timing_lock
 
 PIECES = tuple(int(p * MIB) for p in (0.25, 0.5, 1, 2, 4, 8, 16))   # B per piece
@@ -33,21 +32,10 @@ COLD_MAX = 0.001           # resident fraction above which a read is not cold (t
 
 def rate(path: Path, piece: int, readers: int, request: int = REQUEST) -> float:
     """Aggregate GB/s of one cold read of `path` by `readers` threads taking `piece`-byte pieces in turn."""
-    size = path.stat().st_size
-    evict(path)
-    if resident_fraction(path) > COLD_MAX:
+    bps, before = read_rate(path, min(request, piece), readers, cold=True, block=piece)
+    if before > COLD_MAX:
         raise RuntimeError(f"{path} stayed in the page cache after eviction: no cold read to measure")
-    parts = interleave(size, readers, piece)
-    got = [0] * readers
-
-    def reader(i: int):
-        def run() -> None:
-            got[i] = _read_pieces(path, parts[i], min(request, piece))
-        return run
-
-    t0 = time.perf_counter()
-    in_threads([reader(i) for i in range(readers)])
-    return sum(got) / (time.perf_counter() - t0) / 1e9
+    return bps / 1e9
 
 
 def measure(path: Path, rounds: int = 15, seed: int = 1) -> dict[tuple[int, int], list[float]]:

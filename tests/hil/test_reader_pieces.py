@@ -26,8 +26,7 @@ def test_measure_covers_every_pair_each_round(tmp_path, monkeypatch):
 
 def test_a_file_that_stays_cached_is_refused(tmp_path, monkeypatch):
     path = _file(tmp_path, rp.MIB)
-    monkeypatch.setattr(rp, "evict", lambda p: None)
-    monkeypatch.setattr(rp, "resident_fraction", lambda p: 1.0)
+    monkeypatch.setattr(rp, "read_rate", lambda *a, **k: (1e9, 1.0))     # read, but found cached
     with pytest.raises(RuntimeError, match="stayed in the page cache"):
         rp.rate(path, rp.MIB, 2)
 
